@@ -1,0 +1,113 @@
+package snapshot
+
+import (
+	"net/netip"
+	"strconv"
+	"time"
+)
+
+// Proto is an IP protocol number.
+type Proto uint8
+
+// The protocols the conntrack rules understand.
+const (
+	ProtoTCP  Proto = 6
+	ProtoUDP  Proto = 17
+	ProtoSCTP Proto = 132
+)
+
+// String returns "tcp", "udp", "sctp" or the number.
+func (p Proto) String() string {
+	switch p {
+	case ProtoTCP:
+		return "tcp"
+	case ProtoUDP:
+		return "udp"
+	case ProtoSCTP:
+		return "sctp"
+	}
+	return strconv.Itoa(int(p))
+}
+
+// ParseProto accepts "tcp", "udp", "sctp" in any case (Kubernetes spells them
+// TCP, UDP, SCTP).
+func ParseProto(s string) (Proto, bool) {
+	switch s {
+	case "tcp", "TCP", "Tcp":
+		return ProtoTCP, true
+	case "udp", "UDP", "Udp":
+		return ProtoUDP, true
+	case "sctp", "SCTP", "Sctp":
+		return ProtoSCTP, true
+	}
+	return 0, false
+}
+
+// Conntrack status bits (include/uapi/linux/netfilter/nf_conntrack_common.h).
+const (
+	StatusExpected  uint32 = 1 << 0
+	StatusSeenReply uint32 = 1 << 1
+	StatusAssured   uint32 = 1 << 2
+	StatusConfirmed uint32 = 1 << 3
+	StatusSrcNAT    uint32 = 1 << 4
+	StatusDstNAT    uint32 = 1 << 5
+)
+
+// Tuple is one direction of a flow.
+type Tuple struct {
+	Src     netip.Addr
+	Dst     netip.Addr
+	SrcPort uint16
+	DstPort uint16
+}
+
+// Flow is one conntrack entry. Only the fields the rules and remedies read
+// are kept.
+type Flow struct {
+	// ID is the kernel's conntrack ID (0 when unknown, e.g. from a text dump
+	// without -o id).
+	ID    uint32
+	Proto Proto
+	Orig  Tuple
+	Reply Tuple
+	// State is the protocol state as conntrack -L prints it
+	// ("ESTABLISHED", "FIN_WAIT", ...); empty for UDP.
+	State string
+	// Status is the IPS_* bit set; from a text dump only ASSURED, UNREPLIED
+	// (as !SeenReply) are known.
+	Status uint32
+	// Timeout is the remaining lifetime in seconds.
+	Timeout uint32
+	Mark    uint32
+	Zone    uint16
+	// Start is when the kernel created the entry; zero unless
+	// net.netfilter.nf_conntrack_timestamp was enabled at that time.
+	Start time.Time
+}
+
+// DNAT reports whether the flow's destination was rewritten: the reply comes
+// from another address or port than the original destination.
+func (f *Flow) DNAT() bool {
+	return f.Reply.Src != f.Orig.Dst || f.Reply.SrcPort != f.Orig.DstPort
+}
+
+// Backend is the address the flow was translated to: the reply source.
+func (f *Flow) Backend() netip.AddrPort { return netip.AddrPortFrom(f.Reply.Src, f.Reply.SrcPort) }
+
+// Frontend is the address the client asked for: the original destination.
+func (f *Flow) Frontend() netip.AddrPort { return netip.AddrPortFrom(f.Orig.Dst, f.Orig.DstPort) }
+
+// String renders "tcp 10.244.1.50:45678 -> 10.96.100.50:5432".
+func (f *Flow) String() string {
+	return f.Proto.String() + " " + netip.AddrPortFrom(f.Orig.Src, f.Orig.SrcPort).String() +
+		" -> " + f.Frontend().String()
+}
+
+// Conntrack is the part of the node's conntrack table the rules need.
+type Conntrack struct {
+	// Flows holds the entries the collector kept (by default, the DNATed
+	// ones).
+	Flows []Flow
+	// Seen is how many entries the table held in all.
+	Seen int
+}

@@ -1,0 +1,137 @@
+package snapshot
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Kube is the trimmed view of the cluster objects the rules need. It is built
+// from client-go informers or from kubectl output files; both paths convert
+// through the same functions in source/kube.
+type Kube struct {
+	Pods      []Pod
+	Services  []Service
+	Endpoints []Endpoint
+	Nodes     []Node
+}
+
+// ObjectRef names a namespaced object.
+type ObjectRef struct {
+	Namespace string
+	Name      string
+}
+
+// String renders "namespace/name".
+func (r ObjectRef) String() string {
+	if r.Namespace == "" {
+		return r.Name
+	}
+	return r.Namespace + "/" + r.Name
+}
+
+// Pod phases as Kubernetes reports them.
+const (
+	PodPending   = "Pending"
+	PodRunning   = "Running"
+	PodSucceeded = "Succeeded"
+	PodFailed    = "Failed"
+)
+
+// Pod is a Pod trimmed to what the rules read.
+type Pod struct {
+	UID         string
+	Namespace   string
+	Name        string
+	Node        string
+	Phase       string
+	IPs         []netip.Addr
+	HostNetwork bool
+	// Created is metadata.creationTimestamp; StartTime is status.startTime
+	// (zero when the kubelet has not acknowledged the pod yet).
+	Created   time.Time
+	StartTime time.Time
+	// Deleting is true once metadata.deletionTimestamp is set: the pod is
+	// terminating but still exists.
+	Deleting bool
+}
+
+// Ref returns the pod's namespace/name.
+func (p *Pod) Ref() ObjectRef { return ObjectRef{p.Namespace, p.Name} }
+
+// Terminal reports whether the pod has finished and no longer holds its IP.
+func (p *Pod) Terminal() bool { return p.Phase == PodSucceeded || p.Phase == PodFailed }
+
+// Since is the earliest moment the pod could have held an IP: its start
+// time, or its creation time when the start time is unknown.
+func (p *Pod) Since() time.Time {
+	if !p.StartTime.IsZero() {
+		return p.StartTime
+	}
+	return p.Created
+}
+
+// HasIP reports whether ip is one of the pod's IPs.
+func (p *Pod) HasIP(ip netip.Addr) bool {
+	for _, a := range p.IPs {
+		if a == ip {
+			return true
+		}
+	}
+	return false
+}
+
+// Service types.
+const (
+	ServiceClusterIP    = "ClusterIP"
+	ServiceNodePort     = "NodePort"
+	ServiceLoadBalancer = "LoadBalancer"
+	ServiceExternalName = "ExternalName"
+)
+
+// Service is a Service trimmed to its frontends.
+type Service struct {
+	Namespace string
+	Name      string
+	Type      string
+	// ClusterIPs excludes "None" (headless services have none).
+	ClusterIPs []netip.Addr
+	// ExternalIPs is spec.externalIPs.
+	ExternalIPs []netip.Addr
+	// LoadBalancerIPs is status.loadBalancer.ingress[].ip.
+	LoadBalancerIPs []netip.Addr
+	Ports           []ServicePort
+}
+
+// Ref returns the service's namespace/name.
+func (s *Service) Ref() ObjectRef { return ObjectRef{s.Namespace, s.Name} }
+
+// ServicePort is one port of a Service.
+type ServicePort struct {
+	Name     string
+	Protocol Proto
+	Port     uint16
+	NodePort uint16 // 0 when none is allocated
+}
+
+// Endpoint is one address of one EndpointSlice, flattened and tied to the
+// Service the slice belongs to (label kubernetes.io/service-name).
+type Endpoint struct {
+	Service ObjectRef
+	Slice   string
+	Address netip.Addr
+	// Conditions as the EndpointSlice reports them. A nil condition in the
+	// API is mapped as Kubernetes documents it: ready=nil means ready,
+	// serving=nil means the value of ready, terminating=nil means false.
+	Ready       bool
+	Serving     bool
+	Terminating bool
+	// Pod is set when the endpoint's targetRef is a Pod.
+	Pod  *ObjectRef
+	Node string
+}
+
+// Node is a Node trimmed to its addresses.
+type Node struct {
+	Name      string
+	Addresses []netip.Addr
+}

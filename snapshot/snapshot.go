@@ -1,0 +1,76 @@
+package snapshot
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Status is the outcome of one source's collection.
+type Status string
+
+const (
+	// StatusOK means the source was read completely and its data is fresh.
+	StatusOK Status = "ok"
+	// StatusUnsupported means the ledger does not exist here (no conntrack
+	// in this kernel, no Calico in this cluster). It is a normal result.
+	StatusUnsupported Status = "unsupported"
+	// StatusError means the source failed; its data must not be used.
+	StatusError Status = "error"
+)
+
+// SourceStatus reports how one source fared while the snapshot was taken.
+type SourceStatus struct {
+	Name     string        `json:"name"`
+	Status   Status        `json:"status"`
+	Detail   string        `json:"detail,omitempty"`
+	Duration time.Duration `json:"-"`
+}
+
+// Snapshot is everything the rules see. A nil ledger means its source did not
+// run or did not succeed; Sources says which and why.
+type Snapshot struct {
+	// Taken is when collection started.
+	Taken time.Time
+	// NodeName is the Kubernetes Node this snapshot was taken on (the node
+	// whose conntrack table was read); empty for cluster-wide snapshots.
+	NodeName string
+
+	Kube      *Kube
+	Conntrack *Conntrack
+
+	Sources []SourceStatus
+}
+
+// Source returns the status recorded for the named source.
+func (s *Snapshot) Source(name string) (SourceStatus, bool) {
+	for _, st := range s.Sources {
+		if st.Name == name {
+			return st, true
+		}
+	}
+	return SourceStatus{}, false
+}
+
+// Ready returns nil when every named source was collected with StatusOK, and
+// otherwise an error that names each source that was not.
+func (s *Snapshot) Ready(names ...string) error {
+	var bad []string
+	for _, n := range names {
+		st, ok := s.Source(n)
+		switch {
+		case !ok:
+			bad = append(bad, n+": not collected")
+		case st.Status != StatusOK:
+			d := string(st.Status)
+			if st.Detail != "" {
+				d += ": " + st.Detail
+			}
+			bad = append(bad, n+": "+d)
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("sources not ready (%s)", strings.Join(bad, "; "))
+	}
+	return nil
+}
