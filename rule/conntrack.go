@@ -1,0 +1,330 @@
+package rule
+
+import (
+	"net/netip"
+	"sort"
+	"time"
+
+	"github.com/ghostwatch/ghostwatch/snapshot"
+)
+
+// ConntrackConfig tunes the conntrack rules. The zero value is usable.
+type ConntrackConfig struct {
+	// NodePortAddresses, when set, makes any original destination inside
+	// these prefixes a NodePort frontend (kube-proxy's --nodeport-addresses).
+	// When empty, only the addresses of the snapshot's node are.
+	NodePortAddresses []netip.Prefix
+	// ClockSkew is how far the node's clock may be ahead of the API
+	// server's. A flow proves it was opened to an earlier holder of its
+	// backend IP only if it started more than ClockSkew before the current
+	// holder did. Kubernetes timestamps have one-second resolution, so a
+	// value below 1s buys nothing. Default 2s.
+	ClockSkew time.Duration
+}
+
+func (c ConntrackConfig) clockSkew() time.Duration {
+	if c.ClockSkew <= 0 {
+		return 2 * time.Second
+	}
+	return c.ClockSkew
+}
+
+// Frontend kinds, as reported in evidence.
+const (
+	FrontendClusterIP    = "ClusterIP"
+	FrontendNodePort     = "NodePort"
+	FrontendExternalIP   = "ExternalIP"
+	FrontendLoadBalancer = "LoadBalancer"
+)
+
+type frontendKey struct {
+	proto snapshot.Proto
+	addr  netip.Addr
+	port  uint16
+}
+
+type protoPort struct {
+	proto snapshot.Proto
+	port  uint16
+}
+
+// Frontend is a Service address a client can connect to.
+type Frontend struct {
+	Service *snapshot.Service
+	Kind    string
+}
+
+// Frontends indexes the Service frontends reachable on one node: ClusterIPs,
+// externalIPs and load-balancer IPs on their service ports, and NodePorts on
+// the node's addresses (or on NodePortAddresses).
+type Frontends struct {
+	byAddr    map[frontendKey]Frontend
+	nodeAddrs map[netip.Addr]bool
+	nodeNets  []netip.Prefix
+	nodePorts map[protoPort]Frontend
+}
+
+// NewFrontends builds the index for the node named nodeName. Services whose
+// type is ExternalName have no frontend.
+func NewFrontends(k *snapshot.Kube, nodeName string, nodePortAddresses []netip.Prefix) *Frontends {
+	fe := &Frontends{
+		byAddr:    map[frontendKey]Frontend{},
+		nodeAddrs: map[netip.Addr]bool{},
+		nodeNets:  nodePortAddresses,
+		nodePorts: map[protoPort]Frontend{},
+	}
+	if k == nil {
+		return fe
+	}
+	for i := range k.Nodes {
+		if k.Nodes[i].Name == nodeName {
+			for _, a := range k.Nodes[i].Addresses {
+				fe.nodeAddrs[a.Unmap()] = true
+			}
+		}
+	}
+	for i := range k.Services {
+		svc := &k.Services[i]
+		if svc.Type == snapshot.ServiceExternalName {
+			continue
+		}
+		add := func(addrs []netip.Addr, kind string) {
+			for _, a := range addrs {
+				for _, p := range svc.Ports {
+					key := frontendKey{p.Protocol, a.Unmap(), p.Port}
+					if _, dup := fe.byAddr[key]; !dup {
+						fe.byAddr[key] = Frontend{svc, kind}
+					}
+				}
+			}
+		}
+		add(svc.ClusterIPs, FrontendClusterIP)
+		add(svc.ExternalIPs, FrontendExternalIP)
+		add(svc.LoadBalancerIPs, FrontendLoadBalancer)
+		for _, p := range svc.Ports {
+			if p.NodePort != 0 {
+				fe.nodePorts[protoPort{p.Protocol, p.NodePort}] = Frontend{svc, FrontendNodePort}
+			}
+		}
+	}
+	return fe
+}
+
+// Lookup returns the frontend a flow's original destination addressed.
+func (fe *Frontends) Lookup(proto snapshot.Proto, dst netip.Addr, port uint16) (Frontend, bool) {
+	dst = dst.Unmap()
+	if f, ok := fe.byAddr[frontendKey{proto, dst, port}]; ok {
+		return f, true
+	}
+	f, ok := fe.nodePorts[protoPort{proto, port}]
+	if !ok {
+		return Frontend{}, false
+	}
+	if fe.nodeAddrs[dst] {
+		return f, true
+	}
+	for _, p := range fe.nodeNets {
+		if p.Contains(dst) {
+			return f, true
+		}
+	}
+	return Frontend{}, false
+}
+
+// Match reports whether a flow is a DNATed flow to one of the frontends. It
+// is meant as the conntrack collector's Keep filter, so that only these
+// flows are kept in memory.
+func (fe *Frontends) Match(f *snapshot.Flow) bool {
+	if !f.DNAT() {
+		return false
+	}
+	_, ok := fe.Lookup(f.Proto, f.Orig.Dst, f.Orig.DstPort)
+	return ok
+}
+
+// flowIndex is what both conntrack rules need to judge a flow.
+type flowIndex struct {
+	frontends *Frontends
+	// backends maps a service to the endpoint addresses its slices list.
+	backends map[snapshot.ObjectRef]map[netip.Addr]*snapshot.Endpoint
+	// holders maps an IP to the non-terminal pods that report it.
+	holders map[netip.Addr][]*snapshot.Pod
+	// nodeAddrs holds every node address in the cluster.
+	nodeAddrs map[netip.Addr]string
+	skew      time.Duration
+}
+
+func newFlowIndex(s *snapshot.Snapshot, cfg ConntrackConfig) *flowIndex {
+	k := s.Kube
+	ix := &flowIndex{
+		frontends: NewFrontends(k, s.NodeName, cfg.NodePortAddresses),
+		backends:  map[snapshot.ObjectRef]map[netip.Addr]*snapshot.Endpoint{},
+		holders:   map[netip.Addr][]*snapshot.Pod{},
+		nodeAddrs: map[netip.Addr]string{},
+		skew:      cfg.clockSkew(),
+	}
+	for i := range k.Endpoints {
+		ep := &k.Endpoints[i]
+		m := ix.backends[ep.Service]
+		if m == nil {
+			m = map[netip.Addr]*snapshot.Endpoint{}
+			ix.backends[ep.Service] = m
+		}
+		m[ep.Address.Unmap()] = ep
+	}
+	for i := range k.Pods {
+		p := &k.Pods[i]
+		if p.Terminal() {
+			continue
+		}
+		for _, a := range p.IPs {
+			ix.holders[a.Unmap()] = append(ix.holders[a.Unmap()], p)
+		}
+	}
+	for i := range k.Nodes {
+		for _, a := range k.Nodes[i].Addresses {
+			ix.nodeAddrs[a.Unmap()] = k.Nodes[i].Name
+		}
+	}
+	return ix
+}
+
+// verdict is what the conntrack rules conclude about one flow.
+type verdict int
+
+const (
+	// notService: not a DNATed flow to a known frontend.
+	notService verdict = iota
+	// healthy: the backend is still an endpoint of the service.
+	healthy
+	// draining: the backend's pod is terminating but still exists.
+	draining
+	// stale: the backend is no longer an endpoint and no pod holds its IP.
+	stale
+	// misdelivered: the backend IP is held by a pod that is not the one the
+	// flow was opened to.
+	misdelivered
+	// relabelled: the backend left the service but the pod the flow was
+	// opened to still holds the IP: the connection still works.
+	relabelled
+)
+
+// judgement carries a verdict and the facts behind it.
+type judgement struct {
+	verdict  verdict
+	frontend Frontend
+	endpoint *snapshot.Endpoint
+	holder   *snapshot.Pod
+	// hostNode is set when the backend is a node address (hostNetwork).
+	hostNode string
+	// openedBefore is true when the flow's start time proves it was opened
+	// before the current holder of its backend IP existed.
+	openedBefore bool
+}
+
+// judge classifies one flow. The order of the checks is the safety argument:
+// a backend IP still held by a pod is never "stale", and a pod that still
+// exists while terminating is always "draining".
+func (ix *flowIndex) judge(f *snapshot.Flow) judgement {
+	if !f.DNAT() {
+		return judgement{verdict: notService}
+	}
+	fe, ok := ix.frontends.Lookup(f.Proto, f.Orig.Dst, f.Orig.DstPort)
+	if !ok {
+		return judgement{verdict: notService}
+	}
+	j := judgement{frontend: fe}
+	b := f.Reply.Src.Unmap()
+	j.endpoint = ix.backends[fe.Service.Ref()][b]
+
+	var podHolders, hostHolders []*snapshot.Pod
+	for _, p := range ix.holders[b] {
+		if p.HostNetwork {
+			hostHolders = append(hostHolders, p)
+		} else {
+			podHolders = append(podHolders, p)
+		}
+	}
+	j.hostNode = ix.nodeAddrs[b]
+
+	// A backend on a node address belongs to a hostNetwork pod. The IP says
+	// nothing about which pod, so only the endpoint list and terminating
+	// hostNetwork pods on that address can be judged.
+	if j.hostNode != "" || (len(podHolders) == 0 && len(hostHolders) > 0) {
+		switch {
+		case j.endpoint != nil && j.endpoint.Terminating:
+			j.verdict = draining
+		case j.endpoint != nil:
+			j.verdict = healthy
+		case anyDeleting(hostHolders):
+			j.verdict = draining
+		default:
+			j.verdict = stale
+		}
+		return j
+	}
+
+	if len(podHolders) > 0 {
+		// With several holders the IP is duplicated; judge against the
+		// newest, the one a reused IP most likely went to.
+		h := newest(podHolders)
+		j.holder = h
+		if !f.Start.IsZero() && !h.Since().IsZero() && f.Start.Add(ix.skew).Before(h.Since()) {
+			j.openedBefore = true
+			j.verdict = misdelivered
+			return j
+		}
+	}
+	switch {
+	case j.endpoint != nil && j.endpoint.Terminating:
+		j.verdict = draining
+	case j.endpoint != nil:
+		j.verdict = healthy
+	case j.holder != nil && j.holder.Deleting:
+		// Gone from the slices but the pod still exists: let it drain.
+		j.verdict = draining
+	case j.holder != nil && !f.Start.IsZero():
+		// The flow started while this pod already held the IP, so it was
+		// opened to this pod, which has since left the service.
+		j.verdict = relabelled
+	case j.holder != nil:
+		// A pod that is not a backend of the service receives its traffic,
+		// and nothing shows the flow was opened to it.
+		j.verdict = misdelivered
+	default:
+		j.verdict = stale
+	}
+	return j
+}
+
+func anyDeleting(ps []*snapshot.Pod) bool {
+	for _, p := range ps {
+		if p.Deleting {
+			return true
+		}
+	}
+	return false
+}
+
+func newest(ps []*snapshot.Pod) *snapshot.Pod {
+	n := ps[0]
+	for _, p := range ps[1:] {
+		if p.Since().After(n.Since()) {
+			n = p
+		}
+	}
+	return n
+}
+
+// currentBackends lists up to max endpoint addresses of a service, sorted.
+func (ix *flowIndex) currentBackends(svc snapshot.ObjectRef, max int) []string {
+	var out []string
+	for a := range ix.backends[svc] {
+		out = append(out, a.String())
+	}
+	sort.Strings(out)
+	if len(out) > max {
+		out = append(out[:max], "...")
+	}
+	return out
+}

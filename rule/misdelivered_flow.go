@@ -1,0 +1,82 @@
+package rule
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/snapshot"
+)
+
+// MisdeliveredFlowID is the stable ID of the misdelivered-flow rule.
+const MisdeliveredFlowID = "misdelivered-flow"
+
+// MisdeliveredFlow finds conntrack flows whose backend IP is now held by a
+// different pod than the one the flow was opened to: traffic of one
+// connection reaches another workload (or another instance). It is a
+// security finding and always critical.
+//
+// The proof is one of two facts: the flow started (conntrack timestamp)
+// before the current holder of the IP existed; or, without a start time, the
+// holder is not a backend of the Service the flow addressed.
+type MisdeliveredFlow struct{ Config ConntrackConfig }
+
+// Info describes the rule.
+func (MisdeliveredFlow) Info() Info {
+	return Info{
+		ID:      MisdeliveredFlowID,
+		Sources: []string{"kube", "conntrack"},
+		Summary: "a connection opened to one pod now reaches another pod that reuses its IP: data of one workload is delivered to another",
+		Fix:     "delete the flow so the client reconnects through the Service; enable net.netfilter.nf_conntrack_timestamp=1 so reuse is provable",
+		Runbook: "docs/runbooks/misdelivered-flow.md",
+	}
+}
+
+// Evaluate returns one finding per misdelivered flow.
+func (r MisdeliveredFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
+	if s.Kube == nil || s.Conntrack == nil {
+		return nil
+	}
+	ix := newFlowIndex(s, r.Config)
+	var out []finding.Finding
+	for i := range s.Conntrack.Flows {
+		f := &s.Conntrack.Flows[i]
+		j := ix.judge(f)
+		if j.verdict != misdelivered {
+			continue
+		}
+		svc := j.frontend.Service
+		h := j.holder
+		ev := flowEvidence(f, j, s.Taken)
+		ev["holder_pod"] = h.Ref().String()
+		ev["holder_uid"] = h.UID
+		ev["holder_since"] = h.Since().UTC().Format(time.RFC3339)
+		ev["holder_is_backend"] = j.endpoint != nil
+		var why string
+		if j.openedBefore {
+			why = fmt.Sprintf("the flow started at %s, before pod %s (started %s) held the IP",
+				f.Start.UTC().Format(time.RFC3339), h.Ref(), h.Since().UTC().Format(time.RFC3339))
+			ev["proof"] = "flow started before the holder existed"
+		} else {
+			why = fmt.Sprintf("pod %s holds the IP but is not a backend of %s", h.Ref(), svc.Ref())
+			ev["proof"] = "holder is not a backend of the service"
+		}
+		out = append(out, finding.Finding{
+			Rule:     MisdeliveredFlowID,
+			Severity: finding.Critical,
+			Message: fmt.Sprintf("%s flow to %s %s is delivered to %s, now held by another pod: %s",
+				f.Proto, j.frontend.Kind, svc.Ref(), f.Backend(), why),
+			Subject: finding.Subject{
+				IP:        f.Reply.Src.Unmap().String(),
+				Service:   svc.Ref().String(),
+				Namespace: svc.Namespace,
+				Pod:       h.Ref().String(),
+				Node:      s.NodeName,
+				Flow:      f.String(),
+			},
+			Evidence: ev,
+			Flow:     copyFlow(f),
+		})
+	}
+	return out
+}
