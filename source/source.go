@@ -27,6 +27,13 @@ type Source interface {
 // in Snapshot.Sources.
 func Collect(ctx context.Context, now func() time.Time, nodeName string, sources ...Source) *snapshot.Snapshot {
 	s := &snapshot.Snapshot{Taken: now(), NodeName: nodeName}
+	CollectInto(ctx, now, s, sources...)
+	return s
+}
+
+// CollectInto runs more sources into an existing snapshot, for sources that
+// are configured from what earlier ones collected.
+func CollectInto(ctx context.Context, now func() time.Time, s *snapshot.Snapshot, sources ...Source) {
 	for _, src := range sources {
 		start := now()
 		err := src.Collect(ctx, s)
@@ -39,5 +46,4 @@ func Collect(ctx context.Context, now func() time.Time, nodeName string, sources
 		}
 		s.Sources = append(s.Sources, st)
 	}
-	return s
 }

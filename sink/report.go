@@ -1,0 +1,187 @@
+package sink
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/snapshot"
+)
+
+// Formats the report writers accept.
+var Formats = []string{"table", "json", "yaml"}
+
+// Write renders r in the named format. catalog supplies the runbook text the
+// table shows for each rule.
+func Write(w io.Writer, format string, r *finding.Report, catalog []rule.Rule) error {
+	switch format {
+	case "", "table":
+		return Table(w, r, catalog)
+	case "json":
+		return JSON(w, r)
+	case "yaml":
+		return YAML(w, r)
+	}
+	return fmt.Errorf("unknown output format %q (want one of: %s)", format, strings.Join(Formats, ", "))
+}
+
+// JSON writes exactly one JSON object followed by a newline.
+func JSON(w io.Writer, r *finding.Report) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(normalize(r))
+}
+
+// YAML writes the same document as JSON, in YAML.
+func YAML(w io.Writer, r *finding.Report) error {
+	b, err := yaml.Marshal(normalize(r))
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
+}
+
+// normalize makes empty lists print as [] rather than null.
+func normalize(r *finding.Report) *finding.Report {
+	c := *r
+	if c.Findings == nil {
+		c.Findings = []finding.Finding{}
+	}
+	if c.Sources == nil {
+		c.Sources = []snapshot.SourceStatus{}
+	}
+	return &c
+}
+
+// Table writes one group per rule: a header with the rule's why and fix,
+// then one row per finding; then one line per source.
+func Table(w io.Writer, r *finding.Report, catalog []rule.Rule) error {
+	infos := map[string]rule.Info{}
+	var order []string
+	for _, c := range catalog {
+		infos[c.Info().ID] = c.Info()
+		order = append(order, c.Info().ID)
+	}
+	byRule := map[string][]finding.Finding{}
+	for _, f := range r.Findings {
+		if _, ok := infos[f.Rule]; !ok {
+			infos[f.Rule] = rule.Info{ID: f.Rule}
+			order = append(order, f.Rule)
+		}
+		byRule[f.Rule] = append(byRule[f.Rule], f)
+	}
+	// Worst groups first; catalog order among equals.
+	worst := map[string]finding.Severity{}
+	for _, f := range r.Findings {
+		if f.Severity > worst[f.Rule] {
+			worst[f.Rule] = f.Severity
+		}
+	}
+	sort.SliceStable(order, func(i, j int) bool { return worst[order[i]] > worst[order[j]] })
+	ew := &errWriter{w: w}
+	complete := true
+	for _, s := range r.Sources {
+		complete = complete && s.Status == snapshot.StatusOK
+	}
+	switch {
+	case len(r.Findings) == 0 && complete:
+		ew.printf("No ghosts found.\n")
+	case len(r.Findings) == 0:
+		ew.printf("No ghosts found in what could be read: the scan is incomplete (see Sources).\n")
+	}
+	for _, id := range order {
+		fs := byRule[id]
+		if len(fs) == 0 {
+			continue
+		}
+		info := infos[id]
+		ew.printf("%s: %d finding%s\n", id, len(fs), plural(len(fs)))
+		if info.Summary != "" {
+			ew.printf("  why: %s\n", info.Summary)
+		}
+		if info.Fix != "" {
+			ew.printf("  fix: %s\n", info.Fix)
+		}
+		if info.Runbook != "" {
+			ew.printf("  runbook: %s\n", info.Runbook)
+		}
+		ew.printf("\n")
+		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  SEVERITY\tSERVICE\tFLOW\tGHOST IP\tDETAIL")
+		for _, f := range fs {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", f.Severity, dash(f.Subject.Service), dash(f.Subject.Flow),
+				dash(f.Subject.IP), detail(f))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		ew.printf("\n")
+	}
+	ew.printf("Sources:\n")
+	for _, s := range r.Sources {
+		line := fmt.Sprintf("  %-10s %s", s.Name, s.Status)
+		if s.Detail != "" {
+			line += "  " + s.Detail
+		}
+		ew.printf("%s\n", line)
+	}
+	return ew.err
+}
+
+// detail is the short per-row reason: what the backend became.
+func detail(f finding.Finding) string {
+	switch f.Rule {
+	case rule.StaleNATFlowID:
+		d := "backend " + str(f.Evidence["backend"]) + " gone"
+		if s, ok := f.Evidence["state"]; ok {
+			d += ", " + str(s)
+		}
+		if n, ok := f.Evidence["backend_node"]; ok {
+			d += ", hostNetwork on " + str(n)
+		}
+		return d
+	case rule.MisdeliveredFlowID:
+		return "now held by " + f.Subject.Pod + " (" + str(f.Evidence["proof"]) + ")"
+	}
+	return f.Message
+}
+
+func str(v any) string { return fmt.Sprint(v) }
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
+}
+
+func (e *errWriter) printf(format string, a ...any) { fmt.Fprintf(e, format, a...) }

@@ -1,0 +1,115 @@
+package sink
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/snapshot"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+func sample() *finding.Report {
+	return &finding.Report{
+		Findings: []finding.Finding{
+			{Rule: rule.MisdeliveredFlowID, Severity: finding.Critical, Message: "tcp flow to ClusterIP db/postgres is delivered to 10.244.3.47:5432, now held by another pod",
+				Subject:  finding.Subject{IP: "10.244.3.47", Service: "db/postgres", Namespace: "db", Pod: "payments/ledger", Node: "node-a", Flow: "tcp 10.244.1.50:45679 -> 10.96.100.50:5432"},
+				Evidence: map[string]any{"backend": "10.244.3.47:5432", "proof": "flow started before the holder existed"}},
+			{Rule: rule.StaleNATFlowID, Severity: finding.Warning, Message: "tcp flow to NodePort web/api still goes to 10.244.1.100:8080, which is no longer a backend and which no pod holds",
+				Subject:  finding.Subject{IP: "10.244.1.100", Service: "web/api", Namespace: "web", Node: "node-a", Flow: "tcp 203.0.113.10:40000 -> 192.168.50.1:30080"},
+				Evidence: map[string]any{"backend": "10.244.1.100:8080", "state": "FIN_WAIT", "timeout_seconds": 117}},
+		},
+		Sources: []snapshot.SourceStatus{{Name: "kube", Status: snapshot.StatusOK}, {Name: "conntrack", Status: snapshot.StatusOK}},
+	}
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./sink -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from golden file:\n--- got\n%s\n--- want\n%s", name, got, want)
+	}
+}
+
+func TestTableGolden(t *testing.T) {
+	var b bytes.Buffer
+	if err := Table(&b, sample(), rule.All(rule.Config{})); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "report.table", b.Bytes())
+}
+
+func TestTableNoFindings(t *testing.T) {
+	var b bytes.Buffer
+	r := &finding.Report{Sources: []snapshot.SourceStatus{{Name: "kube", Status: snapshot.StatusError, Detail: "connection refused"}}}
+	if err := Table(&b, r, nil); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "empty.table", b.Bytes())
+}
+
+func TestJSONIsOneObjectWithTheDocumentedShape(t *testing.T) {
+	var b bytes.Buffer
+	if err := Write(&b, "json", sample(), nil); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "report.json", b.Bytes())
+	dec := json.NewDecoder(&b)
+	var doc struct {
+		Findings []struct {
+			Rule, Severity, Message string
+			Subject                 map[string]string
+			Evidence                map[string]any
+		}
+		Sources []struct{ Name, Status, Detail string }
+	}
+	if err := dec.Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	if dec.More() {
+		t.Fatal("more than one JSON value written")
+	}
+	if len(doc.Findings) != 2 || doc.Findings[0].Severity != "critical" || doc.Findings[1].Subject["ip"] != "10.244.1.100" ||
+		doc.Findings[1].Subject["service"] != "web/api" || doc.Sources[0].Status != "ok" {
+		t.Fatalf("decoded %+v", doc)
+	}
+}
+
+func TestEmptyListsAreArrays(t *testing.T) {
+	var b bytes.Buffer
+	if err := JSON(&b, &finding.Report{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.String(); got != "{\n  \"findings\": [],\n  \"sources\": []\n}\n" {
+		t.Fatalf("got %q", got)
+	}
+}
+
+func TestYAMLMatchesJSON(t *testing.T) {
+	var b bytes.Buffer
+	if err := Write(&b, "yaml", sample(), nil); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "report.yaml", b.Bytes())
+}
+
+func TestUnknownFormat(t *testing.T) {
+	if err := Write(&bytes.Buffer{}, "xml", sample(), nil); err == nil {
+		t.Fatal("want an error for -o xml")
+	}
+}
