@@ -23,7 +23,7 @@ func (StaleNATFlow) Info() Info {
 		ID:      StaleNATFlowID,
 		Sources: []string{"kube", "conntrack"},
 		Summary: "the kernel still translates this connection to a pod that no longer exists: packets go nowhere until the entry expires",
-		Fix:     "delete the flow (conntrack -D with its exact tuple, or ghostwatch agent --remedy=stale-nat-flow); bound client connection lifetimes",
+		Fix:     "delete exactly this flow (conntrack -D with its original tuple), never by port or address; bound client connection lifetimes",
 		Runbook: "docs/runbooks/stale-nat-flow.md",
 	}
 }
