@@ -1,0 +1,305 @@
+//go:build linux
+
+package conntrack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source"
+)
+
+const (
+	// readBufSize holds the largest datagram the kernel sends in a dump:
+	// netlink dumps fill skbs of at most 32 KiB.
+	readBufSize = 64 << 10
+	// sockRcvBuf is the socket receive buffer asked for (SO_RCVBUFFORCE,
+	// else SO_RCVBUF, which the kernel caps at net.core.rmem_max).
+	sockRcvBuf = 4 << 20
+)
+
+// Conn is a netlink socket to the conntrack subsystem of the network
+// namespace it was opened in (that of the calling thread). A Conn is not
+// safe for concurrent use.
+type Conn struct {
+	fd   int
+	port uint32 // our netlink port id
+	seq  uint32
+
+	req []byte // request buffer, reused
+	buf []byte // receive buffer, reused
+
+	// pending is the sequence number of a dump that was abandoned (the
+	// callback failed, the context ended, a message did not parse) while
+	// the kernel still had entries queued for it; they are drained before
+	// the next request.
+	pending    uint32
+	hasPending bool
+
+	// recvmsg arguments, kept here so that receiving does not allocate.
+	msg  unix.Msghdr
+	iov  unix.Iovec
+	from unix.RawSockaddrNetlink
+}
+
+// Open opens a netlink socket to the conntrack subsystem (NETLINK_NETFILTER)
+// in the calling thread's network namespace. It needs CAP_NET_ADMIN only to
+// use the socket, not to open it. A kernel without nfnetlink gives an error
+// wrapping source.ErrUnsupported.
+func Open() (*Conn, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+	if err != nil {
+		switch {
+		case errors.Is(err, unix.EPROTONOSUPPORT), errors.Is(err, unix.EAFNOSUPPORT):
+			return nil, fmt.Errorf("conntrack: %w: nfnetlink (and so nf_conntrack_netlink) is not available in this kernel (%w)", source.ErrUnsupported, err)
+		case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
+			return nil, fmt.Errorf("conntrack: %w: %w", ErrPermission, err)
+		}
+		return nil, fmt.Errorf("conntrack: netlink socket: %w", err)
+	}
+	c := &Conn{fd: fd, buf: make([]byte, readBufSize), req: make([]byte, 0, 512)}
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("conntrack: netlink bind: %w", err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("conntrack: netlink getsockname: %w", err)
+	}
+	if nl, ok := sa.(*unix.SockaddrNetlink); ok {
+		c.port = nl.Pid
+	}
+	// A large receive buffer only matters when the kernel may queue more
+	// than one datagram; SO_RCVBUFFORCE needs CAP_NET_ADMIN, which the
+	// dump needs anyway.
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, sockRcvBuf) != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, sockRcvBuf)
+	}
+	// Errors carry the kernel's explanation and not the whole request.
+	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_EXT_ACK, 1)
+	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1)
+	return c, nil
+}
+
+// Close closes the socket.
+func (c *Conn) Close() error {
+	if c.fd < 0 {
+		return nil
+	}
+	err := unix.Close(c.fd)
+	c.fd = -1
+	return err
+}
+
+func (c *Conn) nextSeq() uint32 {
+	c.seq++
+	if c.seq == 0 {
+		c.seq++
+	}
+	return c.seq
+}
+
+func (c *Conn) send(b []byte) error {
+	if c.fd < 0 {
+		return errors.New("conntrack: connection closed")
+	}
+	for {
+		err := unix.Sendto(c.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
+		if err == unix.EINTR {
+			continue
+		}
+		return err
+	}
+}
+
+// recv reads one datagram from the kernel into c.buf. A datagram larger
+// than the buffer is an error: its tail is lost.
+func (c *Conn) recv() ([]byte, error) {
+	for {
+		c.iov.Base = &c.buf[0]
+		c.iov.SetLen(len(c.buf))
+		c.msg = unix.Msghdr{
+			Name:    (*byte)(unsafe.Pointer(&c.from)),
+			Namelen: unix.SizeofSockaddrNetlink,
+			Iov:     &c.iov,
+		}
+		c.msg.SetIovlen(1)
+		n, _, errno := unix.Syscall(unix.SYS_RECVMSG, uintptr(c.fd), uintptr(unsafe.Pointer(&c.msg)), 0)
+		if errno == unix.EINTR {
+			continue
+		}
+		if errno != 0 {
+			return nil, errno
+		}
+		if c.msg.Flags&unix.MSG_TRUNC != 0 {
+			return nil, fmt.Errorf("%w: datagram larger than the %d-byte read buffer", errMalformed, len(c.buf))
+		}
+		if c.from.Pid != 0 {
+			continue // not from the kernel
+		}
+		return c.buf[:n], nil
+	}
+}
+
+// drain reads and discards what remains of an abandoned dump.
+func (c *Conn) drain() error {
+	for c.hasPending {
+		b, err := c.recv()
+		if err != nil {
+			return fmt.Errorf("conntrack: draining an abandoned dump: %w", err)
+		}
+		for len(b) > 0 {
+			m, rest, err := nextMessage(b)
+			if err != nil {
+				return fmt.Errorf("conntrack: draining an abandoned dump: %w", err)
+			}
+			b = rest
+			if m.seq == c.pending && (m.typ == nlmsgDone || m.typ == nlmsgError) {
+				c.hasPending = false
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// Dump streams every entry of the table, IPv4 and IPv6, to fn, and returns
+// how many entries were seen. fn is called with one Flow that is reused for
+// every entry: it must copy what it keeps. An error from fn, the end of ctx,
+// lost messages (ENOBUFS) or a message that does not parse end the dump with
+// an error, and the entries passed to fn so far must then be discarded: they
+// are not the whole table. Without CAP_NET_ADMIN the error wraps
+// ErrPermission; in a kernel without nf_conntrack_netlink it wraps
+// source.ErrUnsupported.
+//
+// The context is checked between datagrams (a few hundred entries each):
+// the kernel produces the next one as soon as it is asked for, so the
+// socket never blocks for long during a dump.
+func (c *Conn) Dump(ctx context.Context, fn func(*snapshot.Flow) error) (seen int, err error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := c.drain(); err != nil {
+		return 0, err
+	}
+	seq := c.nextSeq()
+	c.req = appendDumpRequest(c.req[:0], seq)
+	if err := c.send(c.req); err != nil {
+		return 0, dumpError(err, 0)
+	}
+	c.pending, c.hasPending = seq, true
+	d := dumper{seq: seq, pid: c.port, fn: fn}
+	for {
+		if err := ctx.Err(); err != nil {
+			return d.seen, err
+		}
+		b, err := c.recv()
+		if err != nil {
+			if errors.Is(err, errMalformed) {
+				return d.seen, fmt.Errorf("conntrack dump: %w", err)
+			}
+			return d.seen, dumpError(err, d.seen)
+		}
+		over, err := d.feed(b)
+		if over {
+			c.hasPending = false
+		}
+		if err != nil {
+			var ke *kernelError
+			if errors.As(err, &ke) {
+				return d.seen, dumpError(err, d.seen)
+			}
+			return d.seen, fmt.Errorf("conntrack dump: %w", err)
+		}
+		if over {
+			return d.seen, nil
+		}
+	}
+}
+
+// request sends one message that asks for an acknowledgement and waits for
+// it.
+func (c *Conn) request(b []byte, seq uint32) error {
+	if err := c.drain(); err != nil {
+		return err
+	}
+	if err := c.send(b); err != nil {
+		return err
+	}
+	for {
+		buf, err := c.recv()
+		if err != nil {
+			return err
+		}
+		for len(buf) > 0 {
+			m, rest, err := nextMessage(buf)
+			if err != nil {
+				return err
+			}
+			buf = rest
+			if m.seq != seq {
+				continue // a late answer to an abandoned request
+			}
+			if m.typ != nlmsgError {
+				return fmt.Errorf("%w: message type %#x instead of an acknowledgement", errMalformed, m.typ)
+			}
+			return parseErrorMsg(m)
+		}
+	}
+}
+
+// Create inserts an entry with f's original and reply tuples (a reply
+// source other than the original destination makes it a DNAT entry),
+// protocol, TCP or SCTP state, status, timeout (required), mark and zone.
+// Of the status, the bits userspace may set are sent (SEEN_REPLY, ASSURED,
+// ...): EXPECTED, CONFIRMED and DYING are the kernel's, and it ignores the
+// NAT bits. An existing entry with the same tuple gives an error wrapping
+// syscall.EEXIST. It is meant for tests, benchmarks and the lab.
+func (c *Conn) Create(f *snapshot.Flow) error {
+	err := c.create(f, true)
+	if errors.Is(err, unix.EBUSY) {
+		if _, sent := createStatus(f.Status, false); sent {
+			// A kernel that has not marked the new entry confirmed yet
+			// when it applies the status (see createStatus).
+			err = c.create(f, false)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("conntrack: create %v: %w", f, err)
+	}
+	return nil
+}
+
+func (c *Conn) create(f *snapshot.Flow, confirmed bool) error {
+	seq := c.nextSeq()
+	req, err := appendCreateRequest(c.req[:0], seq, f, confirmed)
+	c.req = req[:0]
+	if err != nil {
+		return err
+	}
+	return c.request(req, seq)
+}
+
+// Delete removes the one entry whose original tuple (in f's zone) is f's.
+// When f.ID is not 0 the kernel deletes the entry only if it still has that
+// ID, so an entry that was replaced since it was read is left alone. An
+// entry that is gone (or has another ID) gives an error wrapping
+// syscall.ENOENT.
+func (c *Conn) Delete(f *snapshot.Flow) error {
+	seq := c.nextSeq()
+	req, err := appendDeleteRequest(c.req[:0], seq, f)
+	c.req = req[:0]
+	if err == nil {
+		err = c.request(req, seq)
+	}
+	if err != nil {
+		return fmt.Errorf("conntrack: delete %v: %w", f, err)
+	}
+	return nil
+}

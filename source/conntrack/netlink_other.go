@@ -1,0 +1,35 @@
+//go:build !linux
+
+package conntrack
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source"
+)
+
+// errNoNetlink is returned by every operation: only Linux has conntrack.
+var errNoNetlink = fmt.Errorf("conntrack: %w: the kernel conntrack table exists only on Linux", source.ErrUnsupported)
+
+// Conn is a netlink socket to the conntrack subsystem. Outside Linux it
+// cannot be opened.
+type Conn struct{}
+
+// Open returns an error wrapping source.ErrUnsupported outside Linux.
+func Open() (*Conn, error) { return nil, errNoNetlink }
+
+// Close does nothing outside Linux.
+func (c *Conn) Close() error { return nil }
+
+// Dump returns an error wrapping source.ErrUnsupported outside Linux.
+func (c *Conn) Dump(ctx context.Context, fn func(*snapshot.Flow) error) (int, error) {
+	return 0, errNoNetlink
+}
+
+// Create returns an error wrapping source.ErrUnsupported outside Linux.
+func (c *Conn) Create(f *snapshot.Flow) error { return errNoNetlink }
+
+// Delete returns an error wrapping source.ErrUnsupported outside Linux.
+func (c *Conn) Delete(f *snapshot.Flow) error { return errNoNetlink }
