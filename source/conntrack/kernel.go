@@ -39,18 +39,57 @@ func (k KernelSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 		return err
 	}
 	defer c.Close()
-	var kept []snapshot.Flow
+	var kept flowChunks
 	n, err := c.Dump(ctx, func(f *snapshot.Flow) error {
 		if keep(f) {
-			kept = append(kept, *f)
+			kept.add(f)
 		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	s.Conntrack = &snapshot.Conntrack{Flows: kept, Seen: n}
+	s.Conntrack = &snapshot.Conntrack{Flows: kept.flows(), Seen: n}
 	return nil
+}
+
+// flowChunks collects copies of flows in chunks, so that growing never
+// copies what was already kept (append on one slice would copy it several
+// times over and allocate about five times the final size); flows joins
+// them into one slice of the exact size.
+type flowChunks struct {
+	chunks [][]snapshot.Flow
+	n      int
+}
+
+const (
+	firstChunk = 256
+	maxChunk   = 16384
+)
+
+func (c *flowChunks) add(f *snapshot.Flow) {
+	last := len(c.chunks) - 1
+	if last < 0 || len(c.chunks[last]) == cap(c.chunks[last]) {
+		size := min(max(c.n, firstChunk), maxChunk)
+		c.chunks = append(c.chunks, make([]snapshot.Flow, 0, size))
+		last++
+	}
+	c.chunks[last] = append(c.chunks[last], *f)
+	c.n++
+}
+
+func (c *flowChunks) flows() []snapshot.Flow {
+	switch len(c.chunks) {
+	case 0:
+		return nil
+	case 1:
+		return c.chunks[0]
+	}
+	out := make([]snapshot.Flow, 0, c.n)
+	for _, ch := range c.chunks {
+		out = append(out, ch...)
+	}
+	return out
 }
 
 // The wire format, from the kernel UAPI headers linux/netlink.h,

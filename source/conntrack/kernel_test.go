@@ -618,3 +618,26 @@ func checkParsed(t *testing.T, f *snapshot.Flow) {
 		}
 	}
 }
+
+func TestFlowChunks(t *testing.T) {
+	for _, n := range []int{0, 1, firstChunk, firstChunk + 1, 3*maxChunk + 7} {
+		var c flowChunks
+		var f snapshot.Flow
+		for i := 0; i < n; i++ {
+			f.ID = uint32(i) // the same Flow, changed between calls, as in a dump
+			c.add(&f)
+		}
+		got := c.flows()
+		if len(got) != n {
+			t.Fatalf("%d flows: got %d", n, len(got))
+		}
+		for i := range got {
+			if got[i].ID != uint32(i) {
+				t.Fatalf("%d flows: flow %d has ID %d", n, i, got[i].ID)
+			}
+		}
+		if n > firstChunk && cap(got) != n {
+			t.Errorf("%d flows: capacity %d", n, cap(got))
+		}
+	}
+}
