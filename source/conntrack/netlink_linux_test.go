@@ -687,3 +687,291 @@ func TestDumpEmptyTable(t *testing.T) {
 		t.Fatalf("empty table: %d, %v", n, err)
 	}
 }
+
+// The benchmark: the same table read by Dump (as KernelSource does) and by
+// `conntrack -L`, in one process, in a namespace filled once.
+
+const (
+	benchFlowsEnv = "GHOSTWATCH_BENCH_FLOWS"
+	helperEnv     = "GHOSTWATCH_COLLECT_HELPER"
+)
+
+func benchFlows(b *testing.B) int {
+	s := os.Getenv(benchFlowsEnv)
+	if s == "" {
+		return 100000
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 10 || n > 1<<24 {
+		b.Fatalf("%s=%q: want a number of flows from 10 to %d", benchFlowsEnv, s, 1<<24)
+	}
+	return n
+}
+
+// benchFlow is the i-th flow of the benchmark table: four in five DNATed
+// from one of 1000 service addresses to one of 5000 pods, the rest not; 70%
+// established TCP, 30% UDP. Every original tuple is distinct.
+func benchFlow(i int, f *snapshot.Flow) {
+	client := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+	svc := i % 1000
+	vip := netip.AddrFrom4([4]byte{172, 30, byte(svc >> 8), byte(svc)})
+	*f = snapshot.Flow{Timeout: 3600,
+		Orig:  snapshot.Tuple{Src: client, Dst: vip, SrcPort: uint16(30000 + i%30000), DstPort: 443},
+		Reply: snapshot.Tuple{Src: vip, Dst: client, SrcPort: 443, DstPort: uint16(30000 + i%30000)},
+	}
+	if i%10 < 7 {
+		f.Proto, f.State, f.Status = snapshot.ProtoTCP, "ESTABLISHED", assuredReplied
+	} else {
+		f.Proto, f.Status = snapshot.ProtoUDP, snapshot.StatusSeenReply
+	}
+	if i%5 != 0 {
+		pod := i % 5000
+		f.Reply.Src = netip.AddrFrom4([4]byte{10, 244, byte(pod >> 8), byte(pod)})
+		f.Reply.SrcPort = 8443
+	}
+}
+
+// raiseSysctl makes a global sysctl at least min for the rest of the
+// benchmark.
+func raiseSysctl(b *testing.B, path string, min int) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cur, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil {
+		b.Fatalf("%s: %v", path, err)
+	}
+	if cur >= min {
+		return
+	}
+	if err := os.WriteFile(path, []byte(strconv.Itoa(min)), 0o644); err != nil {
+		b.Fatalf("raising %s to %d: %v", path, min, err)
+	}
+	b.Logf("raised %s from %d to %d for the benchmark", path, cur, min)
+	b.Cleanup(func() {
+		if err := os.WriteFile(path, raw, 0o644); err != nil {
+			b.Errorf("restoring %s: %v", path, err)
+		}
+	})
+}
+
+// benchTable creates a named namespace (without entering it) and fills its
+// table with n flows from two workers, each on its own thread and socket in
+// the namespace.
+func benchTable(b *testing.B, n int) (string, netns.NsHandle) {
+	if os.Geteuid() != 0 {
+		b.Skip("skipped: needs root (creates a network namespace and fills its conntrack table)")
+	}
+	// Both limits are global and only writable from the host namespace.
+	raiseSysctl(b, "/proc/sys/net/netfilter/nf_conntrack_max", n+n/10+1000)
+	buckets := 1
+	for buckets < n/2 {
+		buckets <<= 1
+	}
+	raiseSysctl(b, "/proc/sys/net/netfilter/nf_conntrack_buckets", buckets)
+
+	var rnd [6]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		b.Fatal(err)
+	}
+	name := fmt.Sprintf("gwt-ct-bench-%x", rnd)
+	runtime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ns, err := netns.NewNamed(name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := netns.Set(orig); err != nil {
+		b.Fatalf("leaving the new namespace: %v", err) // the thread stays locked and ends with the goroutine
+	}
+	runtime.UnlockOSThread()
+	orig.Close()
+	b.Cleanup(func() {
+		ns.Close()
+		if err := netns.DeleteNamed(name); err != nil {
+			b.Errorf("deleting network namespace %s: %v", name, err)
+		}
+	})
+
+	start := time.Now()
+	const workers = 2
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		go func() {
+			errs <- inNetns(ns, func() error {
+				c, err := Open()
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				var f snapshot.Flow
+				for i := w; i < n; i += workers {
+					benchFlow(i, &f)
+					if err := c.Create(&f); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}()
+	}
+	for w := 0; w < workers; w++ {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Logf("filled %s with %d flows in %v", name, n, time.Since(start).Round(time.Millisecond))
+	return name, ns
+}
+
+// inNetns runs fn on a locked thread inside ns and moves the thread back.
+func inNetns(ns netns.NsHandle, fn func() error) error {
+	runtime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	defer orig.Close()
+	if err := netns.Set(ns); err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	err = fn()
+	if netns.Set(orig) == nil {
+		runtime.UnlockOSThread()
+	} // else the thread ends with the goroutine
+	return err
+}
+
+// gnuTime measures the peak RSS of a command. It must fork the command
+// itself: a process started by this (large) test process inherits its
+// high-water mark.
+const gnuTime = "/usr/bin/time"
+
+// peakRSSKiB runs args in the namespace under GNU time and returns the
+// command's peak resident set size and its standard output; -1 when GNU
+// time is not installed.
+func peakRSSKiB(b *testing.B, ns string, env []string, args ...string) (int64, string) {
+	if _, err := os.Stat(gnuTime); err != nil {
+		return -1, ""
+	}
+	report := b.TempDir() + "/rss"
+	cmd := exec.Command("ip", append([]string{"netns", "exec", ns, gnuTime, "-f", "%M", "-o", report}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		b.Fatalf("%v: %v\n%s%s", args, err, stdout.String(), stderr.String())
+	}
+	raw, err := os.ReadFile(report)
+	if err != nil {
+		b.Fatal(err)
+	}
+	kib, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+	if err != nil {
+		b.Fatalf("%s report %q: %v", gnuTime, raw, err)
+	}
+	return kib, stdout.String()
+}
+
+// BenchmarkDumpTable reads a table of GHOSTWATCH_BENCH_FLOWS flows
+// (default 100,000; 80% DNATed) three ways:
+//
+//   - ghostwatch: KernelSource.Collect, i.e. Open, Dump, copy the DNATed
+//     flows;
+//   - conntrack-L: `ip netns exec NS conntrack -L > /dev/null`;
+//   - exec-baseline: `ip netns exec NS true`, the cost of starting a
+//     process in the namespace, to subtract from conntrack-L.
+//
+// After timing, each reports maxrss-KiB, the peak RSS of one run in a
+// process of its own measured by GNU time (when installed): for ghostwatch,
+// the test binary running only KernelSource.Collect (and, as
+// idle-maxrss-KiB, the test binary doing nothing); for the others, the
+// command.
+func BenchmarkDumpTable(b *testing.B) {
+	n := benchFlows(b)
+	name, ns := benchTable(b, n)
+	wantKept := n - (n+4)/5
+
+	b.Run("ghostwatch", func(b *testing.B) {
+		b.ReportAllocs()
+		err := inNetns(ns, func() error {
+			for b.Loop() {
+				s := &snapshot.Snapshot{}
+				if err := (KernelSource{}).Collect(context.Background(), s); err != nil {
+					return err
+				}
+				if s.Conntrack.Seen != n || len(s.Conntrack.Flows) != wantKept {
+					return fmt.Errorf("seen %d kept %d, want %d and %d", s.Conntrack.Seen, len(s.Conntrack.Flows), n, wantKept)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(n), "flows")
+		exe, err := os.Executable()
+		if err != nil {
+			b.Fatal(err)
+		}
+		helper := []string{exe, "-test.run=^TestCollectHelperProcess$", "-test.count=1"}
+		rss, out := peakRSSKiB(b, name, []string{helperEnv + "=collect"}, helper...)
+		if rss < 0 {
+			return
+		}
+		if want := fmt.Sprintf("seen=%d kept=%d", n, wantKept); !strings.Contains(out, want) {
+			b.Fatalf("helper process: %q, want %q", out, want)
+		}
+		idle, _ := peakRSSKiB(b, name, []string{helperEnv + "=idle"}, helper...)
+		b.ReportMetric(float64(rss), "maxrss-KiB")
+		b.ReportMetric(float64(idle), "idle-maxrss-KiB")
+	})
+
+	run := func(b *testing.B, args ...string) {
+		if _, err := exec.LookPath(args[0]); err != nil {
+			b.Skipf("skipped: %s not installed", args[0])
+		}
+		for b.Loop() {
+			cmd := exec.Command("ip", append([]string{"netns", "exec", name}, args...)...)
+			var stderr strings.Builder
+			cmd.Stderr = &stderr // stdout: /dev/null
+			if err := cmd.Run(); err != nil {
+				b.Fatalf("%v: %v: %s", args, err, stderr.String())
+			}
+			if args[0] == "conntrack" {
+				if want := fmt.Sprintf(" %d flow entries", n); !strings.Contains(stderr.String(), want) {
+					b.Fatalf("conntrack -L: %q, want %q", stderr.String(), want)
+				}
+			}
+		}
+		b.ReportMetric(float64(n), "flows")
+		if rss, _ := peakRSSKiB(b, name, nil, args...); rss >= 0 {
+			b.ReportMetric(float64(rss), "maxrss-KiB")
+		}
+	}
+	b.Run("conntrack-L", func(b *testing.B) { run(b, "conntrack", "-L") })
+	b.Run("exec-baseline", func(b *testing.B) { run(b, "true") })
+}
+
+// TestCollectHelperProcess is not a test: BenchmarkDumpTable runs the test
+// binary with it, inside the benchmark's namespace, to measure the peak RSS
+// of one collection in a process of its own.
+func TestCollectHelperProcess(t *testing.T) {
+	switch os.Getenv(helperEnv) {
+	case "":
+		t.Skip("helper process of BenchmarkDumpTable")
+	case "idle":
+		return
+	}
+	s := &snapshot.Snapshot{}
+	if err := (KernelSource{}).Collect(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("seen=%d kept=%d\n", s.Conntrack.Seen, len(s.Conntrack.Flows))
+}
