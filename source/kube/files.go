@@ -1,0 +1,296 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/ghostwatch/ghostwatch/snapshot"
+)
+
+// Objects holds the cluster objects read from kubectl output, already
+// converted. Read several files into one Objects to merge them.
+type Objects struct {
+	// Kube holds the Pods, Services, EndpointSlices and Nodes, in the order
+	// the input listed them.
+	Kube snapshot.Kube
+	// Ignored counts the objects of other kinds, by "apiVersion Kind"
+	// ("apps/v1 Deployment").
+	Ignored map[string]int
+
+	// seen remembers where each object was read, to tell a repeat of the
+	// same object (skipped) from two different versions of it (an error).
+	seen map[objectKey]objectOrigin
+	// added lists the keys of seen in the order they were added, to roll
+	// back to a checkpoint.
+	added []objectKey
+}
+
+// checkpoint is the state of Objects at one moment.
+type checkpoint struct {
+	pods, services, endpoints, nodes, added int
+	ignored                                 map[string]int
+}
+
+func (o *Objects) checkpoint() checkpoint {
+	c := checkpoint{
+		pods: len(o.Kube.Pods), services: len(o.Kube.Services),
+		endpoints: len(o.Kube.Endpoints), nodes: len(o.Kube.Nodes),
+		added: len(o.added), ignored: make(map[string]int, len(o.Ignored)),
+	}
+	for k, n := range o.Ignored {
+		c.ignored[k] = n
+	}
+	return c
+}
+
+// rollback forgets what was added since c was taken.
+func (o *Objects) rollback(c checkpoint) {
+	o.Kube.Pods = o.Kube.Pods[:c.pods]
+	o.Kube.Services = o.Kube.Services[:c.services]
+	o.Kube.Endpoints = o.Kube.Endpoints[:c.endpoints]
+	o.Kube.Nodes = o.Kube.Nodes[:c.nodes]
+	for _, k := range o.added[c.added:] {
+		delete(o.seen, k)
+	}
+	o.added = o.added[:c.added]
+	o.Ignored = c.ignored
+}
+
+type objectKey struct {
+	kind, namespace, name string
+}
+
+type objectOrigin struct {
+	where   string // name:line
+	uid, rv string
+}
+
+// ReadObjects reads the objects in what `kubectl get pods,services,
+// endpointslices,nodes -A -o yaml` (or -o json) prints; see Objects.Read.
+func ReadObjects(name string, r io.Reader) (*Objects, error) {
+	o := &Objects{}
+	if err := o.Read(name, r); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// Read adds the objects in r, which it calls name in errors, to o. It reads
+// YAML (a stream of documents separated by ---) or JSON (one or more
+// values); each document or value is an object or a list of objects (kind
+// List, or PodList, ServiceList, ...: items of a typed list may leave out
+// apiVersion and kind). v1 Pods, Services and Nodes and discovery.k8s.io/v1
+// EndpointSlices are kept; objects of other kinds are counted in Ignored.
+//
+// Every error starts with "name:line: ", the line where the offending
+// document, object or field starts, or the line of a syntax error. An object
+// without a kind, a field of the wrong type, a kept object without a name or
+// an object that appears twice with different contents (two different
+// resourceVersions) is an error; fields these API types do not know are
+// ignored, so output from newer clusters still reads. An object repeated
+// exactly (same uid and resourceVersion) is kept once. On error, o holds
+// what was read before it.
+func (o *Objects) Read(name string, r io.Reader) error {
+	if o.Ignored == nil {
+		o.Ignored = map[string]int{}
+	}
+	if o.seen == nil {
+		o.seen = map[objectKey]objectOrigin{}
+	}
+	rd := &fileReader{name: name, objs: o}
+	err := rd.read(r)
+	if err != nil {
+		var le *lineError
+		if errors.As(err, &le) {
+			line := le.line
+			if line < 1 {
+				line = 1
+			}
+			return fmt.Errorf("%s:%d: %s", name, line, le.msg)
+		}
+		return fmt.Errorf("%s:%d: %w", name, max(rd.line, 1), err)
+	}
+	return nil
+}
+
+// add decodes a kept kind into o, or counts an ignored one.
+func (o *Objects) add(name string, obj object, h *header) error {
+	what := h.Kind
+	if h.Metadata.Name != "" {
+		what += " " + snapshot.ObjectRef{Namespace: h.Metadata.Namespace, Name: h.Metadata.Name}.String()
+	}
+	decode := func(v any) error {
+		if err := json.Unmarshal(obj.raw, v); err != nil {
+			return decodeError(obj, what, err)
+		}
+		return nil
+	}
+	gvk := h.APIVersion + " " + h.Kind
+	switch gvk {
+	case "v1 Pod":
+		var p corev1.Pod
+		if err := decode(&p); err != nil {
+			return err
+		}
+		defaultNamespace(&p.Namespace)
+		if skip, err := o.remember(name, obj, h.Kind, p.Namespace, p.Name, string(p.UID), p.ResourceVersion); skip || err != nil {
+			return err
+		}
+		o.Kube.Pods = append(o.Kube.Pods, Pod(&p))
+	case "v1 Service":
+		var s corev1.Service
+		if err := decode(&s); err != nil {
+			return err
+		}
+		defaultNamespace(&s.Namespace)
+		if skip, err := o.remember(name, obj, h.Kind, s.Namespace, s.Name, string(s.UID), s.ResourceVersion); skip || err != nil {
+			return err
+		}
+		o.Kube.Services = append(o.Kube.Services, Service(&s))
+	case "discovery.k8s.io/v1 EndpointSlice":
+		var es discoveryv1.EndpointSlice
+		if err := decode(&es); err != nil {
+			return err
+		}
+		defaultNamespace(&es.Namespace)
+		if skip, err := o.remember(name, obj, h.Kind, es.Namespace, es.Name, string(es.UID), es.ResourceVersion); skip || err != nil {
+			return err
+		}
+		o.Kube.Endpoints = append(o.Kube.Endpoints, Endpoints(&es)...)
+	case "v1 Node":
+		var n corev1.Node
+		if err := decode(&n); err != nil {
+			return err
+		}
+		if skip, err := o.remember(name, obj, h.Kind, "", n.Name, string(n.UID), n.ResourceVersion); skip || err != nil {
+			return err
+		}
+		o.Kube.Nodes = append(o.Kube.Nodes, Node(&n))
+	default:
+		o.Ignored[gvk]++
+	}
+	return nil
+}
+
+// defaultNamespace gives objects saved without a namespace the one kubectl
+// would give them.
+func defaultNamespace(ns *string) {
+	if *ns == "" {
+		*ns = "default"
+	}
+}
+
+// remember records a kept object. It reports skip for an exact repeat and
+// fails for an object without a name or a second, different version.
+func (o *Objects) remember(name string, obj object, kind, namespace, objName, uid, rv string) (skip bool, err error) {
+	if objName == "" {
+		return false, errAt(obj.line(), "%s has no metadata.name", kind)
+	}
+	k := objectKey{kind, namespace, objName}
+	here := fmt.Sprintf("%s:%d", name, obj.line())
+	if prev, ok := o.seen[k]; ok {
+		if prev.uid == uid && prev.rv == rv && rv != "" {
+			return true, nil
+		}
+		return false, errAt(obj.line(), "%s %s appears again, with other contents (first at %s): give each object once",
+			kind, snapshot.ObjectRef{Namespace: namespace, Name: objName}, prev.where)
+	}
+	o.seen[k] = objectOrigin{where: here, uid: uid, rv: rv}
+	o.added = append(o.added, k)
+	return false, nil
+}
+
+// FileSource reads the cluster objects from files that kubectl wrote, as
+// ReadObjects reads them, merged into one snapshot.Kube.
+type FileSource struct {
+	// Paths are the files to read; "-" is Stdin.
+	Paths []string
+	// Stdin is read for the path "-"; nil means os.Stdin.
+	Stdin io.Reader
+}
+
+// Name returns "kube".
+func (f *FileSource) Name() string { return Name }
+
+// Collect reads every file into s.Kube. It fails, leaving s untouched, when
+// a file cannot be read or parsed, or when the files together hold no Pod,
+// no Service or no EndpointSlice: judging flows against a partial cluster
+// would report healthy flows as ghosts.
+func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
+	if len(f.Paths) == 0 {
+		return errors.New("no kube objects file given")
+	}
+	objs := &Objects{}
+	for _, p := range f.Paths {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := f.readFile(objs, p); err != nil {
+			return err
+		}
+	}
+	if err := objs.complete(f.Paths); err != nil {
+		return err
+	}
+	k := objs.Kube
+	s.Kube = &k
+	return nil
+}
+
+func (f *FileSource) readFile(objs *Objects, path string) error {
+	if path == "-" {
+		in := f.Stdin
+		if in == nil {
+			in = os.Stdin
+		}
+		return objs.Read("stdin", in)
+	}
+	file, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer file.Close()
+	return objs.Read(path, file)
+}
+
+// complete fails unless the objects include Pods, Services and
+// EndpointSlices.
+func (o *Objects) complete(paths []string) error {
+	var missing []string
+	for _, kind := range []string{"Pod", "Service", "EndpointSlice"} {
+		if !o.sawKind(kind) {
+			missing = append(missing, kind)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("%s: no %s found", strings.Join(paths, ", "), strings.Join(missing, ", no "))
+	if len(o.Ignored) > 0 {
+		var ig []string
+		for k, n := range o.Ignored {
+			ig = append(ig, fmt.Sprintf("%d %s", n, k))
+		}
+		sort.Strings(ig)
+		msg += " (ignored: " + strings.Join(ig, ", ") + ")"
+	}
+	return errors.New(msg + "; save them all with: kubectl get pods,services,endpointslices,nodes -A -o yaml")
+}
+
+func (o *Objects) sawKind(kind string) bool {
+	for k := range o.seen {
+		if k.kind == kind {
+			return true
+		}
+	}
+	return false
+}
