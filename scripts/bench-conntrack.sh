@@ -56,6 +56,7 @@ awk -v flows="$flows" '
     printf "  conntrack -L   %10.1f ms/op                            peak RSS %6.1f MiB\n",
       c / 1e6, mean("conntrack-L", "maxrss-KiB") / 1024
     printf "  exec baseline  %10.1f ms/op (ip netns exec true)\n", e / 1e6
+    printf "  dump only      %10.1f ms/op (kernel dump and parsing, nothing kept)\n", mean("dump-only", "ns/op") / 1e6
     printf "ratio ghostwatch / conntrack -L:                     %.3f\n", g / c
     if (c > e) printf "ratio ghostwatch / (conntrack -L - exec baseline):  %.3f\n", g / (c - e)
   }

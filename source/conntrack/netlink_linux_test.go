@@ -880,19 +880,22 @@ func peakRSSKiB(b *testing.B, ns string, env []string, args ...string) (int64, s
 }
 
 // BenchmarkDumpTable reads a table of GHOSTWATCH_BENCH_FLOWS flows
-// (default 100,000; 80% DNATed) three ways:
+// (default 100,000; 80% DNATed) three ways,
 //
 //   - ghostwatch: KernelSource.Collect, i.e. Open, Dump, copy the DNATed
 //     flows;
 //   - conntrack-L: `ip netns exec NS conntrack -L > /dev/null`;
 //   - exec-baseline: `ip netns exec NS true`, the cost of starting a
-//     process in the namespace, to subtract from conntrack-L.
+//     process in the namespace, to subtract from conntrack-L;
 //
-// After timing, each reports maxrss-KiB, the peak RSS of one run in a
-// process of its own measured by GNU time (when installed): for ghostwatch,
-// the test binary running only KernelSource.Collect (and, as
-// idle-maxrss-KiB, the test binary doing nothing); for the others, the
-// command.
+// and, as dump-only, Dump on one Conn keeping nothing: the kernel's share
+// and the parsing.
+//
+// After timing, ghostwatch, conntrack-L and exec-baseline report
+// maxrss-KiB, the peak RSS of one run in a process of its own measured by
+// GNU time (when installed): for ghostwatch, the test binary running only
+// KernelSource.Collect (and, as idle-maxrss-KiB, the test binary doing
+// nothing); for the others, the command.
 func BenchmarkDumpTable(b *testing.B) {
 	n := benchFlows(b)
 	name, ns := benchTable(b, n)
@@ -931,6 +934,33 @@ func BenchmarkDumpTable(b *testing.B) {
 		idle, _ := peakRSSKiB(b, name, []string{helperEnv + "=idle"}, helper...)
 		b.ReportMetric(float64(rss), "maxrss-KiB")
 		b.ReportMetric(float64(idle), "idle-maxrss-KiB")
+	})
+
+	// The floor under ghostwatch: the kernel's dump and the parsing, with
+	// nothing kept.
+	b.Run("dump-only", func(b *testing.B) {
+		b.ReportAllocs()
+		err := inNetns(ns, func() error {
+			c, err := Open()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			for b.Loop() {
+				seen, err := c.Dump(context.Background(), func(*snapshot.Flow) error { return nil })
+				if err != nil {
+					return err
+				}
+				if seen != n {
+					return fmt.Errorf("seen %d, want %d", seen, n)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(n), "flows")
 	})
 
 	run := func(b *testing.B, args ...string) {
