@@ -171,19 +171,23 @@ func (c *Conn) drain() error {
 
 // Dump streams every entry of the table, IPv4 and IPv6, to fn, and returns
 // how many entries were seen. fn is called with one Flow that is reused for
-// every entry: it must copy what it keeps. An error from fn, the end of ctx,
-// lost messages (ENOBUFS) or a message that does not parse end the dump with
-// an error, and the entries passed to fn so far must then be discarded: they
-// are not the whole table. Without CAP_NET_ADMIN the error wraps
-// ErrPermission; in a kernel without nf_conntrack_netlink it wraps
-// source.ErrUnsupported.
+// every entry: it must copy what it keeps (a nil fn only counts). An error
+// from fn, the end of ctx, lost messages (ENOBUFS) or a message that does
+// not parse end the dump with an error, and the entries passed to fn so far
+// must then be discarded: they are not the whole table. Without
+// CAP_NET_ADMIN the error wraps ErrPermission; in a kernel without
+// nf_conntrack_netlink it wraps source.ErrUnsupported.
 //
 // The context is checked between datagrams (a few hundred entries each):
 // the kernel produces the next one as soon as it is asked for, so the
-// socket never blocks for long during a dump.
+// socket never blocks for long during a dump. The rest of an abandoned dump
+// is read and discarded before the Conn's next request.
 func (c *Conn) Dump(ctx context.Context, fn func(*snapshot.Flow) error) (seen int, err error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
+	}
+	if fn == nil {
+		fn = func(*snapshot.Flow) error { return nil }
 	}
 	if err := c.drain(); err != nil {
 		return 0, err

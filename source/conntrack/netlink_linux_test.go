@@ -676,6 +676,16 @@ func TestDumpTruncatedDatagram(t *testing.T) {
 	}
 }
 
+func TestDumpCountOnly(t *testing.T) {
+	t.Parallel()
+	inNewNetns(t)
+	c := open(t)
+	fill(t, c, 20)
+	if n, err := c.Dump(context.Background(), nil); err != nil || n != 20 {
+		t.Fatalf("Dump(nil): %d, %v; want 20", n, err)
+	}
+}
+
 func TestDumpEmptyTable(t *testing.T) {
 	t.Parallel()
 	inNewNetns(t)
