@@ -1,0 +1,250 @@
+package netbed
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ghostwatch/ghostwatch/snapshot"
+)
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("kernel test: needs root to create network namespaces (run the suite as root)")
+	}
+}
+
+// testPrefix is unique per test, so parallel packages never collide.
+func testPrefix(t *testing.T) string {
+	b := make([]byte, 3)
+	rand.Read(b)
+	return "gwt" + hex.EncodeToString(b)[:5]
+}
+
+func newBed(t *testing.T) *Bed {
+	t.Helper()
+	requireRoot(t)
+	b, err := New(testPrefix(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return b
+}
+
+func pfx(s string) netip.Prefix {
+	a := netip.MustParseAddr(s)
+	return netip.PrefixFrom(a, a.BitLen())
+}
+
+func ap(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+
+// echo serves TCP and UDP on addr, answering every line or datagram with name.
+func echo(t *testing.T, h *Host, addr, name string) {
+	t.Helper()
+	ln, err := h.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				r := bufio.NewReader(c)
+				for {
+					if _, err := r.ReadString('\n'); err != nil {
+						c.Close()
+						return
+					}
+					c.Write([]byte(name + "\n"))
+				}
+			}()
+		}
+	}()
+	pc, err := h.ListenPacket("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			_, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			pc.WriteTo([]byte(name+"\n"), from)
+		}
+	}()
+}
+
+func ask(c net.Conn) (string, error) {
+	c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("hi\n")); err != nil {
+		return "", err
+	}
+	buf := make([]byte, 64)
+	n, err := c.Read(buf)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(buf[:n])), nil
+}
+
+type bedFixture struct {
+	bed              *Bed
+	node             *Node
+	client, pod1, p2 *Host
+}
+
+func build(t *testing.T) bedFixture {
+	b := newBed(t)
+	node, err := b.AddNode("node", NodeOptions{Addrs: []netip.Prefix{pfx("192.168.50.1"), pfx("fd00:50::1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := b.AddHost("client", node, pfx("203.0.113.10"), pfx("2001:db8::10"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod1, err := b.AddHost("pod1", node, pfx("10.244.1.100"), pfx("fd00:244::100"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod2, err := b.AddHost("pod2", node, pfx("10.244.1.101"), pfx("fd00:244::101"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	echo(t, pod1, ":8080", "pod1")
+	echo(t, pod2, ":8080", "pod2")
+	return bedFixture{b, node, client, pod1, pod2}
+}
+
+func services(proto snapshot.Proto, backends ...string) []Service {
+	s := Service{Proto: proto, Frontends: []netip.AddrPort{
+		ap("10.96.0.10:80"), ap("[fd00:96::10]:80"), ap("192.168.50.1:30080"), ap("[fd00:50::1]:30080")}}
+	for _, b := range backends {
+		s.Backends = append(s.Backends, ap(b))
+	}
+	return []Service{s}
+}
+
+func TestDNATThroughEveryFrontend(t *testing.T) {
+	f := build(t)
+	ctx := context.Background()
+	for _, proto := range []snapshot.Proto{snapshot.ProtoTCP, snapshot.ProtoUDP} {
+		if err := f.node.SetServices(services(proto, "10.244.1.100:8080", "[fd00:244::100]:8080")); err != nil {
+			t.Fatal(err)
+		}
+		for _, fe := range []string{"10.96.0.10:80", "[fd00:96::10]:80", "192.168.50.1:30080", "[fd00:50::1]:30080"} {
+			c, err := f.client.Dial(ctx, proto.String(), "", fe)
+			if err != nil {
+				t.Fatalf("%s %s: %v", proto, fe, err)
+			}
+			got, err := ask(c)
+			c.Close()
+			if err != nil || got != "pod1" {
+				t.Errorf("%s via %s: answer %q, %v; want pod1", proto, fe, got, err)
+			}
+		}
+	}
+}
+
+// The incident itself: a new backend takes new connections while an
+// established one keeps its translation; when its pod goes, it breaks.
+func TestEstablishedFlowOutlivesItsBackend(t *testing.T) {
+	f := build(t)
+	ctx := context.Background()
+	if err := f.node.SetServices(services(snapshot.ProtoTCP, "10.244.1.100:8080")); err != nil {
+		t.Fatal(err)
+	}
+	old, err := f.client.Dial(ctx, "tcp", "", "192.168.50.1:30080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ask(old); got != "pod1" {
+		t.Fatalf("before: %q, %v", got, err)
+	}
+	if err := f.node.SetServices(services(snapshot.ProtoTCP, "10.244.1.101:8080")); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := f.client.Dial(ctx, "tcp", "", "192.168.50.1:30080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ask(fresh); got != "pod2" {
+		t.Errorf("new connection after the switch: %q, %v; want pod2", got, err)
+	}
+	if got, err := ask(old); got != "pod1" {
+		t.Errorf("established connection after the switch: %q, %v; want pod1 (conntrack keeps it)", got, err)
+	}
+	if err := f.bed.RemoveHost(f.pod1); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ask(old); err == nil {
+		t.Errorf("established connection after its pod was removed answered %q; want a failure", got)
+	}
+	if got, err := ask(fresh); got != "pod2" {
+		t.Errorf("the other connection: %q, %v", got, err)
+	}
+}
+
+func TestNoBackendsDropsNewConnections(t *testing.T) {
+	f := build(t)
+	if err := f.node.SetServices(services(snapshot.ProtoTCP)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if c, err := f.client.Dial(ctx, "tcp", "", "10.96.0.10:80"); err == nil {
+		c.Close()
+		t.Fatal("connected to a service without backends")
+	}
+}
+
+func TestCloseRemovesEverythingAndNewRefusesLeftovers(t *testing.T) {
+	requireRoot(t)
+	prefix := testPrefix(t)
+	b, err := New(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := b.AddNode("node", NodeOptions{})
+	if err != nil {
+		b.Close()
+		t.Fatal(err)
+	}
+	if _, err := b.AddHost("h", node, pfx("10.0.0.2")); err != nil {
+		b.Close()
+		t.Fatal(err)
+	}
+	if _, err := New(prefix); err == nil || !strings.Contains(err.Error(), "already exists") {
+		t.Errorf("New with leftovers: %v, want an 'already exists' error", err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(netnsDir)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prefix+"-") {
+			t.Errorf("namespace %s left behind", e.Name())
+		}
+	}
+	if err := b.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
