@@ -1,0 +1,518 @@
+package kube
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/ghostwatch/ghostwatch/snapshot"
+)
+
+// DefaultTimeout bounds APISource.Collect when its Timeout is zero.
+const DefaultTimeout = 30 * time.Second
+
+// The resources the informers watch, as errors and RBAC rules name them.
+const (
+	resPods           = "pods"
+	resServices       = "services"
+	resEndpointSlices = "endpointslices"
+	resNodes          = "nodes"
+)
+
+// rbacName is how a ClusterRole names each resource.
+var rbacName = map[string]string{
+	resPods:           "pods",
+	resServices:       "services",
+	resEndpointSlices: "endpointslices (API group discovery.k8s.io)",
+	resNodes:          "nodes",
+}
+
+// Informers watches Pods (trimmed by TrimPod), Services, EndpointSlices that
+// belong to a Service, and Nodes (trimmed to their addresses) in every
+// namespace, and converts what they hold into a snapshot.Kube on demand. It
+// is meant to live as long as the process: the one-shot scan and the
+// long-running agent use it alike.
+type Informers struct {
+	watched []*watched // pods, services, endpointslices, nodes
+	wake    chan struct{}
+	once    sync.Once
+	started atomic.Bool
+}
+
+// watched is one informer and the last error its reflector reported.
+type watched struct {
+	resource string
+	informer cache.SharedIndexInformer
+
+	mu      sync.Mutex
+	lastErr error
+}
+
+// NewInformers sets up the informers; nothing is requested from the API
+// server until Start. resync is the informers' resync period (0 for none).
+func NewInformers(client kubernetes.Interface, resync time.Duration) *Informers {
+	idx := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+	onlyServices := func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName }
+	i := &Informers{wake: make(chan struct{}, 1)}
+	for _, w := range []struct {
+		resource  string
+		informer  cache.SharedIndexInformer
+		transform cache.TransformFunc
+	}{
+		{resPods, coreinformers.NewPodInformer(client, metav1.NamespaceAll, resync, idx), TrimPod},
+		{resServices, coreinformers.NewServiceInformer(client, metav1.NamespaceAll, resync, idx), trimMeta},
+		{resEndpointSlices, discoveryinformers.NewFilteredEndpointSliceInformer(client, metav1.NamespaceAll, resync, idx, onlyServices), trimMeta},
+		{resNodes, coreinformers.NewNodeInformer(client, resync, cache.Indexers{}), trimNode},
+	} {
+		wd := &watched{resource: w.resource, informer: w.informer}
+		// Neither call can fail before the informer runs.
+		_ = w.informer.SetTransform(w.transform)
+		_ = w.informer.SetWatchErrorHandler(func(_ *cache.Reflector, err error) { i.failed(wd, err) })
+		i.watched = append(i.watched, wd)
+	}
+	return i
+}
+
+// failed records a list or watch error. A watch that merely ended, or whose
+// resourceVersion expired, is not one: the reflector lists again.
+func (i *Informers) failed(w *watched, err error) {
+	if err == nil || errors.Is(err, io.EOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+		return
+	}
+	w.mu.Lock()
+	w.lastErr = err
+	w.mu.Unlock()
+	select {
+	case i.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *watched) err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lastErr
+}
+
+// Start starts the informers; they stop when ctx ends. Later calls do
+// nothing.
+func (i *Informers) Start(ctx context.Context) {
+	i.once.Do(func() {
+		for _, w := range i.watched {
+			go w.informer.RunWithContext(ctx)
+		}
+		i.started.Store(true)
+	})
+}
+
+// WaitForSync waits until every informer has listed its resource. It
+// returns a *SyncError when ctx ends first, or at once when a resource
+// fails in a way waiting will not mend (401 Unauthorized, 403 Forbidden,
+// 404 Not Found); the informers keep retrying in the background either way.
+func (i *Informers) WaitForSync(ctx context.Context) error {
+	if !i.started.Load() {
+		return errors.New("the informers were not started")
+	}
+	begin := time.Now()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var pending []*watched
+		permanent := false
+		for _, w := range i.watched {
+			if !w.informer.HasSynced() {
+				pending = append(pending, w)
+				permanent = permanent || isPermanent(w.err())
+			}
+		}
+		if len(pending) == 0 {
+			return nil
+		}
+		if permanent || ctx.Err() != nil {
+			e := &SyncError{Waited: time.Since(begin)}
+			if !permanent {
+				e.Err = ctx.Err()
+			}
+			for _, w := range pending {
+				e.Resources = append(e.Resources, w.resource)
+				e.Errs = append(e.Errs, w.err())
+			}
+			return e
+		}
+		select {
+		case <-ctx.Done():
+		case <-i.wake:
+		case <-tick.C:
+		}
+	}
+}
+
+// isPermanent reports an error that retrying within one scan will not mend.
+func isPermanent(err error) bool {
+	return err != nil && (apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) || apierrors.IsNotFound(err))
+}
+
+// HasSynced reports whether every informer has listed its resource.
+func (i *Informers) HasSynced() bool {
+	for _, w := range i.watched {
+		if !w.informer.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// Snapshot converts what the informers hold now, sorted by namespace and
+// name. Before WaitForSync succeeds it may be incomplete.
+func (i *Informers) Snapshot() *snapshot.Kube {
+	k := &snapshot.Kube{}
+	for _, w := range i.watched {
+		for _, obj := range w.informer.GetStore().List() {
+			switch o := obj.(type) {
+			case *corev1.Pod:
+				k.Pods = append(k.Pods, Pod(o))
+			case *corev1.Service:
+				k.Services = append(k.Services, Service(o))
+			case *discoveryv1.EndpointSlice:
+				k.Endpoints = append(k.Endpoints, Endpoints(o)...)
+			case *corev1.Node:
+				k.Nodes = append(k.Nodes, Node(o))
+			}
+		}
+	}
+	sort.Slice(k.Pods, func(a, b int) bool { return refLess(k.Pods[a].Ref(), k.Pods[b].Ref()) })
+	sort.Slice(k.Services, func(a, b int) bool { return refLess(k.Services[a].Ref(), k.Services[b].Ref()) })
+	sort.Slice(k.Endpoints, func(a, b int) bool {
+		x, y := &k.Endpoints[a], &k.Endpoints[b]
+		if x.Service != y.Service {
+			return refLess(x.Service, y.Service)
+		}
+		if x.Slice != y.Slice {
+			return x.Slice < y.Slice
+		}
+		return x.Address.Less(y.Address)
+	})
+	sort.Slice(k.Nodes, func(a, b int) bool { return k.Nodes[a].Name < k.Nodes[b].Name })
+	return k
+}
+
+func refLess(a, b snapshot.ObjectRef) bool {
+	if a.Namespace != b.Namespace {
+		return a.Namespace < b.Namespace
+	}
+	return a.Name < b.Name
+}
+
+// SyncError says which resources the informers had not listed when
+// WaitForSync gave up, and why.
+type SyncError struct {
+	// Resources are those not listed yet: "pods", "services",
+	// "endpointslices", "nodes".
+	Resources []string
+	// Errs holds the last list or watch error of each resource, nil when
+	// none was reported (the request has not been answered).
+	Errs []error
+	// Waited is how long the wait lasted.
+	Waited time.Duration
+	// Err is why the wait ended: the context's error, or nil when a
+	// resource failed in a way that waiting would not mend.
+	Err error
+}
+
+// Error renders "could not list/watch pods within 30s: <why>", or "could
+// not list pods: <why>" for a failure that waiting would not mend.
+func (e *SyncError) Error() string {
+	var groups []string
+	byWhy := map[string][]string{}
+	for n, r := range e.Resources {
+		why := "no answer from the API server"
+		if e.Errs[n] != nil {
+			why = describe(e.Errs[n], r)
+		} else if e.Err == nil {
+			continue // not failed yet; another resource ended the wait
+		}
+		if _, ok := byWhy[why]; !ok {
+			groups = append(groups, why)
+		}
+		byWhy[why] = append(byWhy[why], r)
+	}
+	var parts []string
+	for _, why := range groups {
+		rs := strings.Join(byWhy[why], ", ")
+		switch {
+		case e.Err == nil:
+			parts = append(parts, fmt.Sprintf("could not list %s: %s", rs, why))
+		case errors.Is(e.Err, context.DeadlineExceeded):
+			parts = append(parts, fmt.Sprintf("could not list/watch %s within %s: %s", rs, roundWait(e.Waited), why))
+		default:
+			parts = append(parts, fmt.Sprintf("stopped (%v) before %s were listed: %s", e.Err, rs, why))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Unwrap returns the errors behind e, so that errors.Is and errors.As see
+// the context's error and the API errors.
+func (e *SyncError) Unwrap() []error {
+	var errs []error
+	if e.Err != nil {
+		errs = append(errs, e.Err)
+	}
+	for _, err := range e.Errs {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+func roundWait(d time.Duration) time.Duration {
+	if d >= 10*time.Second {
+		return d.Round(time.Second)
+	}
+	return d.Round(100 * time.Millisecond)
+}
+
+// describe says what a list or watch error of resource means.
+func describe(err error, resource string) string {
+	var st apierrors.APIStatus
+	if errors.As(err, &st) {
+		s := st.Status()
+		switch {
+		case resource == "":
+		case s.Code == 401:
+			return "Unauthorized (401): the API server rejected the credentials; the token or client certificate is missing, invalid or expired"
+		case s.Code == 403:
+			return fmt.Sprintf("%s (403 Forbidden): missing permission to list and watch %s in all namespaces (a ClusterRole rule with verbs list, watch)",
+				s.Message, rbacName[resource])
+		case s.Code == 404:
+			return fmt.Sprintf("the API server does not serve %s (404 Not Found)", rbacName[resource])
+		}
+		if s.Message != "" {
+			return fmt.Sprintf("%s (%d %s)", s.Message, s.Code, s.Reason)
+		}
+		return fmt.Sprintf("%d %s", s.Code, s.Reason)
+	}
+	return transportError(err)
+}
+
+// transportError strips the request from an error of the HTTP client:
+// what failed is more useful than the URL, which the caller names.
+func transportError(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}
+
+// APISource reads the cluster objects from the API server, for a one-shot
+// scan. It implements source.Source.
+type APISource struct {
+	// Client talks to the API server (see ClientFromFlags).
+	Client kubernetes.Interface
+	// Timeout bounds the whole collection: reaching the server and listing
+	// every resource. Zero means DefaultTimeout.
+	Timeout time.Duration
+	// Informers, when set, are read instead of new ones made from Client;
+	// the caller must have started them. Client may then be nil.
+	Informers *Informers
+}
+
+// Name returns "kube".
+func (a *APISource) Name() string { return Name }
+
+// Collect checks that the API server answers, lists Pods, Services,
+// EndpointSlices and Nodes, and sets s.Kube. Its errors name the server and
+// say what failed; it sets nothing unless every resource was listed.
+func (a *APISource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
+	if a.Client == nil && a.Informers == nil {
+		return errors.New("no Kubernetes client")
+	}
+	timeout := a.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	server := "API server"
+	if u := serverURL(a.Client); u != "" {
+		server += " " + u
+	}
+	if a.Client != nil {
+		if err := probe(ctx, a.Client); err != nil {
+			return fmt.Errorf("%s %s", server, describeProbe(err, roundWait(deadline.Sub(start))))
+		}
+	}
+	inf := a.Informers
+	if inf == nil {
+		inf = NewInformers(a.Client, 0)
+		inf.Start(ctx) // stopped by cancel
+	}
+	if err := inf.WaitForSync(ctx); err != nil {
+		var se *SyncError
+		if errors.As(err, &se) && errors.Is(se.Err, context.DeadlineExceeded) {
+			// The whole bound, not the time left after the probe.
+			se.Waited = deadline.Sub(start)
+		}
+		return fmt.Errorf("%s: %w", server, err)
+	}
+	s.Kube = inf.Snapshot()
+	return nil
+}
+
+// probe asks the server for its version, which every client may read: it
+// tells an unreachable or misconfigured server from missing permissions.
+func probe(ctx context.Context, client kubernetes.Interface) error {
+	rc := client.Discovery().RESTClient()
+	if isNil(rc) {
+		// A fake client: nothing to reach.
+		_, err := client.Discovery().ServerVersion()
+		return err
+	}
+	return rc.Get().AbsPath("/version").Do(ctx).Error()
+}
+
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}
+
+// describeProbe says why the version probe failed, as the rest of a
+// sentence that starts with the server's name.
+func describeProbe(err error, timeout time.Duration) string {
+	var (
+		unknownCA   x509.UnknownAuthorityError
+		hostErr     x509.HostnameError
+		invalidCert x509.CertificateInvalidError
+		verifyErr   *tls.CertificateVerificationError
+		recordErr   tls.RecordHeaderError
+		netErr      net.Error
+	)
+	switch {
+	case apierrors.IsUnauthorized(err):
+		return "rejected the credentials: Unauthorized (401); the token or client certificate in the kubeconfig is missing, invalid or expired"
+	case apierrors.IsForbidden(err):
+		return "refused to show its version: " + describe(err, "") + " (check the kubeconfig user)"
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Sprintf("did not answer within %s", timeout)
+	case errors.Is(err, context.Canceled):
+		return "was not reached: " + err.Error()
+	case errors.As(err, &unknownCA), errors.As(err, &hostErr), errors.As(err, &invalidCert), errors.As(err, &verifyErr):
+		return "failed TLS verification: " + transportError(err) + " (check the kubeconfig's certificate-authority and server name)"
+	case errors.As(err, &recordErr), strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
+		return "does not speak TLS: " + transportError(err) + " (is the URL's scheme right?)"
+	case errors.As(err, &netErr) && netErr.Timeout():
+		return fmt.Sprintf("did not answer within %s: %s", timeout, transportError(err))
+	}
+	var st apierrors.APIStatus
+	if errors.As(err, &st) {
+		return "answered with an error: " + describe(err, "")
+	}
+	return "is not reachable: " + transportError(err)
+}
+
+// serverURL returns the URL client talks to, or "" when it has none (a fake
+// client).
+func serverURL(client kubernetes.Interface) string {
+	if isNil(client) {
+		return ""
+	}
+	rc := client.Discovery().RESTClient()
+	if isNil(rc) {
+		return ""
+	}
+	u := rc.Get().URL()
+	u.RawQuery = ""
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	return u.String()
+}
+
+// ClientFromFlags builds a client as kubectl would from the same flags
+// (--kubeconfig, --context, --server, --token, ...; $KUBECONFIG and
+// ~/.kube/config; in a pod, its service account), and returns it with the
+// URL of the server it talks to.
+//
+// Where kubectl would fall back to http://localhost:8080 because nothing
+// is configured, it fails instead and says so.
+func ClientFromFlags(f *genericclioptions.ConfigFlags) (kubernetes.Interface, string, error) {
+	if unconfigured(f) {
+		return nil, "", errNoConfig
+	}
+	cfg, err := f.ToRESTConfig()
+	if err != nil {
+		if clientcmd.IsEmptyConfig(err) {
+			return nil, "", errNoConfig
+		}
+		return nil, "", fmt.Errorf("kubeconfig: %w", err)
+	}
+	return ClientForConfig(cfg)
+}
+
+var errNoConfig = errors.New("no Kubernetes configuration: no kubeconfig (--kubeconfig, $KUBECONFIG, ~/.kube/config) and not running in a pod; " +
+	"pass --kubeconfig or --server, or read saved objects with --kube-objects")
+
+// unconfigured reports whether no kubeconfig names a cluster, no --server
+// is given, and this is not a pod: kubectl's defaults would then point at
+// http://localhost:8080, which is never the cluster meant.
+func unconfigured(f *genericclioptions.ConfigFlags) bool {
+	if f.APIServer != nil && *f.APIServer != "" {
+		return false
+	}
+	if os.Getenv("KUBERNETES_SERVICE_HOST") != "" || os.Getenv("KUBERNETES_MASTER") != "" {
+		return false
+	}
+	raw, err := f.ToRawKubeConfigLoader().RawConfig()
+	return err == nil && len(raw.Clusters) == 0
+}
+
+// ClientForConfig builds a client from a REST config, asking for protobuf
+// (JSON still accepted), and returns it with the server's URL.
+func ClientForConfig(cfg *rest.Config) (kubernetes.Interface, string, error) {
+	cfg = rest.CopyConfig(cfg)
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = "ghostwatch"
+	}
+	if cfg.ContentType == "" {
+		cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+		cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	}
+	server := cfg.Host
+	if u, _, err := rest.DefaultServerUrlFor(cfg); err == nil {
+		server = strings.TrimSuffix(u.String(), "/")
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, "", fmt.Errorf("API server %s: %w", server, err)
+	}
+	return client, server, nil
+}
