@@ -248,3 +248,28 @@ func TestCloseRemovesEverythingAndNewRefusesLeftovers(t *testing.T) {
 		t.Errorf("second Close: %v", err)
 	}
 }
+
+// Regression: a ruleset with no DNAT rule must keep conntrack running in the
+// node, or established flows lose their translation and the node itself
+// resets them.
+func TestEstablishedFlowSurvivesLosingEveryBackend(t *testing.T) {
+	for _, svcs := range [][]Service{nil, services(snapshot.ProtoTCP)} {
+		f := build(t)
+		if err := f.node.SetServices(services(snapshot.ProtoTCP, "10.244.1.100:8080")); err != nil {
+			t.Fatal(err)
+		}
+		old, err := f.client.Dial(context.Background(), "tcp", "", "192.168.50.1:30080")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := ask(old); got != "pod1" {
+			t.Fatalf("before: %q, %v", got, err)
+		}
+		if err := f.node.SetServices(svcs); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := ask(old); got != "pod1" {
+			t.Errorf("with %d services left: established connection got %q, %v; want pod1", len(svcs), got, err)
+		}
+	}
+}

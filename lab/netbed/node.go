@@ -215,10 +215,10 @@ func (b *Bed) AddHost(name string, node *Node, addrs ...netip.Prefix) (*Host, er
 	return h, nil
 }
 
-// RemoveHost deletes a host as a pod deletion does: its sockets close, its
-// veth pair and the node's routes to it disappear, its namespace is gone.
+// RemoveHost deletes a host abruptly, as when a pod's sandbox or node dies:
+// its veth pair and the node's routes to it disappear first, then its
+// sockets close (so no FIN or RST reaches its peers), then its namespace.
 func (b *Bed) RemoveHost(h *Host) error {
-	h.closeSockets()
 	err := h.node.do(func() error {
 		link, err := netlink.LinkByName(h.nodeLink)
 		if err != nil {

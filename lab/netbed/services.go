@@ -47,6 +47,13 @@ func (n *Node) setServices(svcs []Service) error {
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
 	out := c.AddChain(&nftables.Chain{Name: "output", Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityNATDest})
+	// conntrack runs in a namespace only while some rule needs it. A node
+	// running kube-proxy always has such rules; without this one a node
+	// with no Service would stop tracking, and its existing flows would
+	// lose their translations. The rule only reads the state.
+	c.AddRule(&nftables.Rule{Table: t, Chain: pre, Exprs: []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+	}})
 	for _, s := range svcs {
 		for _, fe := range s.Frontends {
 			for _, ch := range []*nftables.Chain{pre, out} {
