@@ -1,0 +1,82 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ghostwatch/ghostwatch/rule"
+)
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("kernel test: needs root to create network namespaces (run the suite as root)")
+	}
+}
+
+func prefix() string {
+	b := make([]byte, 3)
+	rand.Read(b)
+	return "gwl" + hex.EncodeToString(b)[:5]
+}
+
+func TestConntrackDeployScenario(t *testing.T) {
+	requireRoot(t)
+	var out bytes.Buffer
+	res, err := ConntrackDeploy(context.Background(), Options{Out: &out, Prefix: prefix(), Observe: 3 * time.Second})
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Runs) != 1 {
+		t.Fatalf("runs = %+v", res.Runs)
+	}
+	r := res.Runs[0]
+	if r.FailedRequests == 0 || r.Recovered || !r.GhostStillMapped {
+		t.Errorf("without the agent the client must fail and the ghost stay: %+v", r)
+	}
+	if len(r.Findings) != 1 || r.Findings[0].Rule != rule.StaleNATFlowID || r.Findings[0].Subject.IP != oldBackendIP.String() {
+		t.Errorf("findings = %+v, want one stale-nat-flow for %s", r.Findings, oldBackendIP)
+	}
+	if !strings.Contains(out.String(), "is draining") {
+		t.Errorf("timeline lacks the draining scan")
+	}
+}
+
+func TestConntrackDeployReuseIPScenario(t *testing.T) {
+	requireRoot(t)
+	var out bytes.Buffer
+	res, err := ConntrackDeploy(context.Background(), Options{Out: &out, Prefix: prefix(), Observe: 10 * time.Second, ReuseIP: true})
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res.Runs[0]
+	if len(r.Findings) != 1 || r.Findings[0].Rule != rule.MisdeliveredFlowID || r.Findings[0].Subject.IP != oldBackendIP.String() ||
+		r.Findings[0].Subject.Pod != "web/api-v2" {
+		t.Errorf("findings = %+v, want one misdelivered-flow for %s held by web/api-v2", r.Findings, oldBackendIP)
+	}
+}
+
+func TestConntrackPoolScenario(t *testing.T) {
+	requireRoot(t)
+	var out bytes.Buffer
+	res, err := ConntrackPool(context.Background(), Options{Out: &out, Prefix: prefix(), Observe: 2 * time.Second})
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res.Runs[0]
+	if r.FailedRequests == 0 || r.Recovered || !r.GhostStillMapped {
+		t.Errorf("the pooled connection must stay broken: %+v", r)
+	}
+	if len(r.Findings) != 1 || r.Findings[0].Rule != rule.StaleNATFlowID || r.Findings[0].Subject.Service != "db/postgres" {
+		t.Errorf("findings = %+v, want one stale-nat-flow for db/postgres", r.Findings)
+	}
+}
