@@ -1,0 +1,201 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ghostwatch/ghostwatch/audit"
+	"github.com/ghostwatch/ghostwatch/lab/netbed"
+	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source"
+	"github.com/ghostwatch/ghostwatch/source/conntrack"
+	"github.com/ghostwatch/ghostwatch/source/kube"
+)
+
+// BenchmarkScan measures a whole scan (API objects through the informers,
+// the conntrack dump over netlink, both rules) of a node whose table holds
+// GHOSTWATCH_BENCH_FLOWS entries (default 100,000), against `conntrack -L`
+// on the same table in the same run. 100 Services with 3 live backends
+// each; 80% of the flows go through a ClusterIP, 1 in 50 of those to a
+// deleted backend; 20% are not NATed.
+func BenchmarkScan(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root: builds a node namespace and fills its conntrack table")
+	}
+	n := 100000
+	if s := os.Getenv("GHOSTWATCH_BENCH_FLOWS"); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil || n <= 0 {
+			b.Fatalf("GHOSTWATCH_BENCH_FLOWS=%q: want a positive number", s)
+		}
+	}
+	ctx := context.Background()
+	restore := raiseConntrackMax(b, n)
+	defer restore()
+	bed, err := netbed.New(prefix())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bed.Close()
+	node, err := bed.AddNode("node", netbed.NodeOptions{Addrs: []netip.Prefix{hostPfx(nodeIP)}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cl := NewCluster(time.Now)
+	if err := cl.AddNode(ctx, labNode, nodeIP); err != nil {
+		b.Fatal(err)
+	}
+	const services = 100
+	for s := 0; s < services; s++ {
+		ns := fmt.Sprintf("ns%d", s)
+		if err := cl.AddService(ctx, ns, "svc", "svc", []netip.Addr{svcIP(s)},
+			LabPort{Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: 8080}); err != nil {
+			b.Fatal(err)
+		}
+		for p := 1; p <= 3; p++ {
+			if _, err := cl.AddPod(ctx, ns, fmt.Sprintf("svc-%d", p), "svc", labNode, podIP(s, p)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	fill(b, node, n, services)
+
+	scan := func() *audit.Result {
+		return audit.Run(ctx, audit.Config{
+			NodeName: labNode,
+			Kube:     &kube.APISource{Client: cl.Client, Timeout: 30 * time.Second},
+			Conntrack: func(keep conntrack.Keep) source.Source {
+				return inNamespace{node, &conntrack.KernelSource{Keep: keep}}
+			},
+			Rules: rule.All(rule.Config{}),
+		})
+	}
+	res := scan()
+	if err := res.Incomplete(); err != nil {
+		b.Fatal(err)
+	}
+	wantStale := 0
+	for i := 0; i < n; i++ {
+		if i%5 != 4 && (i/5)%50 == 0 {
+			wantStale++
+		}
+	}
+	if got := len(res.Findings); got != wantStale || res.Snapshot.Conntrack.Seen != n {
+		b.Fatalf("scan saw %d entries and found %d ghosts; want %d and %d", res.Snapshot.Conntrack.Seen, got, n, wantStale)
+	}
+
+	b.Run("ghostwatch-scan", func(b *testing.B) {
+		for b.Loop() {
+			if err := scan().Incomplete(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(n), "flows")
+	})
+	b.Run("conntrack-L", func(b *testing.B) {
+		if _, err := exec.LookPath("conntrack"); err != nil {
+			b.Skip("conntrack(8) not installed")
+		}
+		for b.Loop() {
+			err := node.Do(func() error {
+				// The child inherits this thread's namespace: the node's.
+				cmd := exec.Command("conntrack", "-L")
+				return cmd.Run()
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(n), "flows")
+	})
+}
+
+func svcIP(s int) netip.Addr { return netip.AddrFrom4([4]byte{10, 96, byte(s / 256), byte(s % 256)}) }
+
+func podIP(s, p int) netip.Addr { return netip.AddrFrom4([4]byte{10, 244, byte(s), byte(p)}) }
+
+// fill inserts n flows with two writers, each on a thread in the node.
+func fill(b *testing.B, node *netbed.Node, n, services int) {
+	b.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for w := 0; w < 2; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			errs <- node.Do(func() error {
+				c, err := conntrack.Open()
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				for i := w; i < n; i += 2 {
+					f := benchFlow(i, services)
+					if err := c.Create(&f); err != nil {
+						return fmt.Errorf("creating flow %d: %w", i, err)
+					}
+				}
+				return nil
+			})
+		}(w)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// benchFlow i: a client pod (10.245.x.y:port) to a ClusterIP, or a plain
+// flow between pods for one in five.
+func benchFlow(i, services int) snapshot.Flow {
+	client := netip.AddrFrom4([4]byte{10, 245, byte(i >> 16), byte(i >> 8)})
+	sport := uint16(1024 + i%60000)
+	f := snapshot.Flow{Proto: snapshot.ProtoTCP, State: "ESTABLISHED", Timeout: 3600,
+		Status: snapshot.StatusAssured | snapshot.StatusSeenReply}
+	if i%5 == 4 {
+		dst := netip.AddrFrom4([4]byte{10, 246, byte(i >> 16), byte(i >> 8)})
+		f.Orig = snapshot.Tuple{Src: client, Dst: dst, SrcPort: sport, DstPort: 9000}
+		f.Reply = snapshot.Tuple{Src: dst, Dst: client, SrcPort: 9000, DstPort: sport}
+		return f
+	}
+	s := (i / 5) % services
+	backend := podIP(s, 1+i%3)
+	if (i/5)%50 == 0 {
+		backend = podIP(s, 9) // a deleted pod
+	}
+	f.Orig = snapshot.Tuple{Src: client, Dst: svcIP(s), SrcPort: sport, DstPort: 80}
+	f.Reply = snapshot.Tuple{Src: backend, Dst: client, SrcPort: 8080, DstPort: sport}
+	return f
+}
+
+// raiseConntrackMax makes room for n more entries (the limit is global) and
+// returns a function that restores the old limit.
+func raiseConntrackMax(b *testing.B, n int) func() {
+	const p = "/proc/sys/net/netfilter/nf_conntrack_max"
+	old, err := os.ReadFile(p)
+	if err != nil {
+		b.Fatalf("reading %s: %v", p, err)
+	}
+	cur, _ := strconv.Atoi(strings.TrimSpace(string(old)))
+	if cur >= 2*n {
+		return func() {}
+	}
+	if err := os.WriteFile(p, []byte(strconv.Itoa(2*n)), 0o644); err != nil {
+		b.Fatalf("raising %s: %v", p, err)
+	}
+	return func() { os.WriteFile(p, old, 0o644) }
+}
