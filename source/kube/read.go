@@ -19,6 +19,7 @@ type fileReader struct {
 	line int // the line being read, for I/O errors
 }
 
+// maxListDepth bounds lists within lists.
 const maxListDepth = 8
 
 // object is one JSON object and the means to place its bytes in the input.
@@ -29,11 +30,14 @@ type object struct {
 
 func (o object) line() int { return o.lineAt(0) }
 
+// sub returns the part of o from start to end, placed in the input.
 func (o object) sub(start, end int) object {
 	parent := o.lineAt
 	return object{raw: o.raw[start:end], lineAt: func(off int) int { return parent(start + off) }}
 }
 
+// read reads the whole input: JSON when it starts with { or [ (read into
+// memory at once), else YAML (read one document at a time).
 func (rd *fileReader) read(r io.Reader) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	// Byte-order marks: UTF-8 is skipped, UTF-16 (what PowerShell's > writes)
