@@ -58,6 +58,7 @@ func Run(ctx context.Context, cfg Config) *Result {
 		}
 		source.CollectInto(ctx, now, s, cfg.Conntrack(keep))
 	}
+	describeSources(s)
 	fs, skipped := rule.Run(s, cfg.Rules)
 	sortFindings(fs)
 	if fs == nil {
@@ -100,4 +101,21 @@ func sortFindings(fs []finding.Finding) {
 		}
 		return a.Subject.Flow < b.Subject.Flow
 	})
+}
+
+// describeSources says what each complete source read, for reports.
+func describeSources(s *snapshot.Snapshot) {
+	for i := range s.Sources {
+		st := &s.Sources[i]
+		if st.Status != snapshot.StatusOK || st.Detail != "" {
+			continue
+		}
+		switch {
+		case st.Name == "kube" && s.Kube != nil:
+			k := s.Kube
+			st.Detail = fmt.Sprintf("%d pods, %d services, %d endpoints, %d nodes", len(k.Pods), len(k.Services), len(k.Endpoints), len(k.Nodes))
+		case st.Name == conntrack.Name && s.Conntrack != nil:
+			st.Detail = fmt.Sprintf("%d entries, %d DNATed to a service frontend of node %s", s.Conntrack.Seen, len(s.Conntrack.Flows), s.NodeName)
+		}
+	}
 }

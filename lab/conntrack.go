@@ -140,13 +140,15 @@ func runScenario(ctx context.Context, o Options, sc scenario) (res *Result, err 
 	o.defaults()
 	start := time.Now()
 	tl := newTimeline(o.Out, start)
-	tl.section("ghostwatch lab %s — %s", sc.name, sc.title)
-
 	bed, err := netbed.New(o.Prefix)
 	if err != nil {
 		return nil, err
 	}
+	tl.section("ghostwatch lab %s — %s", sc.name, sc.title)
 	defer func() {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("lab %s interrupted: %w", sc.name, ctx.Err())
+		}
 		if cerr := bed.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("cleaning up the lab: %w", cerr)
 		}
