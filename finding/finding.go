@@ -93,6 +93,6 @@ func AtLeast(fs []Finding, min Severity) bool {
 // Report is the outcome of one audit: what was found and how each source
 // fared. It is what `scan -o json` prints.
 type Report struct {
-	Findings []Finding                `json:"findings"`
+	Findings []Finding               `json:"findings"`
 	Sources  []snapshot.SourceStatus `json:"sources"`
 }
