@@ -1,0 +1,121 @@
+package conntrack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"time"
+
+	"github.com/ghostwatch/ghostwatch/snapshot"
+)
+
+// FileSource reads a saved `conntrack -L` listing (any format ParseText
+// reads) instead of the kernel's table: scan --conntrack-file FILE.
+type FileSource struct {
+	// Path is the listing to read; "-" reads Stdin.
+	Path string
+	// Stdin is read when Path is "-"; nil means os.Stdin.
+	Stdin io.Reader
+	// Keep selects the flows to keep; nil means KeepDNAT.
+	Keep Keep
+	// Now returns when the listing was captured: delta-time= fields count
+	// back from it. nil means the file's modification time for a regular,
+	// non-empty file (a saved listing), and the current time otherwise
+	// (Stdin, a pipe, /proc/net/nf_conntrack).
+	Now func() time.Time
+}
+
+// Name returns Name ("conntrack").
+func (f *FileSource) Name() string { return Name }
+
+// Collect reads the whole listing and sets s.Conntrack to the kept flows
+// and the number of entries read. On any error (no such file, an entry that
+// does not parse, a listing cut short) it leaves s untouched.
+func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
+	keep := f.Keep
+	if keep == nil {
+		keep = KeepDNAT
+	}
+	var (
+		r    io.Reader
+		name string
+		now  time.Time
+	)
+	switch f.Path {
+	case "":
+		return errors.New("no conntrack listing file given")
+	case "-":
+		r, name, now = f.Stdin, "stdin", time.Now()
+		if r == nil {
+			r = os.Stdin
+		}
+	default:
+		file, err := os.Open(f.Path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("conntrack listing %s does not exist (save one on the node with: conntrack -L -o extended,id > FILE): %w", f.Path, fs.ErrNotExist)
+		}
+		if err != nil {
+			return err
+		}
+		defer file.Close()
+		now = time.Now()
+		if st, err := file.Stat(); err == nil && st.Mode().IsRegular() && st.Size() > 0 {
+			now = st.ModTime()
+		}
+		r, name = file, f.Path
+	}
+	if f.Now != nil {
+		now = f.Now()
+	}
+	var kept textChunks
+	n := 0
+	seen, err := ParseText(r, name, now, func(fl *snapshot.Flow) error {
+		if keep(fl) {
+			kept.add(fl)
+		}
+		if n++; n%4096 == 0 {
+			return ctx.Err()
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.Conntrack = &snapshot.Conntrack{Flows: kept.flows(), Seen: seen}
+	return nil
+}
+
+// textChunks collects copies of the kept flows as flowChunks does, without
+// copying what it holds as it grows nor making the garbage collector scan
+// it, and also keeps the state words flowChunks cannot hold (a state the
+// kernel's tables do not name: the text has it as printed).
+type textChunks struct {
+	flowChunks
+	states map[int]string // by index among the kept flows
+}
+
+func (c *textChunks) add(f *snapshot.Flow) {
+	if f.State != "" {
+		if _, ok := stateNumber(statesOf(f.Proto), f.State); !ok {
+			if c.states == nil {
+				c.states = map[int]string{}
+			}
+			c.states[c.n] = f.State
+		}
+	}
+	c.flowChunks.add(f)
+}
+
+func (c *textChunks) flows() []snapshot.Flow {
+	out := c.flowChunks.flows()
+	for i, s := range c.states {
+		out[i].State = s
+	}
+	return out
+}

@@ -1,0 +1,279 @@
+package conntrack
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source"
+)
+
+var _ source.Source = (*FileSource)(nil)
+
+// fileListing has three entries: one DNATed TCP flow started 30s before the
+// capture, one UDP flow that is not translated, one DNATed UDP flow.
+const fileListing = `conntrack v1.4.7 (conntrack-tools): 3 flow entries have been shown.
+tcp      6 86399 ESTABLISHED src=10.244.1.50 dst=10.96.100.50 sport=45678 dport=5432 src=10.244.3.47 dst=10.244.1.50 sport=5432 dport=45678 [ASSURED] mark=0 delta-time=30 use=1 id=7
+udp      17 29 src=10.244.1.50 dst=8.8.8.8 sport=40000 dport=53 src=8.8.8.8 dst=10.244.1.50 sport=53 dport=40000 mark=0 use=1 id=8
+udp      17 29 src=10.244.1.50 dst=10.96.0.10 sport=53000 dport=53 [UNREPLIED] src=10.244.0.5 dst=10.244.1.50 sport=53 dport=53000 mark=0 use=1 id=9
+`
+
+func writeListing(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "conntrack.txt")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func collectFile(t *testing.T, src *FileSource) *snapshot.Snapshot {
+	t.Helper()
+	s := &snapshot.Snapshot{}
+	if err := src.Collect(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Conntrack == nil {
+		t.Fatal("Collect set no Conntrack")
+	}
+	return s
+}
+
+func flowIDs(flows []snapshot.Flow) []uint32 {
+	var ids []uint32
+	for i := range flows {
+		ids = append(ids, flows[i].ID)
+	}
+	return ids
+}
+
+func TestFileSourcePath(t *testing.T) {
+	t.Parallel()
+	path := writeListing(t, fileListing)
+	// A saved listing was captured when it was last written.
+	captured := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	if err := os.Chtimes(path, captured, captured); err != nil {
+		t.Fatal(err)
+	}
+	src := &FileSource{Path: path}
+	if src.Name() != Name {
+		t.Errorf("Name() = %q, want %q", src.Name(), Name)
+	}
+	s := collectFile(t, src)
+	if s.Conntrack.Seen != 3 {
+		t.Errorf("Seen %d, want 3", s.Conntrack.Seen)
+	}
+	flows := s.Conntrack.Flows
+	if ids := flowIDs(flows); len(ids) != 2 || ids[0] != 7 || ids[1] != 9 {
+		t.Fatalf("kept IDs %v, want the DNATed 7 and 9", ids)
+	}
+	want := snapshot.Flow{ID: 7, Proto: snapshot.ProtoTCP,
+		Orig:  tup("10.244.1.50:45678", "10.96.100.50:5432"),
+		Reply: tup("10.244.3.47:5432", "10.244.1.50:45678"),
+		State: "ESTABLISHED", Status: seenAssured, Timeout: 86399,
+		Start: captured.Add(-30 * time.Second)}
+	if !sameFlow(&flows[0], &want) {
+		t.Errorf("kept\n got %s\nwant %s", describeFlow(&flows[0]), describeFlow(&want))
+	}
+	// The kept flows are copies, not the parser's reused Flow.
+	if flows[1].Proto != snapshot.ProtoUDP || flows[1].State != "" {
+		t.Errorf("second kept flow %s", describeFlow(&flows[1]))
+	}
+}
+
+// Now overrides the file's time; without it, a listing that is not a
+// regular non-empty file (/proc/net/nf_conntrack reads as empty) counts
+// from the current time.
+func TestFileSourceNow(t *testing.T) {
+	t.Parallel()
+	path := writeListing(t, fileListing)
+	old := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+	if err := os.Chtimes(path, old, old); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	s := collectFile(t, &FileSource{Path: path, Now: func() time.Time { return now }})
+	if got, want := s.Conntrack.Flows[0].Start, now.Add(-30*time.Second); !got.Equal(want) {
+		t.Errorf("with Now: start %v, want %v", got, want)
+	}
+
+	before := time.Now()
+	s = collectFile(t, &FileSource{Path: "-", Stdin: strings.NewReader(fileListing)})
+	start := s.Conntrack.Flows[0].Start
+	if start.Before(before.Add(-31*time.Second)) || start.After(time.Now().Add(-29*time.Second)) {
+		t.Errorf("stdin: start %v, want 30s before %v", start, before)
+	}
+}
+
+func TestFileSourceStdin(t *testing.T) {
+	t.Parallel()
+	s := collectFile(t, &FileSource{Path: "-", Stdin: bytes.NewReader([]byte(fileListing))})
+	if s.Conntrack.Seen != 3 || len(s.Conntrack.Flows) != 2 {
+		t.Errorf("seen %d, kept %d; want 3 and 2", s.Conntrack.Seen, len(s.Conntrack.Flows))
+	}
+	// Errors name stdin.
+	err := (&FileSource{Path: "-", Stdin: strings.NewReader("\nnonsense\n")}).Collect(context.Background(), &snapshot.Snapshot{})
+	if err == nil || !strings.HasPrefix(err.Error(), "stdin:2: not a conntrack entry") {
+		t.Errorf("error %v, want one at stdin:2", err)
+	}
+}
+
+func TestFileSourceKeep(t *testing.T) {
+	t.Parallel()
+	path := writeListing(t, fileListing)
+	tests := []struct {
+		name string
+		keep Keep
+		want []uint32
+	}{
+		{"all", func(*snapshot.Flow) bool { return true }, []uint32{7, 8, 9}},
+		{"none", func(*snapshot.Flow) bool { return false }, nil},
+		{"udp", func(f *snapshot.Flow) bool { return f.Proto == snapshot.ProtoUDP }, []uint32{8, 9}},
+		{"default", nil, []uint32{7, 9}},
+	}
+	for _, tc := range tests {
+		s := collectFile(t, &FileSource{Path: path, Keep: tc.keep})
+		got := flowIDs(s.Conntrack.Flows)
+		if len(got) != len(tc.want) || s.Conntrack.Seen != 3 {
+			t.Errorf("%s: kept %v of %d, want %v of 3", tc.name, got, s.Conntrack.Seen, tc.want)
+			continue
+		}
+		for i := range got {
+			if got[i] != tc.want[i] {
+				t.Errorf("%s: kept %v, want %v", tc.name, got, tc.want)
+				break
+			}
+		}
+	}
+}
+
+// On any error the snapshot is left as it was.
+func TestFileSourceErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "nope.txt")
+	bad := writeListing(t, fileListing+"udp 17 29 src=10.0.0.1 dst=10.0.0.2 sport=1 dport=70000 src=10.0.0.2 dst=10.0.0.1 sport=2 dport=1\n")
+	short := writeListing(t, strings.Replace(fileListing, "3 flow entries", "4 flow entries", 1))
+	tests := []struct {
+		name string
+		src  *FileSource
+		want string
+	}{
+		{"missing file", &FileSource{Path: missing}, "conntrack listing " + missing + " does not exist"},
+		{"no path", &FileSource{}, "no conntrack listing file given"},
+		{"parse error", &FileSource{Path: bad}, bad + ":5: invalid dport=70000 in the original tuple: not a port (0-65535)"},
+		{"incomplete listing", &FileSource{Path: short}, short + ":1: conntrack reported 4 flow entries shown but the listing holds 3"},
+		{"a directory", &FileSource{Path: dir}, dir + ":1: read " + dir + ": is a directory"},
+	}
+	for _, tc := range tests {
+		prev := &snapshot.Conntrack{Seen: 42}
+		s := &snapshot.Snapshot{NodeName: "n1", Conntrack: prev}
+		err := tc.src.Collect(context.Background(), s)
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want it to start with %q", tc.name, err, tc.want)
+		}
+		if s.Conntrack != prev || s.Conntrack.Seen != 42 || s.NodeName != "n1" || len(s.Sources) != 0 {
+			t.Errorf("%s: the snapshot changed: %+v", tc.name, s)
+		}
+	}
+	err := (&FileSource{Path: missing}).Collect(context.Background(), &snapshot.Snapshot{})
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing file: %v does not wrap fs.ErrNotExist", err)
+	}
+}
+
+func TestFileSourceCanceled(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	s := &snapshot.Snapshot{}
+	// Long enough for the parse to look at the context.
+	err := (&FileSource{Path: "-", Stdin: bytes.NewReader(benchListing(10000, false))}).Collect(ctx, s)
+	if !errors.Is(err, context.Canceled) || s.Conntrack != nil {
+		t.Errorf("canceled: %v, conntrack %v", err, s.Conntrack)
+	}
+	// And a short one, which it looks at after the parse.
+	err = (&FileSource{Path: "-", Stdin: strings.NewReader(fileListing)}).Collect(ctx, s)
+	if !errors.Is(err, context.Canceled) || s.Conntrack != nil {
+		t.Errorf("canceled, short: %v, conntrack %v", err, s.Conntrack)
+	}
+}
+
+// Through source.Collect, as scan runs it.
+func TestFileSourceInCollect(t *testing.T) {
+	t.Parallel()
+	now := func() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
+	s := source.Collect(context.Background(), now, "n1", &FileSource{Path: writeListing(t, fileListing)})
+	if err := s.Ready(Name); err != nil || s.Conntrack == nil || len(s.Conntrack.Flows) != 2 {
+		t.Errorf("ready: %v, conntrack %+v", err, s.Conntrack)
+	}
+	s = source.Collect(context.Background(), now, "n1", &FileSource{Path: filepath.Join(t.TempDir(), "gone")})
+	if st, _ := s.Source(Name); st.Status != snapshot.StatusError || !strings.Contains(st.Detail, "does not exist") || s.Conntrack != nil {
+		t.Errorf("missing file: %+v, conntrack %v", st, s.Conntrack)
+	}
+}
+
+// BenchmarkFileSource collects a 100,000-entry listing, 80% DNATed, from a
+// file, keeping the DNATed flows.
+func BenchmarkFileSource(b *testing.B) {
+	const n = 100000
+	path := filepath.Join(b.TempDir(), "conntrack.txt")
+	if err := os.WriteFile(path, benchListing(n, false), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		s := &snapshot.Snapshot{}
+		if err := (&FileSource{Path: path}).Collect(context.Background(), s); err != nil {
+			b.Fatal(err)
+		}
+		if s.Conntrack.Seen != n || len(s.Conntrack.Flows) != n-n/5 {
+			b.Fatalf("seen %d kept %d", s.Conntrack.Seen, len(s.Conntrack.Flows))
+		}
+	}
+}
+
+// The kept flows are exact copies of what ParseText passed on, for every
+// capture in testdata and for states the kernel's tables do not name.
+func TestFileSourceKeepsEveryField(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("testdata/*.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	odd := "tcp 6 5 LISTEN src=10.0.0.1 dst=10.0.0.2 sport=1 dport=2 src=10.0.0.2 dst=10.0.0.1 sport=2 dport=1\n" +
+		"dccp 33 5 PARTOPEN src=10.0.0.1 dst=10.0.0.2 sport=1 dport=2 src=10.0.0.2 dst=10.0.0.1 sport=2 dport=1\n" +
+		"tcp 6 5 SYN_SENT3 src=10.0.0.1 dst=10.0.0.2 sport=3 dport=2 src=10.0.0.2 dst=10.0.0.1 sport=2 dport=3 delta-time=12\n"
+	files = append(files, writeListing(t, good+odd+good))
+	all := func(*snapshot.Flow) bool { return true }
+	for _, path := range files {
+		if strings.HasSuffix(path, "-save.txt") {
+			continue
+		}
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _, err := parseListing(string(raw), path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := collectFile(t, &FileSource{Path: path, Keep: all, Now: func() time.Time { return textNow }})
+		got := s.Conntrack.Flows
+		if len(got) != len(want) || s.Conntrack.Seen != len(want) {
+			t.Fatalf("%s: kept %d of %d, want all %d", path, len(got), s.Conntrack.Seen, len(want))
+		}
+		for i := range got {
+			if !sameFlow(&got[i], &want[i]) {
+				t.Errorf("%s: flow %d\n got %s\nwant %s", path, i, describeFlow(&got[i]), describeFlow(&want[i]))
+			}
+		}
+	}
+}
