@@ -1,0 +1,93 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+)
+
+// Exit codes shared by all commands.
+const (
+	ExitOK       = 0 // nothing at or above --fail-on
+	ExitFindings = 1 // findings at or above --fail-on
+	ExitError    = 2 // could not run, or evidence incomplete
+)
+
+// exitError carries an exit code through cobra.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// withCode makes err exit the process with code.
+func withCode(code int, err error) error { return &exitError{code: code, err: err} }
+
+// findingsExit is returned when the command ran but found something: it
+// sets the exit code without printing an error.
+var errFindings = errors.New("findings at or above --fail-on")
+
+// NewRootCommand builds the ghostwatch command tree writing to streams.
+func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "ghostwatch",
+		Short: "Find, explain and safely clear the ghosts of Kubernetes networking",
+		Long: `ghostwatch finds state that outlives the pod it belonged to when pod IPs are
+recycled: conntrack NAT flows that still point to a deleted pod, pod IPs that
+IPAM hands out twice, gossip members that haunt a reused address.
+
+  ghostwatch scan      one-shot audit of this node and the cluster
+  ghostwatch lab       rebuild an incident on the real kernel, in network namespaces
+
+Exit codes: 0 nothing found at or above --fail-on, 1 findings, 2 could not run.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetIn(streams.In)
+	root.SetOut(streams.Out)
+	root.SetErr(streams.ErrOut)
+	root.AddCommand(newScanCommand(streams), newLabCommand(streams), newVersionCommand(streams))
+	return root
+}
+
+// Main runs the command line and returns the process exit code.
+func Main() int {
+	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := NewRootCommand(streams)
+	if strings.HasPrefix(filepath.Base(os.Args[0]), "kubectl-") {
+		// Installed as a kubectl plugin: help shows how kubectl runs it.
+		root.Use = "kubectl ghostwatch"
+	}
+	return Execute(ctx, root, os.Args[1:], streams)
+}
+
+// Execute runs cmd with args and maps the outcome to an exit code, printing
+// errors as one line "ghostwatch: <error>".
+func Execute(ctx context.Context, cmd *cobra.Command, args []string, streams genericiooptions.IOStreams) int {
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	if errors.Is(err, errFindings) {
+		return ExitFindings
+	}
+	fmt.Fprintf(streams.ErrOut, "ghostwatch: %v\n", err)
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return ExitError
+}

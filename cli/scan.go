@@ -1,0 +1,196 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/ghostwatch/ghostwatch/audit"
+	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/sink"
+	"github.com/ghostwatch/ghostwatch/source"
+	"github.com/ghostwatch/ghostwatch/source/conntrack"
+	"github.com/ghostwatch/ghostwatch/source/kube"
+)
+
+type scanOptions struct {
+	kubeFlags         *genericclioptions.ConfigFlags
+	kubeObjects       []string
+	conntrackFile     string
+	nodeName          string
+	nodePortAddresses []string
+	failOn            string
+	output            string
+	rules             []string
+	syncTimeout       time.Duration
+	clockSkew         time.Duration
+}
+
+func newScanCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	o := &scanOptions{kubeFlags: genericclioptions.NewConfigFlags(true)}
+	// The scan always reads every namespace.
+	o.kubeFlags.Namespace = nil
+	cmd := &cobra.Command{
+		Use:   "scan",
+		Short: "Audit this node and the cluster once and report every ghost found",
+		Long: `scan reads the cluster objects (Services, EndpointSlices, Pods, Nodes) and this
+node's conntrack table, and reports:
+
+  stale-nat-flow     a flow the kernel still translates to a backend that is no
+                     longer an endpoint and whose IP no pod holds (draining pods,
+                     terminating but still present, are never reported)
+  misdelivered-flow  a flow whose backend IP is now held by another pod (critical)
+
+Online it talks to the API server like kubectl does (--kubeconfig, --context,
+...) and reads the kernel table over netlink, which needs CAP_NET_ADMIN on the
+node. Offline it reads files instead: --kube-objects (what kubectl get -o yaml
+or -o json prints) and --conntrack-file (what conntrack -L prints).
+
+Exit codes: 0 nothing at or above --fail-on, 1 findings, 2 could not run or a
+source was incomplete (then no finding is claimed for what it would have read).`,
+		Example: `  # on a node (as a DaemonSet pod, or over SSH with a kubeconfig)
+  ghostwatch scan
+
+  # offline, from saved evidence
+  kubectl get pods,services,endpointslices,nodes -A -o yaml > objects.yaml
+  conntrack -L -o extended > conntrack.txt        # on the node
+  ghostwatch scan --kube-objects objects.yaml --conntrack-file conntrack.txt --node-name worker-3
+
+  # in CI or a cron job: machine-readable, fail only on critical findings
+  ghostwatch scan -o json --fail-on critical`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd, streams) },
+	}
+	f := cmd.Flags()
+	o.kubeFlags.AddFlags(f)
+	f.StringArrayVar(&o.kubeObjects, "kube-objects", nil, "read cluster objects from this file instead of the API server (kubectl get ... -o yaml|json output; repeatable)")
+	f.StringVar(&o.conntrackFile, "conntrack-file", "", "read flows from this `conntrack -L` listing instead of the kernel (\"-\" for stdin)")
+	f.StringVar(&o.nodeName, "node-name", "", "the Node this scan runs on: its addresses are the NodePort frontends (default $NODE_NAME, else the hostname)")
+	f.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "CIDRs on which NodePorts are served, as kube-proxy's --nodeport-addresses (default: the node's addresses)")
+	f.StringVar(&o.failOn, "fail-on", "warning", "exit 1 when a finding is at least this severe: info, warning, critical, or none")
+	f.StringVarP(&o.output, "output", "o", "table", "output format: "+strings.Join(sink.Formats, ", "))
+	f.StringSliceVar(&o.rules, "rule", nil, "run only these rules (default: all)")
+	f.DurationVar(&o.syncTimeout, "sync-timeout", 30*time.Second, "how long to wait for the API server to list the objects")
+	f.DurationVar(&o.clockSkew, "clock-skew", 2*time.Second, "how far the node clock may be ahead of the API server's when proving a flow predates a pod")
+	return cmd
+}
+
+func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams) error {
+	var failOn finding.Severity
+	if o.failOn != "none" {
+		var err error
+		if failOn, err = finding.ParseSeverity(o.failOn); err != nil {
+			return withCode(ExitError, fmt.Errorf("--fail-on: %w", err))
+		}
+	}
+	if o.output != "table" && o.output != "json" && o.output != "yaml" {
+		return withCode(ExitError, fmt.Errorf("-o %q: want one of %s", o.output, strings.Join(sink.Formats, ", ")))
+	}
+	npa, err := parsePrefixes(o.nodePortAddresses)
+	if err != nil {
+		return withCode(ExitError, fmt.Errorf("--nodeport-addresses: %w", err))
+	}
+	cfg := rule.Config{Conntrack: rule.ConntrackConfig{NodePortAddresses: npa, ClockSkew: o.clockSkew}}
+	rules, err := rule.Select(cfg, o.rules)
+	if err != nil {
+		return withCode(ExitError, fmt.Errorf("--rule: %w", err))
+	}
+	node := resolveNodeName(o.nodeName)
+
+	var kubeSrc source.Source
+	if len(o.kubeObjects) > 0 {
+		kubeSrc = &kube.FileSource{Paths: o.kubeObjects}
+	} else {
+		client, _, err := kube.ClientFromFlags(o.kubeFlags)
+		if err != nil {
+			return withCode(ExitError, err)
+		}
+		kubeSrc = &kube.APISource{Client: client, Timeout: o.syncTimeout}
+	}
+	ctSrc := func(keep conntrack.Keep) source.Source {
+		if o.conntrackFile != "" {
+			return &conntrack.FileSource{Path: o.conntrackFile, Stdin: streams.In, Keep: keep}
+		}
+		return &conntrack.KernelSource{Keep: keep}
+	}
+
+	res := audit.Run(cmd.Context(), audit.Config{
+		NodeName:          node,
+		Kube:              kubeSrc,
+		Conntrack:         ctSrc,
+		NodePortAddresses: npa,
+		Rules:             rules,
+	})
+	if err := checkNode(res, node, npa); err != nil {
+		return withCode(ExitError, err)
+	}
+	if err := sink.Write(streams.Out, o.output, &res.Report, rules); err != nil {
+		return withCode(ExitError, fmt.Errorf("writing the report: %w", err))
+	}
+	if err := res.Incomplete(); err != nil {
+		return withCode(ExitError, fmt.Errorf("scan incomplete, no finding is claimed for what was not read: %w", err))
+	}
+	if failOn != 0 && finding.AtLeast(res.Findings, failOn) {
+		return errFindings
+	}
+	return nil
+}
+
+// checkNode refuses a scan whose node is unknown to a cluster that lists
+// nodes: its NodePort frontends would silently be missed.
+func checkNode(res *audit.Result, node string, npa []netip.Prefix) error {
+	k := res.Snapshot.Kube
+	if k == nil || len(k.Nodes) == 0 || len(npa) > 0 {
+		return nil
+	}
+	if _, ok := kube.LookupNode(k, node); ok {
+		return nil
+	}
+	var names []string
+	for _, n := range k.Nodes {
+		names = append(names, n.Name)
+	}
+	if len(names) > 8 {
+		names = append(names[:8], "...")
+	}
+	return fmt.Errorf("node %q is not in the cluster (nodes: %s): pass --node-name, or --nodeport-addresses to match NodePorts by CIDR",
+		node, strings.Join(names, ", "))
+}
+
+func resolveNodeName(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	if n := os.Getenv("NODE_NAME"); n != "" {
+		return n
+	}
+	h, err := os.Hostname()
+	if err != nil {
+		return ""
+	}
+	return h
+}
+
+func parsePrefixes(ss []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range ss {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			a, aerr := netip.ParseAddr(strings.TrimSpace(s))
+			if aerr != nil {
+				return nil, errors.New("not a CIDR: " + s)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}

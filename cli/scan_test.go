@@ -1,0 +1,193 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+)
+
+// run executes the command line with buffers and returns the exit code,
+// stdout and stderr.
+func run(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	streams := genericiooptions.IOStreams{In: strings.NewReader(stdin), Out: &out, ErrOut: &errOut}
+	code := Execute(context.Background(), NewRootCommand(streams), args, streams)
+	return code, out.String(), errOut.String()
+}
+
+var offline = []string{"scan", "--kube-objects", "testdata/objects.yaml", "--conntrack-file", "testdata/conntrack.txt", "--node-name", "worker-1"}
+
+func TestScanOfflineTable(t *testing.T) {
+	code, out, errOut := run(t, "", offline...)
+	if code != ExitFindings {
+		t.Fatalf("exit %d, want %d; stderr: %s", code, ExitFindings, errOut)
+	}
+	for _, want := range []string{
+		"stale-nat-flow: 2 findings",
+		"tcp 203.0.113.10:40000 -> 192.168.50.1:30080",
+		"backend 10.244.1.100:8080 gone, FIN_WAIT",
+		"tcp 10.244.1.50:45678 -> 10.96.100.50:5432",
+		"runbook: docs/runbooks/stale-nat-flow.md",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	// The live backends and the non-DNAT DNS flow are not findings.
+	for _, bad := range []string{"10.244.1.200", "10.244.3.48", "5353"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("table mentions %s, which is healthy:\n%s", bad, out)
+		}
+	}
+}
+
+type jsonReport struct {
+	Findings []struct {
+		Rule     string            `json:"rule"`
+		Severity string            `json:"severity"`
+		Message  string            `json:"message"`
+		Subject  map[string]string `json:"subject"`
+		Evidence map[string]any    `json:"evidence"`
+	} `json:"findings"`
+	Sources []struct {
+		Name, Status, Detail string
+	} `json:"sources"`
+}
+
+func decodeOne(t *testing.T, s string) jsonReport {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(s))
+	var r jsonReport
+	if err := dec.Decode(&r); err != nil {
+		t.Fatalf("stdout is not JSON: %v\n%s", err, s)
+	}
+	if dec.More() {
+		t.Fatalf("stdout holds more than one JSON value:\n%s", s)
+	}
+	return r
+}
+
+func TestScanOfflineJSON(t *testing.T) {
+	code, out, errOut := run(t, "", append(offline, "-o", "json")...)
+	if code != ExitFindings {
+		t.Fatalf("exit %d; stderr: %s", code, errOut)
+	}
+	r := decodeOne(t, out)
+	if len(r.Findings) != 2 {
+		t.Fatalf("got %d findings, want 2: %+v", len(r.Findings), r.Findings)
+	}
+	got := map[string]string{}
+	for _, f := range r.Findings {
+		if f.Rule != "stale-nat-flow" || f.Severity != "warning" || f.Subject["node"] != "worker-1" {
+			t.Errorf("finding %+v", f)
+		}
+		got[f.Subject["ip"]] = f.Subject["service"]
+	}
+	if got["10.244.1.100"] != "web/api" || got["10.244.3.47"] != "db/postgres" {
+		t.Errorf("ghost IPs -> services = %v", got)
+	}
+	if len(r.Sources) != 2 || r.Sources[0].Name != "kube" || r.Sources[0].Status != "ok" || r.Sources[1].Status != "ok" {
+		t.Errorf("sources = %+v", r.Sources)
+	}
+}
+
+func TestScanFailOn(t *testing.T) {
+	if code, _, errOut := run(t, "", append(offline, "--fail-on", "critical")...); code != ExitOK {
+		t.Errorf("--fail-on critical with only warnings: exit %d, want 0; %s", code, errOut)
+	}
+	if code, _, _ := run(t, "", append(offline, "--fail-on", "none")...); code != ExitOK {
+		t.Errorf("--fail-on none: exit %d, want 0", code)
+	}
+	if code, _, errOut := run(t, "", append(offline, "--fail-on", "loud")...); code != ExitError || !strings.Contains(errOut, "--fail-on") {
+		t.Errorf("--fail-on loud: exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestScanConntrackFromStdin(t *testing.T) {
+	listing, err := os.ReadFile("testdata/conntrack.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := run(t, string(listing), "scan", "--kube-objects", "testdata/objects.yaml", "--conntrack-file", "-", "--node-name", "worker-1", "-o", "json")
+	if code != ExitFindings || len(decodeOne(t, out).Findings) != 2 {
+		t.Fatalf("exit %d, stdout %s, stderr %s", code, out, errOut)
+	}
+}
+
+// An objects file that holds no cluster is refused, never read as "every
+// backend is gone".
+func TestScanEmptyObjectsFileIsRefused(t *testing.T) {
+	empty := filepath.Join(t.TempDir(), "empty.yaml")
+	if err := os.WriteFile(empty, []byte("apiVersion: v1\nkind: List\nitems: []\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := run(t, "", "scan", "--kube-objects", empty, "--conntrack-file", "testdata/conntrack.txt", "--node-name", "worker-1", "-o", "json")
+	if code != ExitError || len(decodeOne(t, out).Findings) != 0 || !strings.Contains(errOut, "no Pod, no Service") {
+		t.Fatalf("exit %d, stdout %s, stderr %s", code, out, errOut)
+	}
+}
+
+func TestScanBadInput(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.txt")
+	if err := os.WriteFile(bad, []byte("tcp      6 117 FIN_WAIT src=203.0.113.10 dst=192.168.50.1 sport=40000 dport=30080 src=10.244.1.100 dst=203.0.113.10 sport=8080 dport=40000 [ASSURED]\ntcp 6 1 ESTABLISHED src=10.0.0.300 dst=1.2.3.4\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"malformed conntrack listing", []string{"scan", "--kube-objects", "testdata/objects.yaml", "--conntrack-file", bad, "--node-name", "worker-1"},
+			[]string{bad + ":2:", "conntrack error"}},
+		{"missing objects file", []string{"scan", "--kube-objects", filepath.Join(dir, "nope.yaml"), "--conntrack-file", "testdata/conntrack.txt"},
+			[]string{"nope.yaml", "kube error"}},
+		{"unknown node", []string{"scan", "--kube-objects", "testdata/objects.yaml", "--conntrack-file", "testdata/conntrack.txt", "--node-name", "worker-9"},
+			[]string{`node "worker-9" is not in the cluster`, "worker-1"}},
+		{"unknown output", append(offline, "-o", "xml"), []string{`-o "xml"`}},
+		{"unknown rule", append(offline, "--rule", "nope"), []string{`unknown rule "nope"`, "stale-nat-flow"}},
+		{"bad CIDR", append(offline, "--nodeport-addresses", "10.0.0.0/33"), []string{"--nodeport-addresses"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, errOut := run(t, "", tc.args...)
+			if code != ExitError {
+				t.Errorf("exit %d, want %d", code, ExitError)
+			}
+			if strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+				t.Errorf("want one error line, got:\n%s", errOut)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(errOut, w) {
+					t.Errorf("stderr %q lacks %q", errOut, w)
+				}
+			}
+		})
+	}
+}
+
+func TestScanUnreachableAPIServer(t *testing.T) {
+	// Nothing listens on port 1 of loopback: the connection is refused.
+	code, out, errOut := run(t, "", "scan", "--server", "https://127.0.0.1:1", "--insecure-skip-tls-verify", "--token", "x",
+		"--sync-timeout", "3s", "--conntrack-file", "testdata/conntrack.txt", "--node-name", "worker-1", "-o", "json")
+	if code != ExitError {
+		t.Fatalf("exit %d, want %d; stderr %s", code, ExitError, errOut)
+	}
+	r := decodeOne(t, out)
+	if len(r.Findings) != 0 {
+		t.Fatalf("findings claimed with the API server down: %+v", r.Findings)
+	}
+	if r.Sources[0].Name != "kube" || r.Sources[0].Status != "error" || !strings.Contains(r.Sources[0].Detail, "127.0.0.1:1") {
+		t.Errorf("kube source = %+v", r.Sources[0])
+	}
+	if !strings.Contains(errOut, "connection refused") {
+		t.Errorf("stderr %q does not say why", errOut)
+	}
+}
