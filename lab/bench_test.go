@@ -16,11 +16,8 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/audit"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
-	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
-	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
-	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
 // BenchmarkScan measures a whole scan (API objects through the informers,
@@ -71,16 +68,7 @@ func BenchmarkScan(b *testing.B) {
 	}
 	fill(b, node, n, services)
 
-	scan := func() *audit.Result {
-		return audit.Run(ctx, audit.Config{
-			NodeName: labNode,
-			Kube:     &kube.APISource{Client: cl.Client, Timeout: 30 * time.Second},
-			Conntrack: func(keep conntrack.Keep) source.Source {
-				return inNamespace{node, &conntrack.KernelSource{Keep: keep}}
-			},
-			Rules: rule.All(rule.Config{}),
-		})
-	}
+	scan := func() *audit.Result { return scanNode(ctx, cl, node) }
 	res := scan()
 	if err := res.Incomplete(); err != nil {
 		b.Fatal(err)

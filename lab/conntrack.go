@@ -254,14 +254,7 @@ func (e *env) route(backends ...netip.Addr) error {
 // scan runs one ghostwatch audit of the node, through the same kube source
 // and conntrack reader as production.
 func (e *env) scan(ctx context.Context, why string) (*audit.Result, error) {
-	res := audit.Run(ctx, audit.Config{
-		NodeName: labNode,
-		Kube:     &kube.APISource{Client: e.cluster.Client, Timeout: 10 * time.Second},
-		Conntrack: func(keep conntrack.Keep) source.Source {
-			return inNamespace{e.node, &conntrack.KernelSource{Keep: keep}}
-		},
-		Rules: rule.All(rule.Config{}),
-	})
+	res := scanNode(ctx, e.cluster, e.node)
 	if err := res.Incomplete(); err != nil {
 		return nil, fmt.Errorf("lab scan: %w", err)
 	}
@@ -521,6 +514,20 @@ func measure(os []Outcome) (time.Duration, int, bool) {
 		return 0, 0, true
 	}
 	return os[len(os)-1].At.Sub(first), n, false
+}
+
+// scanNode runs one ghostwatch audit of a lab node: the cluster through the
+// production kube source's informers, the node's conntrack table over
+// netlink, every rule.
+func scanNode(ctx context.Context, cl *Cluster, node *netbed.Node) *audit.Result {
+	return audit.Run(ctx, audit.Config{
+		NodeName: labNode,
+		Kube:     &kube.APISource{Client: cl.Client, Timeout: 30 * time.Second},
+		Conntrack: func(keep conntrack.Keep) source.Source {
+			return inNamespace{node, &conntrack.KernelSource{Keep: keep}}
+		},
+		Rules: rule.All(rule.Config{}),
+	})
 }
 
 // inNamespace runs a source on a thread inside the node's network namespace.

@@ -16,9 +16,6 @@ import (
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
-	"github.com/ghostwatch/ghostwatch/source"
-	"github.com/ghostwatch/ghostwatch/source/conntrack"
-	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
 // The rules on the real kernel: real flows through real DNAT, read back over
@@ -116,14 +113,7 @@ func testRulesOnTheKernel(t *testing.T, proto snapshot.Proto) {
 
 	scan := func() *audit.Result {
 		t.Helper()
-		res := audit.Run(ctx, audit.Config{
-			NodeName: labNode,
-			Kube:     &kube.APISource{Client: cl.Client, Timeout: 10 * time.Second},
-			Conntrack: func(keep conntrack.Keep) source.Source {
-				return inNamespace{node, &conntrack.KernelSource{Keep: keep}}
-			},
-			Rules: rule.All(rule.Config{}),
-		})
+		res := scanNode(ctx, cl, node)
 		if err := res.Incomplete(); err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -209,10 +210,49 @@ func (b *Bed) AddHost(name string, node *Node, addrs ...netip.Prefix) (*Host, er
 			return nil
 		})
 	}
+	if err == nil {
+		err = h.waitUp()
+	}
 	if err != nil {
 		return nil, err
 	}
 	return h, nil
+}
+
+// waitUp waits until both ends of the host's veth are operationally up. The
+// kernel activates a new link's queue only then (link events are batched,
+// up to a second later); a packet sent before is dropped.
+func (h *Host) waitUp() error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var states [2]netlink.LinkOperState
+		err := h.node.do(func() error {
+			l, err := netlink.LinkByName(h.nodeLink)
+			if err == nil {
+				states[0] = l.Attrs().OperState
+			}
+			return err
+		})
+		if err == nil {
+			err = h.do(func() error {
+				l, err := netlink.LinkByName("eth0")
+				if err == nil {
+					states[1] = l.Attrs().OperState
+				}
+				return err
+			})
+		}
+		if err != nil {
+			return err
+		}
+		if states[0] == netlink.OperUp && states[1] == netlink.OperUp {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("veth %s of %s is not up after 5s (node side %s, host side %s)", h.nodeLink, h.name, states[0], states[1])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // RemoveHost deletes a host abruptly, as when a pod's sandbox or node dies:
