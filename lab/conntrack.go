@@ -448,6 +448,9 @@ func (e *env) replace(ctx context.Context, o Options) (*Run, error) {
 	}
 	e.tl.logf("result", "the client saw errors for %.1fs (%d failed requests) and %s; ghostwatch reported %d finding(s)",
 		window.Seconds(), nfail, state, len(run.Findings))
+	if run.GhostStillMapped {
+		e.tl.logf("result", "the kernel still maps the connection to the deleted pod; every retransmission renews the entry, so it lasts until the flow is deleted or the client gives up")
+	}
 	return run, nil
 }
 
