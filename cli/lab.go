@@ -77,6 +77,7 @@ func newScenarioCommand(streams genericiooptions.IOStreams, name string, run sce
 			if output == "json" {
 				enc := json.NewEncoder(streams.Out)
 				enc.SetIndent("", "  ")
+				enc.SetEscapeHTML(false)
 				return enc.Encode(res)
 			}
 			return nil

@@ -174,6 +174,9 @@ type env struct {
 	tl      *timeline
 	pods    map[string]*netbed.Host
 	client  *netbed.Host
+	// firstConn is the client's first connection (its source address),
+	// the one the incident strands.
+	firstConn netip.AddrPort
 }
 
 func newEnv(ctx context.Context, bed *netbed.Bed, sc scenario, tl *timeline) (*env, error) {
@@ -268,7 +271,9 @@ func (e *env) scan(ctx context.Context, why string) (*audit.Result, error) {
 }
 
 // showKernel prints what the node's conntrack table maps the client's
-// connections to.
+// connections to, and reports whether the client's first connection (from
+// firstConn) is still translated to the old backend in a state that can
+// carry traffic.
 func (e *env) showKernel(ctx context.Context) (ghost bool, err error) {
 	fe := e.frontend()
 	var lines []string
@@ -283,7 +288,8 @@ func (e *env) showKernel(ctx context.Context) (ghost bool, err error) {
 				return nil
 			}
 			lines = append(lines, fmt.Sprintf("%s DNAT -> %s %s timeout %ds", f.String(), f.Backend(), f.State, f.Timeout))
-			if f.Reply.Src == oldBackendIP {
+			if f.Reply.Src == oldBackendIP && netip.AddrPortFrom(f.Orig.Src, f.Orig.SrcPort) == e.firstConn &&
+				f.State != "CLOSE" && f.State != "TIME_WAIT" {
 				ghost = true
 			}
 			return nil
@@ -361,6 +367,7 @@ func (e *env) replace(ctx context.Context, o Options) (*Run, error) {
 		return nil, fmt.Errorf("the client failed before the rollout (%d ok, %d failed, first: %v): the lab network is broken",
 			ok, failed, firstFailure(cl.since(0)).Err)
 	}
+	e.firstConn, _ = netip.ParseAddrPort(cl.since(0)[0].Local)
 	e.tl.logf("client", "%d requests ok, all answered by %s, over one connection", ok, oldPod)
 	if _, err := e.showKernel(ctx); err != nil {
 		return nil, err
@@ -430,7 +437,7 @@ func (e *env) replace(ctx context.Context, o Options) (*Run, error) {
 		return nil, ctx.Err()
 	}
 	window, nfail, recovered := measure(all[mark:])
-	run.ErrorWindowSeconds, run.FailedRequests, run.Recovered = window.Seconds(), nfail, recovered
+	run.ErrorWindowSeconds, run.FailedRequests, run.Recovered = window.Round(time.Millisecond).Seconds(), nfail, recovered
 	if recovered {
 		last := all[len(all)-1]
 		e.tl.logf("client", "recovered: answered by %s over a new connection from %s", last.Pod, last.Local)

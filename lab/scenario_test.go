@@ -62,6 +62,11 @@ func TestConntrackDeployReuseIPScenario(t *testing.T) {
 		r.Findings[0].Subject.Pod != "web/api-v2" {
 		t.Errorf("findings = %+v, want one misdelivered-flow for %s held by web/api-v2", r.Findings, oldBackendIP)
 	}
+	// The new pod resets the connection it never accepted; the client
+	// reconnects through the Service and the old entry can carry no more.
+	if !r.Recovered || r.GhostStillMapped {
+		t.Errorf("after the reset the client must recover and the old entry be closed: %+v", r)
+	}
 }
 
 func TestConntrackPoolScenario(t *testing.T) {

@@ -36,6 +36,7 @@ func Write(w io.Writer, format string, r *finding.Report, catalog []rule.Rule) e
 func JSON(w io.Writer, r *finding.Report) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
 	return enc.Encode(normalize(r))
 }
 
