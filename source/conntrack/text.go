@@ -88,8 +88,8 @@ func ParseText(r io.Reader, name string, now time.Time, fn func(*snapshot.Flow) 
 	)
 	for sc.Scan() {
 		line++
-		b, at := sc.Bytes(), line
-		if carryLine != 0 {
+		b, at, joined := sc.Bytes(), line, carryLine != 0
+		if joined {
 			carry = append(carry, b...)
 			b, at, carryLine = carry, carryLine, 0
 		}
@@ -101,8 +101,12 @@ func ParseText(r io.Reader, name string, now time.Time, fn func(*snapshot.Flow) 
 			shown += n
 			shownLine = line
 			// What precedes the message is the start of an entry whose rest
-			// is the next line.
+			// is the next line. conntrack prints one message at the end of
+			// its listing, so it cannot cut an entry twice.
 			if !isBlank(b[:i]) {
+				if joined {
+					return seen, fmt.Errorf("%s:%d: a second conntrack message inside the entry of line %d", name, line, at)
+				}
 				carry = append(carry[:0], b[:i]...)
 				carryLine = at
 			}
@@ -563,15 +567,18 @@ func internState(b []byte) string {
 	return string(b)
 }
 
-// isStateWord reports whether b looks like a state: capitals, digits and
-// underscores.
+// isStateWord reports whether b looks like a state: a capital, then
+// capitals, digits and underscores.
 func isStateWord(b []byte) bool {
+	if len(b) == 0 || b[0] < 'A' || b[0] > 'Z' {
+		return false
+	}
 	for _, c := range b {
 		if !('A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_') {
 			return false
 		}
 	}
-	return len(b) > 0
+	return true
 }
 
 // isProtoName reports whether b looks like a protocol name: a lower-case

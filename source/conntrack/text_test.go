@@ -254,6 +254,8 @@ func TestParseTextMalformed(t *testing.T) {
 			"list.txt:1: timeout 4294967296 out of range"},
 		{"lower-case state", "tcp 6 100 established " + tuples,
 			"list.txt:1: unexpected \"established\" before the original tuple"},
+		{"a second number before the tuple", "tcp 6 100 200 " + tuples,
+			"list.txt:1: unexpected \"200\" before the original tuple"},
 		{"bad mark", entry(tuples + " mark=0x4000"),
 			"list.txt:1: invalid mark=0x4000: not a 32-bit number"},
 		{"mark above 32 bits", entry(tuples + " mark=4294967296"),
@@ -298,6 +300,9 @@ func TestParseTextMalformed(t *testing.T) {
 			"list.txt:1: conntrack reported 3 flow entries shown but the listing holds 2: it is incomplete or was filtered after it was captured"},
 		{"more entries than conntrack showed", good + good + "\nconntrack v1.4.7 (conntrack-tools): 1 flow entries have been shown.\n\n",
 			"list.txt:4: conntrack reported 1 flow entries shown but the listing holds 2: it is incomplete or was filtered after it was captured"},
+		{"two messages in one entry", "tcp 6 100 src=10.0.0.1 " + "conntrack v1.4.7 (conntrack-tools): 1 flow entries have been shown.\n" +
+			"dst=10.0.0.2 " + "conntrack v1.4.7 (conntrack-tools): 1 flow entries have been shown.\n" + "sport=1 dport=2 src=10.0.0.2 dst=10.0.0.1 sport=2 dport=1\n",
+			"list.txt:2: a second conntrack message inside the entry of line 1"},
 		{"a line too long", good + strings.Repeat("x", maxTextLine+1),
 			fmt.Sprintf("list.txt:2: line longer than %d bytes: not a conntrack listing", maxTextLine)},
 	}
