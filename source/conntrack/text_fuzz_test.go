@@ -193,8 +193,8 @@ func printEntry(f *snapshot.Flow) string {
 	return b.String()
 }
 
-// FuzzParseTextAddr checks the address parser against netip.ParseAddr.
-func FuzzParseTextAddr(f *testing.F) {
+// FuzzTextAddr checks the address parser against netip.ParseAddr.
+func FuzzTextAddr(f *testing.F) {
 	for _, s := range []string{"10.244.1.50", "0.0.0.0", "255.255.255.255", "01.2.3.4", "1.2.3", "1.2.3.4.5", "256.1.1.1",
 		"fd00::1", "fd00:0000:0000:0000:0000:0000:0000:0001", "::ffff:10.0.0.1", "fe80::1%eth0", "", "::", "1::2::3"} {
 		f.Add(s)
