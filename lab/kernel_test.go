@@ -14,8 +14,10 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/audit"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
+	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source/conntrack"
 )
 
 // The rules on the real kernel: real flows through real DNAT, read back over
@@ -158,6 +160,38 @@ func testRulesOnTheKernel(t *testing.T, proto snapshot.Proto) {
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("stale flows found:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+
+	// The remedy deletes exactly the four reported flows, nothing else.
+	judge := rule.NewJudge(res.Snapshot, rule.ConntrackConfig{})
+	var actions []remedy.Action
+	err = node.Do(func() error {
+		c, err := conntrack.Open()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		r := &remedy.StaleFlows{Budget: &remedy.Budget{Max: 10, Interval: time.Minute}, Deleter: c, Recheck: judge.StillStale}
+		actions, err = r.Apply(res.Snapshot, res.Findings)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range actions {
+		if a.Result != remedy.Deleted {
+			t.Errorf("action %s: %s", a.Result, a.Reason)
+		}
+	}
+	after := scanNode(ctx, cl, node)
+	if len(after.Findings) != 0 || len(after.Snapshot.Conntrack.Flows) != 8 {
+		t.Errorf("after the remedy: %d findings, %d flows to frontends; want 0 and the 8 live and draining ones%s",
+			len(after.Findings), len(after.Snapshot.Conntrack.Flows), describe(after))
+	}
+	for _, f := range after.Snapshot.Conntrack.Flows {
+		if b := f.Reply.Src; b == backends[2].v4 || b == backends[2].v6 {
+			t.Errorf("a flow to the deleted pod survived: %s", f.String())
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package rule
 
 import (
+	"fmt"
 	"net/netip"
 	"sort"
 	"time"
@@ -327,4 +328,30 @@ func (ix *flowIndex) currentBackends(svc snapshot.ObjectRef, max int) []string {
 		out = append(out[:max], "...")
 	}
 	return out
+}
+
+// Judge re-judges single flows against one view of the cluster, for
+// remedies that must re-check a finding right before acting on it.
+type Judge struct{ ix *flowIndex }
+
+// NewJudge indexes the snapshot's cluster objects for s.NodeName.
+func NewJudge(s *snapshot.Snapshot, cfg ConntrackConfig) *Judge {
+	return &Judge{ix: newFlowIndex(s, cfg)}
+}
+
+// StillStale returns nil when f is still a stale-nat-flow, and otherwise an
+// error saying what the flow is now.
+func (j *Judge) StillStale(f *snapshot.Flow) error {
+	switch v := j.ix.judge(f); v.verdict {
+	case stale:
+		return nil
+	case notService:
+		return fmt.Errorf("the flow no longer addresses a service frontend")
+	case healthy:
+		return fmt.Errorf("%s is an endpoint of %s again", f.Backend(), v.frontend.Service.Ref())
+	case draining:
+		return fmt.Errorf("%s is draining: its pod is terminating but still exists", f.Backend())
+	default:
+		return fmt.Errorf("%s is held by pod %s", f.Reply.Src, v.holder.Ref())
+	}
 }

@@ -326,3 +326,28 @@ func TestStaleNATFlowEvidence(t *testing.T) {
 		t.Errorf("finding names flow %+v, want %+v", *g.Flow, f)
 	}
 }
+
+func TestJudgeStillStale(t *testing.T) {
+	k := base()
+	k.Pods = append(k.Pods, deleting(pod("db", "postgres-old", "uid-old", "10.244.3.60", t0)))
+	k.Pods = append(k.Pods, pod("payments", "ledger", "uid-l", "10.244.3.61", t0))
+	j := NewJudge(snap(k), ConntrackConfig{})
+	for _, tc := range []struct {
+		backend, want string
+	}{
+		{"10.244.3.47:5432", ""},
+		{"10.244.3.48:5432", "endpoint of db/postgres again"},
+		{"10.244.3.60:5432", "draining"},
+		{"10.244.3.61:5432", "held by pod payments/ledger"},
+	} {
+		f := flow(tcp, "10.244.1.50:1", "10.96.100.50:5432", tc.backend)
+		err := j.StillStale(&f)
+		if (err == nil) != (tc.want == "") || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: %v, want %q", tc.backend, err, tc.want)
+		}
+	}
+	f := flow(tcp, "10.244.1.50:1", "10.96.100.99:5432", "10.244.3.47:5432")
+	if err := j.StillStale(&f); err == nil || !strings.Contains(err.Error(), "no longer addresses") {
+		t.Errorf("flow to no frontend: %v", err)
+	}
+}
