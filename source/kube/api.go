@@ -70,6 +70,7 @@ type watched struct {
 
 	mu      sync.Mutex
 	lastErr error
+	errAt   time.Time
 }
 
 // NewInformers sets up the informers; nothing is requested from the API
@@ -104,7 +105,7 @@ func (i *Informers) failed(w *watched, err error) {
 		return
 	}
 	w.mu.Lock()
-	w.lastErr = err
+	w.lastErr, w.errAt = err, time.Now()
 	w.mu.Unlock()
 	select {
 	case i.wake <- struct{}{}:
@@ -174,6 +175,50 @@ func (i *Informers) WaitForSync(ctx context.Context) error {
 // isPermanent reports an error that retrying within one scan will not mend.
 func isPermanent(err error) bool {
 	return err != nil && (apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) || apierrors.IsNotFound(err))
+}
+
+// OnChange calls fn after any Pod or EndpointSlice is added, updated or
+// deleted: the events that can turn a flow into a ghost. fn must not block.
+func (i *Informers) OnChange(fn func()) error {
+	h := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { fn() },
+		UpdateFunc: func(any, any) { fn() },
+		DeleteFunc: func(any) { fn() },
+	}
+	for _, w := range i.watched {
+		if w.resource != resPods && w.resource != resEndpointSlices {
+			continue
+		}
+		if _, err := w.informer.AddEventHandler(h); err != nil {
+			return fmt.Errorf("watching %s: %w", w.resource, err)
+		}
+	}
+	return nil
+}
+
+// Stale returns an error when an informer has not synced, or reported a
+// list or watch error within the last window (reflectors retry at least
+// every 30 seconds while the API server is unreachable, so errors keep
+// coming as long as the cache is not being kept up to date). Nil means the
+// caches may be trusted.
+func (i *Informers) Stale(now time.Time, window time.Duration) error {
+	var bad []string
+	for _, w := range i.watched {
+		if !w.informer.HasSynced() {
+			bad = append(bad, w.resource+": not synced")
+			continue
+		}
+		w.mu.Lock()
+		err, at := w.lastErr, w.errAt
+		w.mu.Unlock()
+		if err != nil && now.Sub(at) < window {
+			bad = append(bad, fmt.Sprintf("%s: %v (%s ago)", w.resource, err, now.Sub(at).Round(time.Second)))
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("informer caches not current: %s", strings.Join(bad, "; "))
+	}
+	return nil
 }
 
 // HasSynced reports whether every informer has listed its resource.
