@@ -669,18 +669,104 @@ func parseGREKey(b []byte) (uint16, bool) {
 	return v, true
 }
 
-// parseTextAddr parses an IPv4 address without allocating, or an IPv6 one
-// with netip.ParseAddr. Zones (fe80::1%eth0) are not addresses conntrack
-// prints.
+// parseTextAddr parses an IPv4 or IPv6 address without allocating. It
+// accepts what netip.ParseAddr accepts but zones (fe80::1%eth0), which
+// conntrack does not print.
 func parseTextAddr(b []byte) (netip.Addr, bool) {
 	if bytes.IndexByte(b, ':') < 0 {
 		return parseIPv4(b)
 	}
-	if bytes.IndexByte(b, '%') >= 0 {
+	return parseIPv6(b)
+}
+
+// parseIPv6 follows netip.ParseAddr: up to eight groups of one to four hex
+// digits, one :: standing for at least one group of zeros, and optionally
+// an IPv4 address in place of the last two groups.
+func parseIPv6(b []byte) (netip.Addr, bool) {
+	var ip [16]byte
+	ellipsis := -1 // where the :: is in ip
+	if len(b) >= 2 && b[0] == ':' && b[1] == ':' {
+		ellipsis = 0
+		b = b[2:]
+		if len(b) == 0 {
+			return netip.IPv6Unspecified(), true
+		}
+	}
+	i := 0
+	for i < 16 {
+		off, acc := 0, uint32(0)
+		for ; off < len(b); off++ {
+			c := b[off]
+			switch {
+			case '0' <= c && c <= '9':
+				acc = acc<<4 + uint32(c-'0')
+			case 'a' <= c && c <= 'f':
+				acc = acc<<4 + uint32(c-'a'+10)
+			case 'A' <= c && c <= 'F':
+				acc = acc<<4 + uint32(c-'A'+10)
+			default:
+				goto groupEnd
+			}
+			if off > 3 {
+				return netip.Addr{}, false
+			}
+		}
+	groupEnd:
+		if off == 0 {
+			return netip.Addr{}, false
+		}
+		if off < len(b) && b[off] == '.' {
+			// An IPv4 address ends it, in place of the last two groups.
+			if ellipsis < 0 && i != 12 || i+4 > 16 {
+				return netip.Addr{}, false
+			}
+			v4, ok := parseIPv4(b)
+			if !ok {
+				return netip.Addr{}, false
+			}
+			a4 := v4.As4()
+			copy(ip[i:], a4[:])
+			b = nil
+			i += 4
+			break
+		}
+		ip[i], ip[i+1] = byte(acc>>8), byte(acc)
+		i += 2
+		b = b[off:]
+		if len(b) == 0 {
+			break
+		}
+		if b[0] != ':' || len(b) == 1 {
+			return netip.Addr{}, false
+		}
+		b = b[1:]
+		if b[0] == ':' {
+			if ellipsis >= 0 {
+				return netip.Addr{}, false
+			}
+			ellipsis = i
+			b = b[1:]
+			if len(b) == 0 {
+				break
+			}
+		}
+	}
+	if len(b) != 0 {
 		return netip.Addr{}, false
 	}
-	a, err := netip.ParseAddr(string(b))
-	return a, err == nil
+	if i < 16 {
+		if ellipsis < 0 {
+			return netip.Addr{}, false
+		}
+		n := 16 - i
+		for j := i - 1; j >= ellipsis; j-- {
+			ip[j+n] = ip[j]
+		}
+		clear(ip[ellipsis : ellipsis+n])
+	} else if ellipsis >= 0 {
+		return netip.Addr{}, false
+	}
+	return netip.AddrFrom16(ip), true
 }
 
 // parseIPv4 accepts what netip.ParseAddr accepts for IPv4: four decimal
