@@ -3,7 +3,6 @@ package conntrack
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -55,7 +54,7 @@ func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	default:
 		file, err := os.Open(f.Path)
 		if errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("conntrack listing %s does not exist (save one on the node with: conntrack -L -o extended,id > FILE): %w", f.Path, fs.ErrNotExist)
+			return &missingListing{path: f.Path, err: err}
 		}
 		if err != nil {
 			return err
@@ -90,6 +89,19 @@ func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	s.Conntrack = &snapshot.Conntrack{Flows: kept.flows(), Seen: seen}
 	return nil
 }
+
+// missingListing is the error for a listing file that does not exist. It
+// unwraps to the error of os.Open, and so to fs.ErrNotExist.
+type missingListing struct {
+	path string
+	err  error
+}
+
+func (e *missingListing) Error() string {
+	return "conntrack listing " + e.path + " does not exist; save one on the node with: conntrack -L -o extended,id > FILE"
+}
+
+func (e *missingListing) Unwrap() error { return e.err }
 
 // textChunks collects copies of the kept flows as flowChunks does, without
 // copying what it holds as it grows nor making the garbage collector scan
