@@ -3,12 +3,14 @@ package conntrack
 import (
 	"bufio"
 	"bytes"
+	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -719,6 +721,140 @@ func TestParseTextAddr(t *testing.T) {
 		"::ffff:1.2.3", "1:2:3:4:5:6:7:1.2.3.4", "::1.2.3.4:5", "g::1", "1.2::3"} {
 		if a, ok := parseTextAddr([]byte(s)); ok {
 			t.Errorf("parseTextAddr(%q) = %v, want an error", s, a)
+		}
+	}
+}
+
+// TestParseTextFromConntrack fills the table of a new network namespace
+// with conntrack -I and reads it back from what the conntrack installed
+// here prints, in each format, with and without stderr, and from
+// /proc/net/nf_conntrack. It needs root and conntrack(8).
+func TestParseTextFromConntrack(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root (creates a network namespace and writes its conntrack table)")
+	}
+	if _, err := exec.LookPath("conntrack"); err != nil {
+		t.Skip("skipped: conntrack(8) is not installed")
+	}
+	t.Parallel()
+	ns := "gwt-ct-text-" + rand.Text()[:10]
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
+			t.Errorf("ip netns del %s: %v: %s", ns, err, out)
+		}
+	})
+	run := func(args ...string) []byte {
+		t.Helper()
+		out, err := exec.Command("ip", append([]string{"netns", "exec", ns}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+	run("sysctl", "-q", "-w", "net.netfilter.nf_conntrack_timestamp=1")
+
+	type spec struct {
+		args string
+		want snapshot.Flow
+	}
+	specs := []spec{
+		{"-p tcp -s 10.244.1.50 -d 10.96.100.50 --sport 45678 --dport 5432 -r 10.244.3.47 -q 10.244.1.50 --reply-port-src 5432 --reply-port-dst 45678 --state ESTABLISHED -u SEEN_REPLY,ASSURED -m 0x4000/0xffffffff -w 3",
+			snapshot.Flow{Proto: 6, Orig: tup("10.244.1.50:45678", "10.96.100.50:5432"), Reply: tup("10.244.3.47:5432", "10.244.1.50:45678"),
+				State: "ESTABLISHED", Status: seenAssured, Mark: 0x4000, Zone: 3}},
+		{"-p udp -s fd00:10:244:1::32 -d fd00:10:96::a --sport 53001 --dport 53 -r fd00:10:244::5 -q fd00:10:244:1::32 --reply-port-src 53 --reply-port-dst 53001",
+			snapshot.Flow{Proto: 17, Orig: tup("[fd00:10:244:1::32]:53001", "[fd00:10:96::a]:53"), Reply: tup("[fd00:10:244::5]:53", "[fd00:10:244:1::32]:53001")}},
+		{"-p sctp -s 10.244.1.50 -d 10.96.7.7 --sport 3868 --dport 3868 -r 10.244.4.4 -q 10.244.1.50 --reply-port-src 3869 --reply-port-dst 3868 --state ESTABLISHED --orig-vtag 1 --reply-vtag 2 -u SEEN_REPLY",
+			snapshot.Flow{Proto: 132, Orig: tup("10.244.1.50:3868", "10.96.7.7:3868"), Reply: tup("10.244.4.4:3869", "10.244.1.50:3868"), State: "ESTABLISHED", Status: seenOnly}},
+		{"-p icmp -s 10.244.1.50 -d 10.244.2.2 --icmp-type 8 --icmp-code 0 --icmp-id 4242",
+			snapshot.Flow{Proto: 1, Orig: tup("10.244.1.50:0", "10.244.2.2:0"), Reply: tup("10.244.2.2:0", "10.244.1.50:0")}},
+		{"-p tcp -s 10.244.1.50 -d 10.244.2.2 --sport 50003 --dport 80 --state SYN_SENT --orig-zone 5",
+			snapshot.Flow{Proto: 6, Orig: tup("10.244.1.50:50003", "10.244.2.2:80"), Reply: tup("10.244.2.2:80", "10.244.1.50:50003"), State: "SYN_SENT", Zone: 5}},
+	}
+	// Enough entries that stdout is flushed before conntrack prints its
+	// summary on stderr.
+	for i := range 60 {
+		specs = append(specs, spec{fmt.Sprintf("-p udp -s 10.9.0.%d -d 10.96.0.10 --sport 1053 --dport 53", i),
+			snapshot.Flow{Proto: 17, Orig: tup(fmt.Sprintf("10.9.0.%d:1053", i), "10.96.0.10:53"), Reply: tup("10.96.0.10:53", fmt.Sprintf("10.9.0.%d:1053", i))}})
+	}
+	before := time.Now().Truncate(time.Second)
+	for _, sp := range specs {
+		run(append([]string{"conntrack", "-I", "-t", "3600"}, strings.Fields(sp.args)...)...)
+	}
+	ids := map[textFlowKey]uint32{}
+	for _, c := range []struct {
+		name   string
+		args   []string
+		stderr bool // the summary is in the output
+		ids    bool
+	}{
+		{"conntrack -L", []string{"conntrack", "-L"}, false, false},
+		{"conntrack -L 2>&1", []string{"conntrack", "-L"}, true, false},
+		{"conntrack -L -o extended", []string{"conntrack", "-L", "-o", "extended"}, false, false},
+		{"conntrack -L -o id 2>&1", []string{"conntrack", "-L", "-o", "id"}, true, true},
+		{"conntrack -L -o extended,id,ktimestamp", []string{"conntrack", "-L", "-o", "extended,id,ktimestamp"}, false, true},
+		{"/proc/net/nf_conntrack", []string{"cat", "/proc/net/nf_conntrack"}, false, false},
+	} {
+		cmd := exec.Command("ip", append([]string{"netns", "exec", ns}, c.args...)...)
+		var out bytes.Buffer
+		cmd.Stdout = &out
+		if c.stderr {
+			cmd.Stderr = &out
+		}
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%s: %v: %s", c.name, err, out.Bytes())
+		}
+		if got := bytes.Contains(out.Bytes(), []byte("flow entries have been shown")); got != c.stderr {
+			t.Fatalf("%s: summary in the output: %v, want %v", c.name, got, c.stderr)
+		}
+		if i := bytes.Index(out.Bytes(), []byte("conntrack v")); i > 0 && out.Bytes()[i-1] != '\n' {
+			t.Logf("%s: the summary cuts an entry: %q", c.name, out.Bytes()[max(0, i-40):i+20])
+		}
+		now := time.Now()
+		var flows []snapshot.Flow
+		seen, err := ParseText(&out, c.name, now, func(f *snapshot.Flow) error {
+			flows = append(flows, *f)
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if seen != len(specs) {
+			t.Errorf("%s: %d entries, want %d", c.name, seen, len(specs))
+		}
+		byKey := map[textFlowKey]*snapshot.Flow{}
+		for i := range flows {
+			byKey[textFlowKey{flows[i].Proto, flows[i].Orig}] = &flows[i]
+		}
+		for _, sp := range specs {
+			k := textFlowKey{sp.want.Proto, sp.want.Orig}
+			f := byKey[k]
+			if f == nil {
+				t.Errorf("%s: no entry for conntrack -I %s", c.name, sp.args)
+				continue
+			}
+			got := *f
+			if got.Timeout > 3600 || got.Timeout+60 < 3600 {
+				t.Errorf("%s: timeout %d, want a little under 3600: %s", c.name, got.Timeout, describeFlow(f))
+			}
+			if got.Start.Before(before.Add(-time.Second)) || got.Start.After(now) {
+				t.Errorf("%s: start %v, want between %v and %v: %s", c.name, got.Start, before, now, describeFlow(f))
+			}
+			if c.ids != (got.ID != 0) {
+				t.Errorf("%s: ID %d: %s", c.name, got.ID, describeFlow(f))
+			}
+			if id, ok := ids[k]; ok && got.ID != 0 && id != got.ID {
+				t.Errorf("%s: ID %d, another listing had %d: %s", c.name, got.ID, id, describeFlow(f))
+			}
+			if got.ID != 0 {
+				ids[k] = got.ID
+			}
+			got.Timeout, got.Start, got.ID = 0, time.Time{}, 0
+			if !sameFlow(&got, &sp.want) {
+				t.Errorf("%s:\n got %s\nwant %s", c.name, describeFlow(&got), describeFlow(&sp.want))
+			}
 		}
 	}
 }
