@@ -89,5 +89,7 @@ func newScenarioCommand(streams genericiooptions.IOStreams, name string, run sce
 	f.StringVar(&o.Prefix, "prefix", "gw-lab", "name prefix of the network namespaces the lab creates")
 	f.DurationVar(&o.Observe, "observe", 15*time.Second, "how long to watch the client after its backend died")
 	f.DurationVar(&o.Steady, "steady", 3*time.Second, "how long the client runs before the rollout")
+	f.BoolVar(&o.WithAgent, "with-agent", false, "play the incident twice, without and with the agent removing stale flows, and compare the error windows")
+	f.DurationVar(&o.Grace, "grace", 200*time.Millisecond, "the agent's grace period in the lab (with --with-agent)")
 	return cmd
 }

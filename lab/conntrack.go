@@ -40,6 +40,11 @@ type Options struct {
 	// Steady is how long the client runs before the rollout; default 3s,
 	// so that the flow provably predates the pods created after it.
 	Steady time.Duration
+	// WithAgent plays the incident twice, without and then with the agent
+	// removing stale flows, and reports both error windows.
+	WithAgent bool
+	// Grace is the agent's grace period in the lab; default 200ms.
+	Grace time.Duration
 }
 
 func (o *Options) defaults() {
@@ -57,6 +62,9 @@ func (o *Options) defaults() {
 	}
 	if o.Steady <= 0 {
 		o.Steady = 3 * time.Second
+	}
+	if o.Grace <= 0 {
+		o.Grace = 200 * time.Millisecond
 	}
 }
 
@@ -136,15 +144,45 @@ func ConntrackPool(ctx context.Context, o Options) (*Result, error) {
 	})
 }
 
-func runScenario(ctx context.Context, o Options, sc scenario) (res *Result, err error) {
+func runScenario(ctx context.Context, o Options, sc scenario) (*Result, error) {
 	o.defaults()
-	start := time.Now()
-	tl := newTimeline(o.Out, start)
+	res := &Result{Scenario: sc.name}
+	modes := []bool{false}
+	if o.WithAgent {
+		modes = append(modes, true)
+	}
+	tl := newTimeline(o.Out, time.Now())
+	for _, withAgent := range modes {
+		run, err := runOnce(ctx, o, sc, tl, withAgent)
+		if err != nil {
+			return nil, err
+		}
+		res.Runs = append(res.Runs, *run)
+	}
+	if len(res.Runs) > 1 {
+		tl.section("without and with the agent")
+		for _, r := range res.Runs {
+			who := "without the agent"
+			if r.Agent {
+				who = "with the agent   "
+			}
+			tl.logf("result", "%s: errors for %6.3fs, %d failed requests, recovered: %v", who, r.ErrorWindowSeconds, r.FailedRequests, r.Recovered)
+		}
+	}
+	return res, nil
+}
+
+// runOnce builds the lab, plays the incident once, and removes the lab.
+func runOnce(ctx context.Context, o Options, sc scenario, tl *timeline, withAgent bool) (run *Run, err error) {
 	bed, err := netbed.New(o.Prefix)
 	if err != nil {
 		return nil, err
 	}
-	tl.section("ghostwatch lab %s — %s", sc.name, sc.title)
+	how := "without the agent"
+	if withAgent {
+		how = "with the agent removing stale flows"
+	}
+	tl.section("ghostwatch lab %s — %s — %s", sc.name, sc.title, how)
 	defer func() {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("lab %s interrupted: %w", sc.name, ctx.Err())
@@ -158,11 +196,19 @@ func runScenario(ctx context.Context, o Options, sc scenario) (res *Result, err 
 	if err != nil {
 		return nil, err
 	}
-	run, err := e.replace(ctx, o)
+	if withAgent {
+		stop, err := e.startAgent(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+	}
+	run, err = e.replace(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	return &Result{Scenario: sc.name, Runs: []Run{*run}}, nil
+	run.Agent = withAgent
+	return run, nil
 }
 
 // env is one built lab: the node, the API, the pods and the client.
@@ -262,7 +308,12 @@ func (e *env) scan(ctx context.Context, why string) (*audit.Result, error) {
 		return nil, fmt.Errorf("lab scan: %w", err)
 	}
 	if len(res.Findings) == 0 {
-		e.tl.logf("scan", "no ghosts (%s; %d flow(s) to service frontends checked)", why, len(res.Snapshot.Conntrack.Flows))
+		n := len(res.Snapshot.Conntrack.Flows)
+		if why == "" {
+			e.tl.logf("scan", "no ghosts (%d flow(s) to service frontends checked)", n)
+		} else {
+			e.tl.logf("scan", "no ghosts (%s; %d flow(s) to service frontends checked)", why, n)
+		}
 	}
 	for _, f := range res.Findings {
 		e.tl.logf("scan", "%s %s: %s", strings.ToUpper(f.Severity.String()), f.Rule, f.Message)

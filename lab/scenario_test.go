@@ -85,3 +85,31 @@ func TestConntrackPoolScenario(t *testing.T) {
 		t.Errorf("findings = %+v, want one stale-nat-flow for db/postgres", r.Findings)
 	}
 }
+
+// With the agent the stale flow is deleted and the client recovers within a
+// second; without it the flow is still there when the run ends.
+func TestConntrackDeployWithAgent(t *testing.T) {
+	requireRoot(t)
+	var out bytes.Buffer
+	res, err := ConntrackDeploy(context.Background(), Options{Out: &out, Prefix: prefix(), Observe: 5 * time.Second, WithAgent: true})
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Runs) != 2 || res.Runs[0].Agent || !res.Runs[1].Agent {
+		t.Fatalf("runs = %+v", res.Runs)
+	}
+	without, with := res.Runs[0], res.Runs[1]
+	if without.Recovered || !without.GhostStillMapped {
+		t.Errorf("without the agent the ghost must outlive the run: %+v", without)
+	}
+	if !with.Recovered || with.GhostStillMapped {
+		t.Errorf("with the agent the client must recover and the ghost be gone: %+v", with)
+	}
+	if with.ErrorWindowSeconds > 1 {
+		t.Errorf("with the agent the error window was %.3fs, want at most 1s", with.ErrorWindowSeconds)
+	}
+	if !strings.Contains(out.String(), "StaleFlowDeleted on Service web/api") {
+		t.Errorf("no StaleFlowDeleted Event on the Service in the timeline")
+	}
+}

@@ -1,0 +1,41 @@
+package agent
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Handler serves /metrics from g, /healthz (the loop is running and has
+// audited within twice the audit interval) and /readyz (the last audit was
+// complete, so the agent may act).
+func (a *Agent) Handler(g prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		st := a.Status()
+		switch {
+		case !st.Running:
+			http.Error(w, "agent loop not running", http.StatusServiceUnavailable)
+		case !st.LastAudit.IsZero() && a.cfg.Now().Sub(st.LastAudit) > 2*a.cfg.AuditInterval:
+			http.Error(w, fmt.Sprintf("no audit for %s", a.cfg.Now().Sub(st.LastAudit).Round(time.Second)), http.StatusServiceUnavailable)
+		default:
+			fmt.Fprintln(w, "ok")
+		}
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		st := a.Status()
+		switch {
+		case st.LastAudit.IsZero():
+			http.Error(w, "no audit yet", http.StatusServiceUnavailable)
+		case st.Degraded != "":
+			http.Error(w, "degraded: "+st.Degraded, http.StatusServiceUnavailable)
+		default:
+			fmt.Fprintf(w, "ok: %d findings in the last audit\n", st.Findings)
+		}
+	})
+	return mux
+}

@@ -1,0 +1,81 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/ghostwatch/ghostwatch/agent"
+	"github.com/ghostwatch/ghostwatch/remedy"
+	"github.com/ghostwatch/ghostwatch/source"
+	"github.com/ghostwatch/ghostwatch/source/conntrack"
+	"github.com/ghostwatch/ghostwatch/source/kube"
+)
+
+// startAgent runs the node agent against the lab: the same loop as
+// `ghostwatch agent`, reading the in-memory API through informers and the
+// node's conntrack table, deleting stale flows through a netlink socket
+// opened inside the node. It returns a function that stops it.
+func (e *env) startAgent(ctx context.Context, o Options) (stop func(), err error) {
+	var conn *conntrack.Conn
+	if err := e.node.Do(func() error {
+		var err error
+		conn, err = conntrack.Open()
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	a := agent.New(agent.Config{
+		NodeName:  labNode,
+		Informers: kube.NewInformers(e.cluster.Client, 0),
+		Conntrack: func(keep conntrack.Keep) source.Source {
+			return inNamespace{e.node, &conntrack.KernelSource{Keep: keep}}
+		},
+		AuditInterval: 10 * time.Second,
+		Remedy: &remedy.StaleFlows{
+			Grace:   o.Grace,
+			Budget:  &remedy.Budget{Max: 50, Interval: time.Minute},
+			Deleter: conn,
+		},
+		Events: timelineRecorder{e.tl},
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := a.Run(ctx); err != nil {
+			e.tl.logf("agent", "stopped: %v", err)
+		}
+	}()
+	e.tl.logf("agent", "running: audits on every Pod or EndpointSlice change, grace %s, budget 50 deletions a minute", o.Grace)
+	return func() {
+		cancel()
+		<-done
+		conn.Close()
+	}, nil
+}
+
+// timelineRecorder prints the agent's Kubernetes Events on the timeline.
+type timelineRecorder struct{ tl *timeline }
+
+func (r timelineRecorder) Event(obj runtime.Object, eventtype, reason, message string) {
+	r.tl.logf("event", "%s %s on %s: %s", eventtype, reason, describeObject(obj), message)
+}
+
+func (r timelineRecorder) Eventf(obj runtime.Object, eventtype, reason, format string, args ...any) {
+	r.Event(obj, eventtype, reason, fmt.Sprintf(format, args...))
+}
+
+func (r timelineRecorder) AnnotatedEventf(obj runtime.Object, _ map[string]string, eventtype, reason, format string, args ...any) {
+	r.Eventf(obj, eventtype, reason, format, args...)
+}
+
+func describeObject(obj runtime.Object) string {
+	if ref, ok := obj.(*corev1.ObjectReference); ok {
+		return ref.Kind + " " + ref.Namespace + "/" + ref.Name
+	}
+	return fmt.Sprintf("%T", obj)
+}
