@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -317,8 +318,13 @@ func (a *Agent) report(s *snapshot.Snapshot, act remedy.Action, budget *remedy.B
 	}
 }
 
+// serviceRef reads the "namespace/name" a finding's subject names.
 func serviceRef(f finding.Finding) snapshot.ObjectRef {
-	return snapshot.ObjectRef{Namespace: f.Subject.Namespace, Name: f.Subject.Service[len(f.Subject.Namespace)+1:]}
+	ns, name, ok := strings.Cut(f.Subject.Service, "/")
+	if !ok {
+		return snapshot.ObjectRef{Namespace: f.Subject.Namespace, Name: f.Subject.Service}
+	}
+	return snapshot.ObjectRef{Namespace: ns, Name: name}
 }
 
 // clientPod is the pod that opened the flow, when the client is a pod.

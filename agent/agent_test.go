@@ -1,0 +1,313 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/ghostwatch/ghostwatch/remedy"
+	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source"
+	"github.com/ghostwatch/ghostwatch/source/conntrack"
+	"github.com/ghostwatch/ghostwatch/source/kube"
+)
+
+// The kernel side of the agent is tested in the lab package; here the
+// conntrack table and the deleter are fakes, to pin down the safety
+// invariants one by one.
+
+// table is a fake conntrack table: a source of its flows and a deleter
+// that removes them, as the kernel would.
+type table struct {
+	mu        sync.Mutex
+	onCollect func()
+	flows     []snapshot.Flow
+	deleted   []snapshot.Flow
+}
+
+func (t *table) Name() string { return conntrack.Name }
+
+func (t *table) setOnCollect(fn func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.onCollect = fn
+}
+
+func (t *table) Collect(_ context.Context, s *snapshot.Snapshot) error {
+	t.mu.Lock()
+	hook := t.onCollect
+	t.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	flows := append([]snapshot.Flow(nil), t.flows...)
+	s.Conntrack = &snapshot.Conntrack{Flows: flows, Seen: len(flows)}
+	return nil
+}
+
+func (t *table) add(f snapshot.Flow) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.flows = append(t.flows, f)
+}
+
+func (t *table) Delete(f *snapshot.Flow) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := range t.flows {
+		if t.flows[i].Orig == f.Orig && t.flows[i].Proto == f.Proto {
+			t.flows = append(t.flows[:i], t.flows[i+1:]...)
+			t.deleted = append(t.deleted, *f)
+			return nil
+		}
+	}
+	return errors.New("no such flow")
+}
+
+func (t *table) deletedFlows() []snapshot.Flow {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]snapshot.Flow(nil), t.deleted...)
+}
+
+func (t *table) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.deleted)
+}
+
+// staleFlow goes to ClusterIP 10.96.0.10:80 of ns/svc, translated to
+// 10.244.0.9, which no pod holds.
+func staleFlow() snapshot.Flow {
+	return snapshot.Flow{Proto: snapshot.ProtoTCP, State: "ESTABLISHED", ID: 7,
+		Orig:  snapshot.Tuple{Src: netip.MustParseAddr("10.244.1.50"), Dst: netip.MustParseAddr("10.96.0.10"), SrcPort: 40000, DstPort: 80},
+		Reply: snapshot.Tuple{Src: netip.MustParseAddr("10.244.0.9"), Dst: netip.MustParseAddr("10.244.1.50"), SrcPort: 8080, DstPort: 40000}}
+}
+
+func cluster() []runtime.Object {
+	ready := true
+	return []runtime.Object{
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "svc"},
+			Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
+				Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "live", UID: "u1"},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.0.5", PodIPs: []corev1.PodIP{{IP: "10.244.0.5"}}}},
+		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "svc-1",
+			Labels: map[string]string{discoveryv1.LabelServiceName: "svc"}}, AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.5"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}}},
+	}
+}
+
+// events records Events without ever blocking the agent.
+type events struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (e *events) Event(obj runtime.Object, typ, reason, msg string) {
+	ref := obj.(*corev1.ObjectReference)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.list = append(e.list, fmt.Sprintf("%s %s %s/%s %s %s", ref.Kind, typ, ref.Namespace, ref.Name, reason, msg))
+}
+
+func (e *events) Eventf(obj runtime.Object, typ, reason, format string, args ...any) {
+	e.Event(obj, typ, reason, fmt.Sprintf(format, args...))
+}
+
+func (e *events) AnnotatedEventf(obj runtime.Object, _ map[string]string, typ, reason, format string, args ...any) {
+	e.Eventf(obj, typ, reason, format, args...)
+}
+
+// with returns the Events whose text contains s.
+func (e *events) with(s string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for _, ev := range e.list {
+		if strings.Contains(ev, s) {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// clock is a manual clock: grace periods pass only when a test says so,
+// however slow the machine.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+type harness struct {
+	agent  *Agent
+	clock  *clock
+	tab    *table
+	reg    *prometheus.Registry
+	events *events
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// reportOnly asks start for an agent without a remedy.
+var reportOnly = &remedy.StaleFlows{}
+
+// start runs an agent against client and a fake table holding flows. rem
+// configures the remedy; nil means no grace period and a budget of 10 per
+// minute. The remedy's deleter is the table.
+func start(t *testing.T, client kubernetes.Interface, rem *remedy.StaleFlows, flows ...snapshot.Flow) *harness {
+	t.Helper()
+	h := &harness{tab: &table{flows: flows}, clock: &clock{t: time.Now()}, reg: prometheus.NewRegistry(), events: &events{}, done: make(chan struct{})}
+	if rem == nil {
+		rem = &remedy.StaleFlows{Budget: &remedy.Budget{Max: 10, Interval: time.Minute}}
+	}
+	rem.Deleter, rem.Now = h.tab, h.clock.now
+	if rem == reportOnly {
+		rem = nil
+	}
+	h.agent = New(Config{
+		NodeName:      "node-a",
+		Informers:     kube.NewInformers(client, 0),
+		Conntrack:     func(conntrack.Keep) source.Source { return h.tab },
+		AuditInterval: 50 * time.Millisecond,
+		Remedy:        rem,
+		Metrics:       NewMetrics(h.reg),
+		Events:        h.events,
+		Now:           h.clock.now,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	go func() {
+		defer close(h.done)
+		if err := h.agent.Run(ctx); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	t.Cleanup(h.stop)
+	return h
+}
+
+func (h *harness) stop() {
+	h.cancel()
+	<-h.done
+}
+
+// actions reads remedy_actions_total for stale-nat-flow and one result.
+func (h *harness) actions(result remedy.Result) float64 {
+	return testutil.ToFloat64(h.agent.cfg.Metrics.RemedyActions.WithLabelValues(rule.StaleNATFlowID, string(result)))
+}
+
+// audits reads how many complete audits have run.
+func (h *harness) audits() float64 {
+	var n float64
+	for _, trigger := range []string{"start", "timer", "change", "grace"} {
+		n += testutil.ToFloat64(h.agent.cfg.Metrics.Audits.WithLabelValues(trigger, "complete"))
+	}
+	return n
+}
+
+// settle waits until n more complete audits have run.
+func (h *harness) settle(t *testing.T, n float64) {
+	t.Helper()
+	target := h.audits() + n
+	waitFor(t, fmt.Sprintf("%v more audits", n), func() bool { return h.audits() >= target })
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestDeletesAStaleFlowAndReportsIt(t *testing.T) {
+	h := start(t, fake.NewClientset(cluster()...), nil, staleFlow())
+	waitFor(t, "the stale flow to be deleted", func() bool { return h.tab.count() == 1 })
+	h.settle(t, 2)
+	if got := h.tab.deletedFlows(); len(got) != 1 || got[0] != staleFlow() {
+		t.Errorf("deleted %+v, want exactly the reported flow, once", got)
+	}
+	evs := h.events.with("StaleFlowDeleted")
+	if len(evs) != 1 || !strings.HasPrefix(evs[0], "Service Normal ns/svc StaleFlowDeleted") || !strings.Contains(evs[0], "10.244.0.9:8080") {
+		t.Errorf("Events for the deletion: %q", evs)
+	}
+	if v := testutil.ToFloat64(h.agent.cfg.Metrics.FlowsDeleted.WithLabelValues("stale-nat-flow")); v != 1 {
+		t.Errorf("flows deleted metric = %v", v)
+	}
+	if v := testutil.ToFloat64(h.agent.cfg.Metrics.RemedyActions.WithLabelValues("stale-nat-flow", "deleted")); v != 1 {
+		t.Errorf("remedy actions metric = %v", v)
+	}
+	rec := httptest.NewRecorder()
+	h.agent.Handler(h.reg).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	for _, want := range []string{`ghostwatch_conntrack_flows_deleted_total{reason="stale-nat-flow"} 1`, `ghostwatch_source_up{source="kube"} 1`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(string(body), "10.244.") {
+		t.Error("/metrics exposes an IP address as a label value")
+	}
+}
+
+func TestAPIServerUnreachableAtStartDeletesNothing(t *testing.T) {
+	client, err := kubernetes.NewForConfig(restConfigFor("https://127.0.0.1:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, client, nil, staleFlow())
+	waitFor(t, "a degraded audit", func() bool { return h.agent.Status().Degraded != "" })
+	h.stop()
+	if n := h.tab.count(); n != 0 {
+		t.Fatalf("deleted %d flows without the API server", n)
+	}
+	if st := h.agent.Status(); !strings.Contains(st.Degraded, "cache-stale") {
+		t.Errorf("status %+v", st)
+	}
+	if v := testutil.ToFloat64(h.agent.cfg.Metrics.Degraded.WithLabelValues("cache-stale")); v != 1 {
+		t.Errorf("degraded{cache-stale} = %v", v)
+	}
+	rec := httptest.NewRecorder()
+	h.agent.Handler(h.reg).ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "degraded") {
+		t.Errorf("/readyz = %d %q", rec.Code, rec.Body.String())
+	}
+}

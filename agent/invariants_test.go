@@ -1,0 +1,261 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/remedy"
+	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/snapshot"
+)
+
+// One test per safety invariant of the remedy, each on the whole agent:
+// informers over a fake API server, a fake table, a manual clock.
+
+const grace = 30 * time.Second
+
+func graceRemedy() *remedy.StaleFlows {
+	return &remedy.StaleFlows{Grace: grace, Budget: &remedy.Budget{Max: 10, Interval: time.Minute}}
+}
+
+// flowTo is a flow from a client pod to 10.96.0.10:80, translated to
+// backend:8080.
+func flowTo(backend string, sport uint16) snapshot.Flow {
+	f := staleFlow()
+	f.ID = uint32(sport)
+	f.Orig.SrcPort, f.Reply.DstPort = sport, sport
+	f.Reply.Src = netip.MustParseAddr(backend)
+	return f
+}
+
+func slice(name string, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
+	return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name,
+		Labels: map[string]string{discoveryv1.LabelServiceName: "svc"}}, AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: eps}
+}
+
+func endpoint(ip string, ready, terminating bool) discoveryv1.Endpoint {
+	return discoveryv1.Endpoint{Addresses: []string{ip},
+		Conditions: discoveryv1.EndpointConditions{Ready: &ready, Terminating: &terminating}}
+}
+
+func (h *harness) findings(sev finding.Severity) float64 {
+	return testutil.ToFloat64(h.agent.cfg.Metrics.Findings.WithLabelValues(rule.StaleNATFlowID, sev.String()))
+}
+
+func update(t *testing.T, client *fake.Clientset, s *discoveryv1.EndpointSlice) {
+	t.Helper()
+	if _, err := client.DiscoveryV1().EndpointSlices(s.Namespace).Update(context.Background(), s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRemedyIsOffUnlessConfigured(t *testing.T) {
+	h := start(t, fake.NewClientset(cluster()...), reportOnly, staleFlow())
+	waitFor(t, "the stale flow to be reported", func() bool { return h.findings(finding.Warning) == 1 })
+	h.settle(t, 3)
+	if n := h.tab.count(); n != 0 {
+		t.Fatalf("deleted %d flows without a remedy configured", n)
+	}
+	if v := testutil.ToFloat64(h.agent.cfg.Metrics.StaleFlows.WithLabelValues("ns", "svc")); v != 1 {
+		t.Errorf("conntrack_stale_entries{ns/svc} = %v", v)
+	}
+}
+
+func TestGracePeriodBeforeDeleting(t *testing.T) {
+	h := start(t, fake.NewClientset(cluster()...), graceRemedy(), staleFlow())
+	waitFor(t, "the stale flow to be pending", func() bool { return h.actions(remedy.Pending) >= 1 })
+	h.settle(t, 3)
+	if n := h.tab.count(); n != 0 {
+		t.Fatalf("deleted %d flows before the grace period passed", n)
+	}
+	h.clock.advance(grace)
+	waitFor(t, "the deletion after the grace period", func() bool { return h.tab.count() == 1 })
+}
+
+// An endpoint that is not a pod (a hand-made EndpointSlice) leaves one slice
+// before it appears in another: for a moment nothing holds its IP, and the
+// flow looks stale. The grace period must bridge that moment.
+func TestBackendMovingBetweenSlicesKeepsItsFlows(t *testing.T) {
+	objs := cluster()
+	objs = append(objs[:3], slice("svc-a", endpoint("10.244.0.5", true, false), endpoint("10.0.5.5", true, false)), slice("svc-b"))
+	client := fake.NewClientset(objs...)
+	h := start(t, client, graceRemedy(), flowTo("10.0.5.5", 41000))
+	h.settle(t, 2)
+	if v := h.findings(finding.Warning); v != 0 {
+		t.Fatalf("a flow to a live endpoint reported: %v findings", v)
+	}
+
+	update(t, client, slice("svc-a", endpoint("10.244.0.5", true, false)))
+	waitFor(t, "the gap to be seen", func() bool { return h.actions(remedy.Pending) >= 1 })
+	update(t, client, slice("svc-b", endpoint("10.0.5.5", true, false)))
+	waitFor(t, "the move to be seen", func() bool { return h.findings(finding.Warning) == 0 })
+
+	h.clock.advance(2 * grace)
+	h.settle(t, 3)
+	if n := h.tab.count(); n != 0 {
+		t.Fatalf("deleted %d flows of a backend that only moved between slices", n)
+	}
+	if evs := h.events.with("StaleFlowDeleted"); len(evs) != 0 {
+		t.Errorf("Events: %q", evs)
+	}
+}
+
+func TestDrainingBackendKeepsItsFlows(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		slice *discoveryv1.EndpointSlice
+	}{
+		{"terminating endpoint", slice("svc-1", endpoint("10.244.0.5", true, false), endpoint("10.244.0.9", false, true))},
+		{"gone from the slice, pod still exists", slice("svc-1", endpoint("10.244.0.5", true, false))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now := metav1.Now()
+			old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "old", UID: "u0", DeletionTimestamp: &now},
+				Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.0.9", PodIPs: []corev1.PodIP{{IP: "10.244.0.9"}}}}
+			objs := append(cluster()[:3], tc.slice, old)
+			h := start(t, fake.NewClientset(objs...), graceRemedy(), staleFlow())
+			h.settle(t, 2)
+			h.clock.advance(2 * grace)
+			h.settle(t, 3)
+			if n := h.tab.count(); n != 0 {
+				t.Fatalf("deleted %d flows of a draining backend", n)
+			}
+			if v := h.findings(finding.Warning); v != 0 {
+				t.Errorf("a draining backend reported as stale: %v findings", v)
+			}
+		})
+	}
+}
+
+// The audit saw the backend gone, but by the time the grace period is over
+// and the delete is due, the backend is back: the re-check against the
+// caches as they are at that moment must stop the delete.
+func TestRecheckRightBeforeDeleting(t *testing.T) {
+	objs := cluster()
+	objs = append(objs[:3], slice("svc-1", endpoint("10.244.0.5", true, false)))
+	client := fake.NewClientset(objs...)
+	h := start(t, client, graceRemedy(), flowTo("10.0.5.5", 41000))
+	waitFor(t, "the stale flow to be pending", func() bool { return h.actions(remedy.Pending) >= 1 })
+
+	// The next audit reads the cluster first and the table second; while
+	// it reads the table, the backend comes back.
+	var once sync.Once
+	h.tab.setOnCollect(func() {
+		once.Do(func() {
+			update(t, client, slice("svc-1", endpoint("10.244.0.5", true, false), endpoint("10.0.5.5", true, false)))
+			waitFor(t, "the informer to see the backend back", func() bool {
+				for _, ep := range h.agent.cfg.Informers.Snapshot().Endpoints {
+					if ep.Address == netip.MustParseAddr("10.0.5.5") {
+						return true
+					}
+				}
+				return false
+			})
+		})
+	})
+	h.clock.advance(grace)
+	waitFor(t, "the re-check to refuse", func() bool { return h.actions(remedy.Refused) >= 1 })
+	if n := h.tab.count(); n != 0 {
+		t.Fatalf("deleted %d flows whose backend came back", n)
+	}
+	evs := h.events.with("StaleFlowDeleteRefused")
+	if len(evs) == 0 || !strings.Contains(evs[0], "re-check") || !strings.HasPrefix(evs[0], "Service Warning ns/svc") {
+		t.Errorf("Events: %q", evs)
+	}
+}
+
+func TestBudgetExceededRefusesTheWholeBatch(t *testing.T) {
+	rem := &remedy.StaleFlows{Budget: &remedy.Budget{Max: 2, Interval: time.Hour}}
+	h := start(t, fake.NewClientset(cluster()...), rem,
+		flowTo("10.244.0.9", 41000), flowTo("10.244.0.9", 41001), flowTo("10.244.0.9", 41002))
+	waitFor(t, "the batch to be refused", func() bool { return h.actions(remedy.Refused) >= 3 })
+	h.settle(t, 2)
+	if n := h.tab.count(); n != 0 {
+		t.Fatalf("deleted %d of a batch larger than the budget", n)
+	}
+	if v := testutil.ToFloat64(h.agent.cfg.Metrics.Degraded.WithLabelValues("budget-exceeded")); v != 1 {
+		t.Errorf("degraded{budget-exceeded} = %v", v)
+	}
+	evs := h.events.with("RemedyBudgetExceeded")
+	if len(evs) < 3 || !strings.HasPrefix(evs[0], "Service Warning ns/svc RemedyBudgetExceeded") || !strings.Contains(evs[0], "3 actions due but only 2") {
+		t.Errorf("Events: %q", evs)
+	}
+}
+
+func TestDryRunDeletesNothing(t *testing.T) {
+	rem := &remedy.StaleFlows{DryRun: true, Budget: &remedy.Budget{Max: 10, Interval: time.Minute}}
+	h := start(t, fake.NewClientset(cluster()...), rem, staleFlow())
+	waitFor(t, "a dry-run action", func() bool { return h.actions(remedy.DryRun) >= 1 })
+	h.settle(t, 2)
+	if n := h.tab.count(); n != 0 {
+		t.Fatalf("dry run deleted %d flows", n)
+	}
+	if evs := h.events.with("StaleFlowDeleteDryRun"); len(evs) == 0 || !strings.Contains(evs[0], "would delete tcp 10.244.1.50:40000 -> 10.96.0.10:80") {
+		t.Errorf("Events: %q", evs)
+	}
+}
+
+// The watch works at first, then the API server goes away: every watch
+// ends and every new list and watch fails. A stale flow that appears then
+// must not be deleted from a cache nobody can vouch for.
+func TestWatchStaleMidRunDeletesNothing(t *testing.T) {
+	client := fake.NewClientset(cluster()...)
+	var broken atomic.Bool
+	var mu sync.Mutex
+	var watches []watch.Interface
+	client.PrependReactor("list", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if broken.Load() {
+			return true, nil, errors.New("connection refused")
+		}
+		return false, nil, nil
+	})
+	client.PrependWatchReactor("*", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		if broken.Load() {
+			return true, nil, errors.New("connection refused")
+		}
+		w, err := client.Tracker().Watch(a.GetResource(), a.GetNamespace())
+		mu.Lock()
+		watches = append(watches, w)
+		mu.Unlock()
+		return true, w, err
+	})
+	h := start(t, client, nil)
+	h.settle(t, 2)
+
+	broken.Store(true)
+	mu.Lock()
+	for _, w := range watches {
+		w.Stop()
+	}
+	mu.Unlock()
+	waitFor(t, "the agent to notice", func() bool { return strings.Contains(h.agent.Status().Degraded, "connection refused") })
+	h.tab.add(staleFlow())
+	degraded := func() float64 {
+		return testutil.ToFloat64(h.agent.cfg.Metrics.Audits.WithLabelValues("timer", "degraded"))
+	}
+	target := degraded() + 3
+	waitFor(t, "more degraded audits", func() bool { return degraded() >= target })
+	if n := h.tab.count(); n != 0 {
+		t.Fatalf("deleted %d flows while the watch was failing", n)
+	}
+	if v := testutil.ToFloat64(h.agent.cfg.Metrics.Degraded.WithLabelValues("cache-stale")); v != 1 {
+		t.Errorf("degraded{cache-stale} = %v", v)
+	}
+}
