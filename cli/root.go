@@ -47,6 +47,7 @@ recycled: conntrack NAT flows that still point to a deleted pod, pod IPs that
 IPAM hands out twice, gossip members that haunt a reused address.
 
   ghostwatch scan      one-shot audit of this node and the cluster
+  ghostwatch agent     the node DaemonSet: watch, export metrics, and (if asked) remove ghosts
   ghostwatch lab       rebuild an incident on the real kernel, in network namespaces
 
 Exit codes: 0 nothing found at or above --fail-on, 1 findings, 2 could not run.`,
@@ -56,7 +57,7 @@ Exit codes: 0 nothing found at or above --fail-on, 1 findings, 2 could not run.`
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
-	root.AddCommand(newScanCommand(streams), newLabCommand(streams), newVersionCommand(streams))
+	root.AddCommand(newScanCommand(streams), newAgentCommand(streams), newLabCommand(streams), newVersionCommand(streams))
 	return root
 }
 

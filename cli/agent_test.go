@@ -1,0 +1,161 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+)
+
+func TestAgentFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--remedy", "delete-everything"}, `--remedy "delete-everything": the remedies are stale-nat-flow`},
+		{[]string{"--dry-run"}, "--dry-run needs --remedy"},
+		{[]string{"--remedy", "stale-nat-flow", "--budget", "0"}, "--budget 0: must be at least 1"},
+		{[]string{"--grace", "-1s"}, "--grace -1s: must not be negative"},
+		{[]string{"--log-format", "xml"}, `--log-format "xml"`},
+		{[]string{"--nodeport-addresses", "10.0.0.0/33"}, "--nodeport-addresses"},
+	} {
+		var out, errOut bytes.Buffer
+		streams := genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}
+		code := Execute(t.Context(), NewRootCommand(streams), append([]string{"agent"}, tc.args...), streams)
+		if code != ExitError || !strings.Contains(errOut.String(), tc.want) {
+			t.Errorf("agent %v: exit %d, stderr %q; want exit 2 and %q", tc.args, code, errOut.String(), tc.want)
+		}
+	}
+}
+
+// Without CAP_NET_ADMIN the agent refuses to start, in one line, before it
+// talks to anything.
+func TestAgentWithoutNetAdmin(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("kernel test: needs root to run the agent as another user")
+	}
+	cmd := exec.Command(selfBinary(t), "agent", "--server", "https://127.0.0.1:1", "--listen", "")
+	cmd.Env = append(os.Environ(), "GHOSTWATCH_RUN_MAIN=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	_ = cmd.Run()
+	if code := cmd.ProcessState.ExitCode(); code != ExitError {
+		t.Fatalf("exit %d, want %d; stderr: %s", code, ExitError, stderr.String())
+	}
+	msg := strings.TrimSpace(stderr.String())
+	if strings.Contains(msg, "\n") || !strings.Contains(msg, "CAP_NET_ADMIN") {
+		t.Errorf("want one line naming CAP_NET_ADMIN, got:\n%s", msg)
+	}
+}
+
+// With CAP_NET_ADMIN as its only capability, as an unprivileged user, the
+// agent runs; with the API server unreachable it is alive but not ready and
+// says why; on SIGTERM it stops cleanly with status 0.
+func TestAgentOnlyNetAdminAndSIGTERM(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("kernel test: needs root to run the agent as another user")
+	}
+	cmd := exec.Command(selfBinary(t), "agent", "--server", "https://127.0.0.1:1", "--token", "x",
+		"--insecure-skip-tls-verify", "--listen", "127.0.0.1:0", "--node-name", "node-a", "--remedy", "stale-nat-flow")
+	// The flags are the whole configuration: no kubeconfig of the machine's.
+	cmd.Env = append(os.Environ(), "GHOSTWATCH_RUN_MAIN=1", "HOME=/nonexistent", "KUBECONFIG=")
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Credential:  &syscall.Credential{Uid: 65534, Gid: 65534},
+		AmbientCaps: []uintptr{unix.CAP_NET_ADMIN},
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	lines := make(chan map[string]any, 100)
+	var logs bytes.Buffer
+	go func() {
+		sc := bufio.NewScanner(io.TeeReader(stderr, &logs))
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil {
+				lines <- m
+			}
+		}
+		close(lines)
+		exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+	addr := ""
+	deadline := time.After(30 * time.Second)
+	for addr == "" {
+		select {
+		case m, ok := <-lines:
+			if !ok {
+				t.Fatalf("agent exited early: %s", logs.String())
+			}
+			if a, ok := m["address"].(string); ok {
+				addr = a
+			}
+		case <-deadline:
+			t.Fatal("the agent never said where it serves")
+		}
+	}
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		end := time.Now().Add(30 * time.Second)
+		for !cond() {
+			if time.Now().After(end) {
+				t.Fatalf("timed out waiting for %s; logs:\n%s", what, logs.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFor("/readyz to say degraded", func() bool {
+		code, body := get("/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "degraded") && strings.Contains(body, "not synced")
+	})
+	if code, body := get("/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz = %d %q while the loop runs", code, body)
+	}
+	if _, body := get("/metrics"); !strings.Contains(body, `ghostwatch_degraded{reason="cache-stale"} 1`) {
+		t.Errorf("/metrics does not say the agent is degraded:\n%s", body)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for range lines {
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("agent exited with %v after SIGTERM; logs:\n%s", err, logs.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("agent did not stop on SIGTERM")
+	}
+	if !strings.Contains(logs.String(), "agent stopping") {
+		t.Errorf("no shutdown log line:\n%s", logs.String())
+	}
+}
