@@ -30,6 +30,14 @@ type Config struct {
 	Rules []rule.Rule
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// SuspectsOnly keeps, of the flows to a service frontend, only those a
+	// rule could report (judged as the table streams by), so that memory
+	// grows with the suspects and not with the table. The rules see no
+	// healthy flow then, which none of them needs.
+	SuspectsOnly bool
+	// Judge configures the judgement SuspectsOnly makes: it must be the
+	// conntrack rules' own configuration, or a suspect could be missed.
+	Judge rule.ConntrackConfig
 }
 
 // Result is a Report plus what produced it.
@@ -53,10 +61,31 @@ func Run(ctx context.Context, cfg Config) *Result {
 	s := source.Collect(ctx, now, cfg.NodeName, srcs...)
 	if cfg.Conntrack != nil {
 		keep := conntrack.Keep(conntrack.KeepDNAT)
+		matched := 0
 		if s.Kube != nil {
-			keep = rule.NewFrontends(s.Kube, cfg.NodeName, cfg.NodePortAddresses).Match
+			match := rule.NewFrontends(s.Kube, cfg.NodeName, cfg.NodePortAddresses).Match
+			keep = func(f *snapshot.Flow) bool {
+				if !match(f) {
+					return false
+				}
+				matched++
+				return true
+			}
+			if cfg.SuspectsOnly {
+				judge := rule.NewJudge(s, cfg.Judge)
+				keep = func(f *snapshot.Flow) bool {
+					if !match(f) {
+						return false
+					}
+					matched++
+					return judge.Suspect(f)
+				}
+			}
 		}
 		source.CollectInto(ctx, now, s, cfg.Conntrack(keep))
+		if s.Conntrack != nil && s.Conntrack.Matched == 0 {
+			s.Conntrack.Matched = matched
+		}
 	}
 	describeSources(s)
 	fs, skipped := rule.Run(s, cfg.Rules)
@@ -115,7 +144,7 @@ func describeSources(s *snapshot.Snapshot) {
 			k := s.Kube
 			st.Detail = fmt.Sprintf("%d pods, %d services, %d endpoints, %d nodes", len(k.Pods), len(k.Services), len(k.Endpoints), len(k.Nodes))
 		case st.Name == conntrack.Name && s.Conntrack != nil:
-			st.Detail = fmt.Sprintf("%d entries, %d DNATed to a service frontend of node %s", s.Conntrack.Seen, len(s.Conntrack.Flows), s.NodeName)
+			st.Detail = fmt.Sprintf("%d entries, %d DNATed to a service frontend of node %s", s.Conntrack.Seen, s.Conntrack.Matched, s.NodeName)
 		}
 	}
 }

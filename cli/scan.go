@@ -128,6 +128,8 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 		Conntrack:         ctSrc,
 		NodePortAddresses: npa,
 		Rules:             rules,
+		SuspectsOnly:      true,
+		Judge:             cfg.Conntrack,
 	})
 	if err := checkNode(res, node, npa); err != nil {
 		return withCode(ExitError, err)

@@ -339,6 +339,19 @@ func NewJudge(s *snapshot.Snapshot, cfg ConntrackConfig) *Judge {
 	return &Judge{ix: newFlowIndex(s, cfg)}
 }
 
+// Suspect reports whether f could be a finding of a conntrack rule: a
+// DNATed flow to a frontend whose backend is not a current endpoint of the
+// service. Healthy flows and flows that address no frontend are not. A
+// collector that keeps only suspects holds a handful of flows where the
+// table holds a million.
+func (j *Judge) Suspect(f *snapshot.Flow) bool {
+	switch j.ix.judge(f).verdict {
+	case notService, healthy:
+		return false
+	}
+	return true
+}
+
 // StillStale returns nil when f is still a stale-nat-flow, and otherwise an
 // error saying what the flow is now.
 func (j *Judge) StillStale(f *snapshot.Flow) error {

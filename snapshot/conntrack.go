@@ -110,4 +110,7 @@ type Conntrack struct {
 	Flows []Flow
 	// Seen is how many entries the table held in all.
 	Seen int
+	// Matched is how many of them addressed a service frontend of the
+	// node, kept or not; 0 when the collector did not count.
+	Matched int
 }
