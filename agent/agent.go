@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -32,6 +33,13 @@ type Config struct {
 	// Conntrack returns the source reading this node's table, keeping the
 	// flows keep accepts.
 	Conntrack func(keep conntrack.Keep) source.Source
+	// FlowEvents, when set, streams the table's new and destroy events
+	// (a conntrack.Subscription, subscribed before Run so that nothing is
+	// missed between it and the first dump). The agent then keeps an index
+	// of DNATed flows by backend, and an API change makes it judge the
+	// flows of the backends that changed, from the index, instead of
+	// dumping the table. Without it every change dumps the table.
+	FlowEvents FlowEvents
 	// Rules configures the conntrack rules.
 	Rules rule.Config
 	// AuditInterval is the period of the full audit that catches what
@@ -39,6 +47,10 @@ type Config struct {
 	AuditInterval time.Duration
 	// Debounce gathers a burst of API changes into one audit. Default 50ms.
 	Debounce time.Duration
+	// NewFlowInterval is how often flows created since the last audit are
+	// looked at: those to a backend that is no endpoint are judged.
+	// Default 1s.
+	NewFlowInterval time.Duration
 	// StaleWindow: a list/watch error this recent makes the caches
 	// untrusted. Default 60s.
 	StaleWindow time.Duration
@@ -52,6 +64,11 @@ type Config struct {
 	Log *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+}
+
+// FlowEvents streams conntrack events; conntrack.Subscription is one.
+type FlowEvents interface {
+	Run(ctx context.Context, fn func(conntrack.Event) error) error
 }
 
 // Status is the agent's state for /readyz and logs.
@@ -70,6 +87,17 @@ type Status struct {
 type Agent struct {
 	cfg  Config
 	poke chan struct{}
+	// full asks for a full audit: the index missed events.
+	full chan struct{}
+
+	// index, facts and suspects belong to the loop's goroutine (the index
+	// also takes events from another, under its own lock).
+	index *flowIndex
+	// facts are those of the last complete audit; nextFacts those of the
+	// audit under way.
+	facts, nextFacts *facts
+	// suspects are the backends of the last complete audit's findings.
+	suspects []netip.Addr
 
 	mu     sync.Mutex
 	status Status
@@ -83,6 +111,9 @@ func New(cfg Config) *Agent {
 	if cfg.Debounce <= 0 {
 		cfg.Debounce = 50 * time.Millisecond
 	}
+	if cfg.NewFlowInterval <= 0 {
+		cfg.NewFlowInterval = time.Second
+	}
 	if cfg.StaleWindow <= 0 {
 		cfg.StaleWindow = time.Minute
 	}
@@ -92,7 +123,7 @@ func New(cfg Config) *Agent {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Agent{cfg: cfg, poke: make(chan struct{}, 1)}
+	return &Agent{cfg: cfg, poke: make(chan struct{}, 1), full: make(chan struct{}, 1), index: newFlowIndex(), facts: factsOf(nil)}
 }
 
 // Status returns a copy of the agent's status.
@@ -108,22 +139,28 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.Informers == nil || a.cfg.Conntrack == nil {
 		return errors.New("agent: informers and a conntrack source are required")
 	}
-	if err := a.cfg.Informers.OnChange(func() {
-		select {
-		case a.poke <- struct{}{}:
-		default:
-		}
-	}); err != nil {
+	if err := a.cfg.Informers.OnChange(func() { signal(a.poke) }); err != nil {
 		return err
 	}
 	a.cfg.Informers.Start(ctx)
+	var events sync.WaitGroup
+	defer events.Wait()
+	if a.cfg.FlowEvents != nil {
+		events.Add(1)
+		go func() {
+			defer events.Done()
+			a.followEvents(ctx)
+		}()
+	}
 	a.mu.Lock()
 	a.status.Running = true
 	a.mu.Unlock()
 	ticker := time.NewTicker(a.cfg.AuditInterval)
 	defer ticker.Stop()
+	newFlows := time.NewTicker(a.cfg.NewFlowInterval)
+	defer newFlows.Stop()
 	var grace <-chan time.Time
-	trigger := "start"
+	trigger := triggerStart
 	for {
 		if a.auditOnce(ctx, trigger) {
 			// Some flows wait out their grace period: look again then.
@@ -131,29 +168,104 @@ func (a *Agent) Run(ctx context.Context) error {
 		} else {
 			grace = nil
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ticker.C:
-			trigger = "timer"
-		case <-grace:
-			trigger = "grace"
-		case <-a.poke:
-			trigger = "change"
-			// Gather the rest of the burst.
-			t := time.NewTimer(a.cfg.Debounce)
+		for trigger = ""; trigger == ""; {
 			select {
 			case <-ctx.Done():
-				t.Stop()
 				return nil
-			case <-t.C:
-			}
-			select {
+			case <-ticker.C:
+				trigger = triggerTimer
+			case <-a.full:
+				trigger = triggerEventsLost
+			case <-grace:
+				trigger = triggerGrace
+			case <-newFlows.C:
+				if a.newFlowsToJudge() {
+					trigger = triggerNewFlow
+				}
 			case <-a.poke:
-			default:
+				// Gather the rest of the burst.
+				t := time.NewTimer(a.cfg.Debounce)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return nil
+				case <-t.C:
+				}
+				select {
+				case <-a.poke:
+				default:
+				}
+				trigger = triggerChange
 			}
 		}
 	}
+}
+
+// Audit triggers, as they appear in metrics and logs.
+const (
+	triggerStart      = "start"
+	triggerTimer      = "timer"
+	triggerChange     = "change"
+	triggerGrace      = "grace"
+	triggerNewFlow    = "new-flow"
+	triggerEventsLost = "events-lost"
+)
+
+var triggers = []string{triggerStart, triggerTimer, triggerChange, triggerGrace, triggerNewFlow, triggerEventsLost}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// followEvents feeds conntrack events to the index until ctx ends. When
+// events are lost, the index is no longer trusted and a full audit is
+// asked for, which seeds it again.
+func (a *Agent) followEvents(ctx context.Context) {
+	for {
+		err := a.cfg.FlowEvents.Run(ctx, func(e conntrack.Event) error {
+			a.index.apply(e)
+			return nil
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		a.index.invalidate()
+		if m := a.cfg.Metrics; m != nil {
+			m.EventsLost.Inc()
+		}
+		signal(a.full)
+		if errors.Is(err, conntrack.ErrOverflow) {
+			a.cfg.Log.Warn("conntrack events lost: the next audit reads the whole table", "err", err)
+			continue
+		}
+		a.cfg.Log.Error("conntrack events failed: audits read the whole table until they work again", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// newFlowsToJudge reports whether flows were created since the last audit
+// to a backend that was no endpoint then: a connection opened through a
+// rule kube-proxy has not yet removed.
+func (a *Agent) newFlowsToJudge() bool {
+	if a.cfg.FlowEvents == nil {
+		return false
+	}
+	a.index.mu.Lock()
+	defer a.index.mu.Unlock()
+	for b := range a.index.dirty {
+		if !a.facts.endpoints[netip.AddrFrom16(b).Unmap()] {
+			return true
+		}
+		delete(a.index.dirty, b)
+	}
+	return false
 }
 
 // auditOnce runs one audit and, on complete evidence, the remedy. It
@@ -166,14 +278,33 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string) (pending bool) {
 		a.degrade(trigger, reasonCacheStale, err)
 		return false
 	}
+	// A change is judged from the index when it can be trusted; anything
+	// else reads the whole table, and seeds the index on the way.
+	full := cfg.FlowEvents == nil || !a.index.isValid() ||
+		trigger == triggerStart || trigger == triggerTimer || trigger == triggerEventsLost
+	ct := func(keep conntrack.Keep) source.Source { return &indexSource{a: a, keep: keep} }
+	if full {
+		a.index.beginSeed()
+		ct = func(keep conntrack.Keep) source.Source {
+			return cfg.Conntrack(func(f *snapshot.Flow) bool {
+				a.index.seed(f)
+				return keep(f)
+			})
+		}
+	}
 	res := audit.Run(ctx, audit.Config{
 		NodeName:          cfg.NodeName,
 		Kube:              &kube.APISource{Informers: cfg.Informers},
-		Conntrack:         cfg.Conntrack,
+		Conntrack:         ct,
 		NodePortAddresses: cfg.Rules.Conntrack.NodePortAddresses,
 		Rules:             []rule.Rule{rule.StaleNATFlow{Config: cfg.Rules.Conntrack}, rule.MisdeliveredFlow{Config: cfg.Rules.Conntrack}},
 		Now:               cfg.Now,
+		SuspectsOnly:      true,
+		Judge:             cfg.Rules.Conntrack,
 	})
+	if full {
+		a.index.endSeed(res.Incomplete() == nil)
+	}
 	if m != nil {
 		for _, st := range res.Sources {
 			up := 0.0
@@ -187,6 +318,18 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string) (pending bool) {
 	if err := res.Incomplete(); err != nil {
 		a.degrade(trigger, reasonSourceError, err)
 		return false
+	}
+	if full {
+		a.facts = factsOf(res.Snapshot.Kube)
+	} else {
+		a.facts = a.nextFacts
+	}
+	a.nextFacts = nil
+	a.suspects = a.suspects[:0]
+	for _, f := range res.Findings {
+		if f.Flow != nil {
+			a.suspects = append(a.suspects, f.Flow.Reply.Src.Unmap())
+		}
 	}
 	a.publish(res)
 	budgetErr := false
@@ -211,10 +354,18 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string) (pending bool) {
 		}
 		for _, act := range actions {
 			a.report(res.Snapshot, act, be)
+			if act.Result == remedy.Deleted || act.Result == remedy.Gone {
+				a.index.forget(act.Finding.Flow)
+			}
 			pending = pending || act.Result == remedy.Pending
 		}
 	}
 	if m != nil {
+		if cfg.FlowEvents != nil {
+			m.IndexFlows.Set(float64(a.index.len()))
+		} else {
+			m.IndexFlows.Set(float64(res.Snapshot.Conntrack.Matched))
+		}
 		m.Audits.WithLabelValues(trigger, "complete").Inc()
 		for _, r := range degradedReasons {
 			v := 0.0
@@ -278,7 +429,7 @@ func (a *Agent) publish(res *audit.Result) {
 			m.StaleFlows.WithLabelValues(ref.Namespace, ref.Name).Inc()
 		}
 	}
-	m.IndexFlows.Set(float64(len(res.Snapshot.Conntrack.Flows)))
+
 }
 
 // report turns one remedy action into a metric, a log line and Events on

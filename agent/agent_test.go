@@ -39,11 +39,33 @@ import (
 type table struct {
 	mu        sync.Mutex
 	onCollect func()
+	collects  int // dumps of the whole table
 	flows     []snapshot.Flow
 	deleted   []snapshot.Flow
 }
 
 func (t *table) Name() string { return conntrack.Name }
+
+// filtered reads a table as the kernel source does: every flow passes
+// through keep, which may keep it or not.
+type filtered struct {
+	*table
+	keep conntrack.Keep
+}
+
+func (f filtered) Collect(ctx context.Context, s *snapshot.Snapshot) error {
+	if err := f.table.Collect(ctx, s); err != nil {
+		return err
+	}
+	kept := s.Conntrack.Flows[:0]
+	for i := range s.Conntrack.Flows {
+		if f.keep(&s.Conntrack.Flows[i]) {
+			kept = append(kept, s.Conntrack.Flows[i])
+		}
+	}
+	s.Conntrack.Flows = kept
+	return nil
+}
 
 func (t *table) setOnCollect(fn func()) {
 	t.mu.Lock()
@@ -59,6 +81,7 @@ func (t *table) Collect(_ context.Context, s *snapshot.Snapshot) error {
 		hook()
 	}
 	t.mu.Lock()
+	t.collects++
 	defer t.mu.Unlock()
 	flows := append([]snapshot.Flow(nil), t.flows...)
 	s.Conntrack = &snapshot.Conntrack{Flows: flows, Seen: len(flows)}
@@ -88,6 +111,12 @@ func (t *table) deletedFlows() []snapshot.Flow {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return append([]snapshot.Flow(nil), t.deleted...)
+}
+
+func (t *table) dumps() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.collects
 }
 
 func (t *table) count() int {
@@ -190,6 +219,12 @@ var reportOnly = &remedy.StaleFlows{}
 // minute. The remedy's deleter is the table.
 func start(t *testing.T, client kubernetes.Interface, rem *remedy.StaleFlows, flows ...snapshot.Flow) *harness {
 	t.Helper()
+	return startWith(t, client, rem, nil, flows...)
+}
+
+// startWith is start with a last say on the configuration.
+func startWith(t *testing.T, client kubernetes.Interface, rem *remedy.StaleFlows, configure func(*Config), flows ...snapshot.Flow) *harness {
+	t.Helper()
 	h := &harness{tab: &table{flows: flows}, clock: &clock{t: time.Now()}, reg: prometheus.NewRegistry(), events: &events{}, done: make(chan struct{})}
 	if rem == nil {
 		rem = &remedy.StaleFlows{Budget: &remedy.Budget{Max: 10, Interval: time.Minute}}
@@ -198,16 +233,20 @@ func start(t *testing.T, client kubernetes.Interface, rem *remedy.StaleFlows, fl
 	if rem == reportOnly {
 		rem = nil
 	}
-	h.agent = New(Config{
+	cfg := Config{
 		NodeName:      "node-a",
 		Informers:     kube.NewInformers(client, 0),
-		Conntrack:     func(conntrack.Keep) source.Source { return h.tab },
+		Conntrack:     func(keep conntrack.Keep) source.Source { return filtered{h.tab, keep} },
 		AuditInterval: 50 * time.Millisecond,
 		Remedy:        rem,
 		Metrics:       NewMetrics(h.reg),
 		Events:        h.events,
 		Now:           h.clock.now,
-	})
+	}
+	if configure != nil {
+		configure(&cfg)
+	}
+	h.agent = New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	go func() {
@@ -233,7 +272,7 @@ func (h *harness) actions(result remedy.Result) float64 {
 // audits reads how many complete audits have run.
 func (h *harness) audits() float64 {
 	var n float64
-	for _, trigger := range []string{"start", "timer", "change", "grace"} {
+	for _, trigger := range triggers {
 		n += testutil.ToFloat64(h.agent.cfg.Metrics.Audits.WithLabelValues(trigger, "complete"))
 	}
 	return n

@@ -19,6 +19,7 @@ type Metrics struct {
 	IndexFlows    prometheus.Gauge
 	Audits        *prometheus.CounterVec
 	Degraded      *prometheus.GaugeVec
+	EventsLost    prometheus.Counter
 }
 
 // NewMetrics creates the series and registers them with reg.
@@ -38,14 +39,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		SourceSeconds: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "source_duration_seconds",
 			Help: "How long the source took to read in the last audit."}, []string{"source"}),
 		IndexFlows: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "index_flows",
-			Help: "DNATed flows to this node's Service frontends held by the agent after the last audit."}),
+			Help: "DNATed flows the agent indexes by backend (with conntrack events), or flows to a Service frontend seen in the last audit (without)."}),
 		Audits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "audits_total",
-			Help: "Audits run, by what triggered them (change, timer, grace) and outcome (complete, degraded)."},
+			Help: "Audits run, by what triggered them (start, timer, change, grace, new-flow, events-lost) and outcome (complete, degraded)."},
 			[]string{"trigger", "outcome"}),
 		Degraded: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "degraded",
 			Help: "1 while the agent refuses to act, by reason (cache-stale, source-error, budget-exceeded)."}, []string{"reason"}),
+		EventsLost: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "conntrack_events_lost_total",
+			Help: "Times conntrack events were lost (socket overflow or failure); each makes the next audit read the whole table."}),
 	}
-	reg.MustRegister(m.Findings, m.StaleFlows, m.FlowsDeleted, m.RemedyActions, m.SourceUp, m.SourceSeconds,
+	reg.MustRegister(m.EventsLost, m.Findings, m.StaleFlows, m.FlowsDeleted, m.RemedyActions, m.SourceUp, m.SourceSeconds,
 		m.IndexFlows, m.Audits, m.Degraded)
 	for _, r := range degradedReasons {
 		m.Degraded.WithLabelValues(r).Set(0)

@@ -153,6 +153,17 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 		return withCode(ExitError, fmt.Errorf("agent: %w", err))
 	}
 	defer conn.Close()
+	// Subscribe before the first dump, so that no flow falls between them.
+	var events agent.FlowEvents
+	if on, err := conntrack.EventsEnabled(); !on {
+		log.Warn("conntrack events are off: every change reads the whole table", "err", err,
+			"fix", "sysctl -w net.netfilter.nf_conntrack_events=1")
+	} else if sub, err := conntrack.Subscribe(); err != nil {
+		log.Warn("cannot follow conntrack events: every change reads the whole table", "err", err)
+	} else {
+		defer sub.Close()
+		events = sub
+	}
 	client, server, err := kube.ClientFromFlags(o.kubeFlags)
 	if err != nil {
 		return withCode(ExitError, err)
@@ -166,10 +177,11 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 	defer broadcaster.Shutdown()
 
 	cfg := agent.Config{
-		NodeName:  node,
-		Informers: kube.NewInformers(client, 0),
-		Conntrack: func(keep conntrack.Keep) source.Source { return &conntrack.KernelSource{Keep: keep} },
-		Rules:     rule.Config{Conntrack: rule.ConntrackConfig{NodePortAddresses: npa, ClockSkew: o.clockSkew}},
+		NodeName:   node,
+		Informers:  kube.NewInformers(client, 0),
+		Conntrack:  func(keep conntrack.Keep) source.Source { return &conntrack.KernelSource{Keep: keep} },
+		FlowEvents: events,
+		Rules:      rule.Config{Conntrack: rule.ConntrackConfig{NodePortAddresses: npa, ClockSkew: o.clockSkew}},
 
 		AuditInterval: o.auditInterval,
 		Metrics:       agent.NewMetrics(reg),
@@ -205,7 +217,8 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 		}()
 		log.Info("serving /metrics, /healthz and /readyz", "address", ln.Addr().String())
 	}
-	log.Info("agent starting", "node", node, "apiServer", server, "mode", mode, "auditInterval", o.auditInterval)
+	log.Info("agent starting", "node", node, "apiServer", server, "mode", mode, "auditInterval", o.auditInterval,
+		"conntrackEvents", events != nil)
 	runErr := a.Run(ctx)
 	log.Info("agent stopping", "reason", context.Cause(ctx))
 	if srv != nil {

@@ -21,9 +21,16 @@ import (
 // opened inside the node. It returns a function that stops it.
 func (e *env) startAgent(ctx context.Context, o Options) (stop func(), err error) {
 	var conn *conntrack.Conn
+	var sub *conntrack.Subscription
 	if err := e.node.Do(func() error {
 		var err error
-		conn, err = conntrack.Open()
+		if conn, err = conntrack.Open(); err != nil {
+			return err
+		}
+		// Subscribed before the first dump, as the agent command does.
+		if sub, err = conntrack.Subscribe(); err != nil {
+			conn.Close()
+		}
 		return err
 	}); err != nil {
 		return nil, err
@@ -35,6 +42,7 @@ func (e *env) startAgent(ctx context.Context, o Options) (stop func(), err error
 		Conntrack: func(keep conntrack.Keep) source.Source {
 			return inNamespace{e.node, &conntrack.KernelSource{Keep: keep}}
 		},
+		FlowEvents:    sub,
 		AuditInterval: 10 * time.Second,
 		Remedy: &remedy.StaleFlows{
 			Grace:   o.Grace,
@@ -50,10 +58,11 @@ func (e *env) startAgent(ctx context.Context, o Options) (stop func(), err error
 			e.tl.logf("agent", "stopped: %v", err)
 		}
 	}()
-	e.tl.logf("agent", "running: audits on every Pod or EndpointSlice change, grace %s, budget 50 deletions a minute", o.Grace)
+	e.tl.logf("agent", "running: follows conntrack events, judges the flows of every backend that changes, grace %s, budget 50 deletions a minute", o.Grace)
 	return func() {
 		cancel()
 		<-done
+		sub.Close()
 		conn.Close()
 	}, nil
 }

@@ -1,0 +1,173 @@
+package agent
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source/conntrack"
+)
+
+func TestIndexRecordRoundTrip(t *testing.T) {
+	v6 := snapshot.Flow{ID: 9, Proto: snapshot.ProtoUDP, Zone: 3, Status: 0x18e,
+		Orig:  snapshot.Tuple{Src: netip.MustParseAddr("fd00::50"), Dst: netip.MustParseAddr("fd00:96::a"), SrcPort: 5353, DstPort: 53},
+		Reply: snapshot.Tuple{Src: netip.MustParseAddr("fd00:244::9"), Dst: netip.MustParseAddr("fd00::50"), SrcPort: 5353, DstPort: 5353},
+		Start: time.Unix(1700000000, 123)}
+	v4 := staleFlow()
+	v4.Status = 0x18e
+	for _, f := range []snapshot.Flow{v4, v6} {
+		if got := flowOf(f.Reply.Src.As16(), keyOf(&f), valOf(&f)); got.String() != f.String() || got.Backend() != f.Backend() ||
+			got.Reply != f.Reply || got.ID != f.ID || got.Zone != f.Zone || got.Status != f.Status || got.State != f.State || !got.Start.Equal(f.Start) {
+			t.Errorf("round trip:\n got %+v\nwant %+v", got, f)
+		}
+	}
+}
+
+func TestIndexReplaysEventsThatArriveDuringTheSeed(t *testing.T) {
+	ix := newFlowIndex()
+	a, b, c := flowTo("10.244.0.9", 1), flowTo("10.244.0.9", 2), flowTo("10.244.0.7", 3)
+	notDNAT := staleFlow()
+	notDNAT.Reply.Src, notDNAT.Reply.SrcPort = notDNAT.Orig.Dst, notDNAT.Orig.DstPort
+
+	ix.beginSeed()
+	ix.seed(&a)
+	ix.seed(&b)
+	ix.seed(&notDNAT)
+	// While the dump runs, b ends and c starts.
+	ix.apply(conntrack.Event{Type: conntrack.EventDestroy, Flow: b})
+	ix.apply(conntrack.Event{Type: conntrack.EventNew, Flow: c})
+	if ix.isValid() {
+		t.Fatal("valid before the first seed completed")
+	}
+	ix.endSeed(true)
+	if !ix.isValid() || ix.len() != 2 {
+		t.Fatalf("valid %v, %d flows; want 2 (a and c)", ix.isValid(), ix.len())
+	}
+	if got := ix.flowsTo([]netip.Addr{netip.MustParseAddr("10.244.0.9")}); len(got) != 1 || got[0].Orig != a.Orig {
+		t.Errorf("flows to 10.244.0.9: %v", got)
+	}
+	if got := ix.takeDirty(); len(got) != 1 || got[0] != netip.MustParseAddr("10.244.0.7") {
+		t.Errorf("dirty backends %v, want the new flow's", got)
+	}
+
+	ix.forget(&a)
+	if ix.len() != 1 {
+		t.Errorf("forget: %d flows", ix.len())
+	}
+	ix.beginSeed()
+	ix.seed(&a)
+	ix.endSeed(false)
+	if ix.isValid() || ix.len() != 1 {
+		t.Errorf("an incomplete seed replaced the index or left it valid: valid %v, %d flows", ix.isValid(), ix.len())
+	}
+}
+
+// events is a fake conntrack event stream.
+type fakeEvents struct {
+	ch chan conntrack.Event
+	// lose makes Run return ErrOverflow, as when the socket overflows.
+	lose chan struct{}
+}
+
+func newFakeEvents() *fakeEvents {
+	return &fakeEvents{ch: make(chan conntrack.Event, 100), lose: make(chan struct{})}
+}
+
+func (e *fakeEvents) Run(ctx context.Context, fn func(conntrack.Event) error) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-e.lose:
+			return conntrack.ErrOverflow
+		case ev := <-e.ch:
+			if err := fn(ev); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// withEvents configures an agent that follows ev and dumps the table only
+// at start and when told (the audit interval is an hour).
+func withEvents(ev *fakeEvents) func(*Config) {
+	return func(c *Config) {
+		c.FlowEvents = ev
+		c.AuditInterval = time.Hour
+		c.NewFlowInterval = 10 * time.Millisecond
+	}
+}
+
+// When the backend's pod is deleted, the agent judges the flows to it from
+// the index and deletes the stale one, without reading the table again.
+func TestBackendDeathIsJudgedFromTheIndex(t *testing.T) {
+	objs := cluster()
+	old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "old", UID: "u0"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.0.9", PodIPs: []corev1.PodIP{{IP: "10.244.0.9"}}}}
+	objs = append(objs[:3], slice("svc-1", endpoint("10.244.0.5", true, false), endpoint("10.244.0.9", true, false)), old)
+	client := fake.NewClientset(objs...)
+	ev := newFakeEvents()
+	healthy := flowTo("10.244.0.5", 41001)
+	h := startWith(t, client, nil, withEvents(ev), staleFlow(), healthy)
+	h.settle(t, 1)
+	if d := h.tab.dumps(); d != 1 || h.tab.count() != 0 {
+		t.Fatalf("after start: %d dumps, %d deletes; want 1 and 0", d, h.tab.count())
+	}
+	if v := testutil.ToFloat64(h.agent.cfg.Metrics.IndexFlows); v != 2 {
+		t.Errorf("index_flows = %v, want 2", v)
+	}
+
+	update(t, client, slice("svc-1", endpoint("10.244.0.5", true, false)))
+	if err := client.CoreV1().Pods("ns").Delete(context.Background(), "old", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the stale flow to be deleted", func() bool { return h.tab.count() == 1 })
+	if d := h.tab.dumps(); d != 1 {
+		t.Errorf("%d dumps: a change read the whole table", d)
+	}
+	if got := h.tab.deletedFlows()[0]; got.Orig != staleFlow().Orig {
+		t.Errorf("deleted %v", got)
+	}
+	waitFor(t, "the index to forget the deleted flow", func() bool {
+		return testutil.ToFloat64(h.agent.cfg.Metrics.IndexFlows) == 1
+	})
+}
+
+// A connection opened after the backend died (kube-proxy had not yet
+// removed its rule) arrives as an event and is judged without a dump.
+func TestNewFlowToADeadBackendIsJudged(t *testing.T) {
+	ev := newFakeEvents()
+	h := startWith(t, fake.NewClientset(cluster()...), nil, withEvents(ev))
+	h.settle(t, 1)
+	late := flowTo("10.244.0.9", 42000)
+	h.tab.add(late)
+	ev.ch <- conntrack.Event{Type: conntrack.EventNew, Flow: late}
+	waitFor(t, "the new stale flow to be deleted", func() bool { return h.tab.count() == 1 })
+	if d := h.tab.dumps(); d != 1 {
+		t.Errorf("%d dumps: a new flow read the whole table", d)
+	}
+}
+
+// Lost events make the index untrustworthy: the agent reads the whole table
+// and says so in a metric.
+func TestLostEventsMakeTheNextAuditReadTheTable(t *testing.T) {
+	ev := newFakeEvents()
+	h := startWith(t, fake.NewClientset(cluster()...), reportOnly, withEvents(ev))
+	h.settle(t, 1)
+	// A stale flow whose event is lost.
+	h.tab.add(staleFlow())
+	ev.lose <- struct{}{}
+	waitFor(t, "a full audit", func() bool { return h.tab.dumps() == 2 })
+	waitFor(t, "the flow to be reported", func() bool { return h.findings(finding.Warning) == 1 })
+	if v := testutil.ToFloat64(h.agent.cfg.Metrics.EventsLost); v != 1 {
+		t.Errorf("conntrack_events_lost_total = %v", v)
+	}
+}
