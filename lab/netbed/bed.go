@@ -171,7 +171,7 @@ func (n *namespace) closeSockets() {
 func (n *namespace) remove() error {
 	n.closeSockets()
 	err := n.handle.Close()
-	if derr := netns.DeleteNamed(n.name); derr != nil && !errors.Is(derr, os.ErrNotExist) {
+	if derr := DeleteNamespace(n.name); derr != nil && !errors.Is(derr, os.ErrNotExist) {
 		err = errors.Join(err, fmt.Errorf("removing network namespace %s: %w", n.name, derr))
 	}
 	return err
@@ -306,4 +306,25 @@ func (n *namespace) Dial(ctx context.Context, network, laddr, raddr string) (net
 	}
 	n.track(c.Close)
 	return c, nil
+}
+
+// DeleteNamespace removes the named network namespace's mount point in
+// /var/run/netns. Another process making or entering namespaces at the
+// same moment (ip netns, a second lab) can leave the bind mount stacked
+// twice, and one unmount then leaves the file busy: every layer is
+// unmounted before the file is removed.
+func DeleteNamespace(name string) error {
+	path := filepath.Join(netnsDir, name)
+	for i := 0; i < 16; i++ {
+		if err := unix.Unmount(path, unix.MNT_DETACH); err != nil {
+			if errors.Is(err, unix.EINVAL) {
+				break // no longer a mount point
+			}
+			if errors.Is(err, unix.ENOENT) {
+				return os.ErrNotExist
+			}
+			return fmt.Errorf("unmounting %s: %w", path, err)
+		}
+	}
+	return os.Remove(path)
 }

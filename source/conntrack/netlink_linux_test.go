@@ -21,6 +21,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/ghostwatch/ghostwatch/lab/netbed"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
@@ -58,7 +59,7 @@ func inNewNetns(tb testing.TB) string {
 		restored := netns.Set(orig)
 		orig.Close()
 		ns.Close()
-		if err := netns.DeleteNamed(name); err != nil {
+		if err := netbed.DeleteNamespace(name); err != nil {
 			tb.Errorf("deleting network namespace %s: %v", name, err)
 		}
 		if restored == nil {
@@ -802,7 +803,7 @@ func benchTable(b *testing.B, n int) (string, netns.NsHandle) {
 	orig.Close()
 	b.Cleanup(func() {
 		ns.Close()
-		if err := netns.DeleteNamed(name); err != nil {
+		if err := netbed.DeleteNamespace(name); err != nil {
 			b.Errorf("deleting network namespace %s: %v", name, err)
 		}
 	})
