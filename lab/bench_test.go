@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,43 +31,9 @@ func BenchmarkScan(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root: builds a node namespace and fills its conntrack table")
 	}
-	n := 100000
-	if s := os.Getenv("GHOSTWATCH_BENCH_FLOWS"); s != "" {
-		var err error
-		if n, err = strconv.Atoi(s); err != nil || n <= 0 {
-			b.Fatalf("GHOSTWATCH_BENCH_FLOWS=%q: want a positive number", s)
-		}
-	}
+	n := benchFlows(b)
 	ctx := context.Background()
-	restore := raiseConntrackMax(b, n)
-	defer restore()
-	bed, err := netbed.New(prefix())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer bed.Close()
-	node, err := bed.AddNode("node", netbed.NodeOptions{Addrs: []netip.Prefix{hostPfx(nodeIP)}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	cl := NewCluster(time.Now)
-	if err := cl.AddNode(ctx, labNode, nodeIP); err != nil {
-		b.Fatal(err)
-	}
-	const services = 100
-	for s := 0; s < services; s++ {
-		ns := fmt.Sprintf("ns%d", s)
-		if err := cl.AddService(ctx, ns, "svc", "svc", []netip.Addr{svcIP(s)},
-			LabPort{Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: 8080}); err != nil {
-			b.Fatal(err)
-		}
-		for p := 1; p <= 3; p++ {
-			if _, err := cl.AddPod(ctx, ns, fmt.Sprintf("svc-%d", p), "svc", labNode, podIP(s, p)); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	fill(b, node, n, services)
+	node, cl := benchNode(b, n)
 
 	scan := func() *audit.Result { return scanNode(ctx, cl, node) }
 	res := scan()
@@ -90,16 +57,25 @@ func BenchmarkScan(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(n), "flows")
+		// Of the whole process (table fill and cluster included): an upper
+		// bound of what the scan itself needs.
+		b.ReportMetric(maxRSSMiB(b), "process-maxrss-MiB")
 	})
 	b.Run("conntrack-L", func(b *testing.B) {
 		if _, err := exec.LookPath("conntrack"); err != nil {
 			b.Skip("conntrack(8) not installed")
 		}
+		var rss float64
+		defer func() { b.ReportMetric(rss, "maxrss-MiB") }()
 		for b.Loop() {
 			err := node.Do(func() error {
 				// The child inherits this thread's namespace: the node's.
 				cmd := exec.Command("conntrack", "-L")
-				return cmd.Run()
+				err := cmd.Run()
+				if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+					rss = max(rss, float64(ru.Maxrss)/1024)
+				}
+				return err
 			})
 			if err != nil {
 				b.Fatal(err)
@@ -107,6 +83,55 @@ func BenchmarkScan(b *testing.B) {
 		}
 		b.ReportMetric(float64(n), "flows")
 	})
+}
+
+const benchServices = 100
+
+// benchFlows reads GHOSTWATCH_BENCH_FLOWS (default 100,000).
+func benchFlows(b *testing.B) int {
+	n := 100000
+	if s := os.Getenv("GHOSTWATCH_BENCH_FLOWS"); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil || n <= 0 {
+			b.Fatalf("GHOSTWATCH_BENCH_FLOWS=%q: want a positive number", s)
+		}
+	}
+	return n
+}
+
+// benchNode builds a node namespace whose table holds n flows (benchFlow)
+// and a cluster of benchServices Services with 3 live backends each. All
+// of it is removed when the benchmark ends.
+func benchNode(b *testing.B, n int) (*netbed.Node, *Cluster) {
+	ctx := context.Background()
+	b.Cleanup(raiseConntrackMax(b, n))
+	bed, err := netbed.New(prefix())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { bed.Close() })
+	node, err := bed.AddNode("node", netbed.NodeOptions{Addrs: []netip.Prefix{hostPfx(nodeIP)}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cl := NewCluster(time.Now)
+	if err := cl.AddNode(ctx, labNode, nodeIP); err != nil {
+		b.Fatal(err)
+	}
+	for s := 0; s < benchServices; s++ {
+		ns := fmt.Sprintf("ns%d", s)
+		if err := cl.AddService(ctx, ns, "svc", "svc", []netip.Addr{svcIP(s)},
+			LabPort{Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: 8080}); err != nil {
+			b.Fatal(err)
+		}
+		for p := 1; p <= 3; p++ {
+			if _, err := cl.AddPod(ctx, ns, fmt.Sprintf("svc-%d", p), "svc", labNode, podIP(s, p)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	fill(b, node, n, benchServices)
+	return node, cl
 }
 
 func svcIP(s int) netip.Addr { return netip.AddrFrom4([4]byte{10, 96, byte(s / 256), byte(s % 256)}) }

@@ -308,7 +308,7 @@ func (e *env) scan(ctx context.Context, why string) (*audit.Result, error) {
 		return nil, fmt.Errorf("lab scan: %w", err)
 	}
 	if len(res.Findings) == 0 {
-		n := len(res.Snapshot.Conntrack.Flows)
+		n := res.Snapshot.Conntrack.Matched
 		if why == "" {
 			e.tl.logf("scan", "no ghosts (%d flow(s) to service frontends checked)", n)
 		} else {
@@ -587,7 +587,8 @@ func scanNode(ctx context.Context, cl *Cluster, node *netbed.Node) *audit.Result
 		Conntrack: func(keep conntrack.Keep) source.Source {
 			return inNamespace{node, &conntrack.KernelSource{Keep: keep}}
 		},
-		Rules: rule.All(rule.Config{}),
+		Rules:        rule.All(rule.Config{}),
+		SuspectsOnly: true,
 	})
 }
 
