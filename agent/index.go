@@ -52,9 +52,15 @@ type indexVal struct {
 	status      uint32
 	backendPort uint16
 	replyDPort  uint16
-	state       string // interned by the parser: a constant
-	is4         bool
+	// state is the kernel's state number (conntrack.StateNumber), or
+	// noState for a protocol without states: a string would put a pointer
+	// in every record.
+	state uint8
+	is4   bool
 }
+
+// noState marks the state of a flow whose protocol has none (UDP).
+const noState = 0xff
 
 func newFlowIndex() *flowIndex {
 	return &flowIndex{byBackend: map[[16]byte]map[indexKey]indexVal{}, dirty: map[[16]byte]struct{}{}}
@@ -67,11 +73,21 @@ func keyOf(f *snapshot.Flow) indexKey {
 
 func valOf(f *snapshot.Flow) indexVal {
 	v := indexVal{replyDst: f.Reply.Dst.As16(), id: f.ID, status: f.Status, backendPort: f.Reply.SrcPort,
-		replyDPort: f.Reply.DstPort, state: f.State, is4: f.Orig.Src.Is4()}
+		replyDPort: f.Reply.DstPort, state: noState, is4: f.Orig.Src.Is4()}
+	if n, ok := conntrack.StateNumber(f.Proto, f.State); ok {
+		v.state = n
+	}
 	if !f.Start.IsZero() {
 		v.start = f.Start.UnixNano()
 	}
 	return v
+}
+
+func stateOf(p snapshot.Proto, n uint8) string {
+	if n == noState {
+		return ""
+	}
+	return conntrack.StateName(p, n)
 }
 
 func addr(b [16]byte, is4 bool) netip.Addr {
@@ -82,7 +98,7 @@ func addr(b [16]byte, is4 bool) netip.Addr {
 }
 
 func flowOf(backend [16]byte, k indexKey, v indexVal) snapshot.Flow {
-	f := snapshot.Flow{ID: v.id, Proto: k.proto, State: v.state, Status: v.status, Zone: k.zone,
+	f := snapshot.Flow{ID: v.id, Proto: k.proto, State: stateOf(k.proto, v.state), Status: v.status, Zone: k.zone,
 		Orig:  snapshot.Tuple{Src: addr(k.src, v.is4), Dst: addr(k.dst, v.is4), SrcPort: k.srcPort, DstPort: k.dstPort},
 		Reply: snapshot.Tuple{Src: addr(backend, v.is4), Dst: addr(v.replyDst, v.is4), SrcPort: v.backendPort, DstPort: v.replyDPort}}
 	if v.start != 0 {

@@ -16,6 +16,8 @@ import (
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
 )
 
+// A record keeps everything a rule and a remedy read, the state included
+// (it decides a stale flow's severity), in a pointer-free record.
 func TestIndexRecordRoundTrip(t *testing.T) {
 	v6 := snapshot.Flow{ID: 9, Proto: snapshot.ProtoUDP, Zone: 3, Status: 0x18e,
 		Orig:  snapshot.Tuple{Src: netip.MustParseAddr("fd00::50"), Dst: netip.MustParseAddr("fd00:96::a"), SrcPort: 5353, DstPort: 53},
@@ -23,7 +25,11 @@ func TestIndexRecordRoundTrip(t *testing.T) {
 		Start: time.Unix(1700000000, 123)}
 	v4 := staleFlow()
 	v4.Status = 0x18e
-	for _, f := range []snapshot.Flow{v4, v6} {
+	finWait := staleFlow()
+	finWait.State = "FIN_WAIT"
+	sctp := staleFlow()
+	sctp.Proto, sctp.State = snapshot.ProtoSCTP, "COOKIE_ECHOED"
+	for _, f := range []snapshot.Flow{v4, v6, finWait, sctp} {
 		if got := flowOf(f.Reply.Src.As16(), keyOf(&f), valOf(&f)); got.String() != f.String() || got.Backend() != f.Backend() ||
 			got.Reply != f.Reply || got.ID != f.ID || got.Zone != f.Zone || got.Status != f.Status || got.State != f.State || !got.Start.Equal(f.Start) {
 			t.Errorf("round trip:\n got %+v\nwant %+v", got, f)

@@ -272,6 +272,30 @@ var (
 	}
 )
 
+// StateNumber is the kernel's number for a TCP or SCTP state as a Flow
+// names it; ok is false for another protocol or an unknown name.
+func StateNumber(p snapshot.Proto, name string) (n uint8, ok bool) {
+	switch p {
+	case snapshot.ProtoTCP:
+		return stateNumber(tcpStates[:], name)
+	case snapshot.ProtoSCTP:
+		return stateNumber(sctpStates[:], name)
+	}
+	return 0, false
+}
+
+// StateName is the inverse of StateNumber: "" for a protocol without
+// states.
+func StateName(p snapshot.Proto, n uint8) string {
+	switch p {
+	case snapshot.ProtoTCP:
+		return stateName(tcpStates[:], n)
+	case snapshot.ProtoSCTP:
+		return stateName(sctpStates[:], n)
+	}
+	return ""
+}
+
 func stateName(table []string, n uint8) string {
 	if int(n) < len(table) {
 		return table[n]
