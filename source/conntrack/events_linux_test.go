@@ -487,33 +487,38 @@ func TestEventsPermission(t *testing.T) {
 }
 
 // TestEventsRunDoesNotAllocate counts the allocations of Run over a
-// thousand events. It is not parallel, so that other tests' allocations do
-// not count.
+// thousand events. The count is process-wide, so a goroutine another test
+// left behind may add a few: the least of three rounds is judged.
 func TestEventsRunDoesNotAllocate(t *testing.T) {
 	inNewNetns(t)
 	c := open(t)
 	s := subscribeT(t)
 	const n = 1000
-	fill(t, c, n)
 	ctx := context.Background()
-	seen := 0
-	fn := func(Event) error {
-		seen++
-		if seen == n {
-			return errEnough
+	const rounds = 3
+	fill(t, c, rounds*n) // the events wait in the socket's buffer
+	least := uint64(1 << 63)
+	for round := 0; round < rounds; round++ {
+		seen := 0
+		fn := func(Event) error {
+			seen++
+			if seen == n {
+				return errEnough
+			}
+			return nil
 		}
-		return nil
-	}
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	err := s.Run(ctx, fn)
-	runtime.ReadMemStats(&after)
-	if err != errEnough {
-		t.Fatalf("after %d events: %v", seen, err)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		err := s.Run(ctx, fn)
+		runtime.ReadMemStats(&after)
+		if err != errEnough {
+			t.Fatalf("round %d, after %d events: %v", round, seen, err)
+		}
+		least = min(least, after.Mallocs-before.Mallocs)
 	}
 	// Not 0: the runtime may allocate in the background.
-	if allocs := after.Mallocs - before.Mallocs; allocs > 2 {
-		t.Errorf("Run allocated %d times for %d events", allocs, n)
+	if least > 2 {
+		t.Errorf("Run allocated %d times for %d events (least of 3 rounds)", least, n)
 	}
 }
 
