@@ -5,12 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"runtime"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,18 +22,22 @@ import (
 	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
-// timedDeleter deletes through a netlink socket in the node and counts the
-// deletes per backend, waking whoever waits for a backend's last flow.
+// timedDeleter deletes through a netlink socket in the node, counts the
+// deletes per backend and notes when each backend's first one happened. It
+// wakes whoever waits for a backend only once that backend's last flow is
+// gone, so that waiting costs the agent nothing while it deletes.
 type timedDeleter struct {
-	conn *conntrack.Conn
-	mu   sync.Mutex
-	n    map[netip.Addr]int
-	all  int
-	cond *sync.Cond
+	conn  *conntrack.Conn
+	mu    sync.Mutex
+	n     map[netip.Addr]int
+	first map[netip.Addr]time.Time
+	want  map[netip.Addr]int
+	all   int
+	cond  *sync.Cond
 }
 
 func newTimedDeleter(conn *conntrack.Conn) *timedDeleter {
-	d := &timedDeleter{conn: conn, n: map[netip.Addr]int{}}
+	d := &timedDeleter{conn: conn, n: map[netip.Addr]int{}, first: map[netip.Addr]time.Time{}, want: map[netip.Addr]int{}}
 	d.cond = sync.NewCond(&d.mu)
 	return d
 }
@@ -46,29 +46,38 @@ func (d *timedDeleter) Delete(f *snapshot.Flow) error {
 	if err := d.conn.Delete(f); err != nil {
 		return err
 	}
+	now := time.Now()
 	d.mu.Lock()
-	d.n[f.Reply.Src]++
+	defer d.mu.Unlock()
+	b := f.Reply.Src
+	if d.n[b] == 0 {
+		d.first[b] = now
+	}
+	d.n[b]++
 	d.all++
-	d.cond.Broadcast()
-	d.mu.Unlock()
+	if w, ok := d.want[b]; !ok || d.n[b] >= w {
+		d.cond.Broadcast()
+	}
 	return nil
 }
 
 // waitFor blocks until at least want flows to backend were deleted, or the
-// deadline passes.
-func (d *timedDeleter) waitFor(backend netip.Addr, want int, deadline time.Duration) bool {
+// deadline passes. It returns when the first of them was deleted.
+func (d *timedDeleter) waitFor(backend netip.Addr, want int, deadline time.Duration) (first time.Time, ok bool) {
 	timer := time.AfterFunc(deadline, func() { d.mu.Lock(); d.cond.Broadcast(); d.mu.Unlock() })
 	defer timer.Stop()
 	end := time.Now().Add(deadline)
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.want[backend] = want
+	defer delete(d.want, backend)
 	for d.n[backend] < want {
 		if time.Now().After(end) {
-			return false
+			return time.Time{}, false
 		}
 		d.cond.Wait()
 	}
-	return true
+	return d.first[backend], true
 }
 
 func (d *timedDeleter) total() int {
@@ -170,7 +179,12 @@ func BenchmarkBackendDeath(b *testing.B) {
 		}
 	}
 	ctx := context.Background()
-	var lat []time.Duration
+	// Per kill: the whole (pod deleted in the API to last flow deleted),
+	// and its parts: the API write (the pod, then the EndpointSlices, as
+	// the controller would), the agent's reaction (informer events, the
+	// index look-up, judging, the re-check) up to the first delete, and
+	// the deletes themselves.
+	var whole, api, react, deletes []time.Duration
 	i := 0
 	for b.Loop() {
 		if i >= len(victims) {
@@ -183,91 +197,68 @@ func BenchmarkBackendDeath(b *testing.B) {
 		if err := cl.DeletePod(ctx, fmt.Sprintf("ns%d", s), fmt.Sprintf("svc-%d", p)); err != nil {
 			b.Fatal(err)
 		}
-		if !del.waitFor(ip, perBackend[ip], time.Minute) {
+		written := time.Now()
+		first, ok := del.waitFor(ip, perBackend[ip], time.Minute)
+		if !ok {
 			b.Fatalf("the flows of %s were not all deleted within a minute", ip)
 		}
-		lat = append(lat, time.Since(start))
+		end := time.Now()
+		whole = append(whole, end.Sub(start))
+		api = append(api, written.Sub(start))
+		react = append(react, first.Sub(written))
+		deletes = append(deletes, end.Sub(first))
 	}
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	pct := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))]) / 1e6 }
-	b.ReportMetric(pct(0.5), "p50-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
+	for _, m := range []struct {
+		name string
+		d    []time.Duration
+	}{{"", whole}, {"api-", api}, {"react-", react}, {"delete-", deletes}} {
+		sort.Slice(m.d, func(i, j int) bool { return m.d[i] < m.d[j] })
+		pct := func(q float64) float64 { return float64(m.d[int(q*float64(len(m.d)-1))]) / 1e6 }
+		b.ReportMetric(pct(0.5), m.name+"p50-ms")
+		b.ReportMetric(pct(0.99), m.name+"p99-ms")
+	}
 	b.ReportMetric(float64(perBackend[podIP(victims[0].s, victims[0].p)]), "flows/backend")
 	b.ReportMetric(testutil.ToFloat64(m.IndexFlows), "indexed")
 }
 
 // BenchmarkAgentSteadyState measures what the agent costs while nothing
 // changes, on a table of GHOSTWATCH_BENCH_FLOWS entries (default 100,000):
-// CPU time over wall time of the whole process, and its resident memory.
-// Each iteration is one second of doing nothing; the full audit runs every
-// GHOSTWATCH_BENCH_AUDIT_INTERVAL (default 2m, the agent's default).
+// CPU time over wall time, and resident memory, of a process that runs the
+// agent and nothing else (benchChild). After the first complete audit, the
+// agent idles for GHOSTWATCH_BENCH_IDLE (default 20s) per iteration; the
+// full audit runs every GHOSTWATCH_BENCH_AUDIT_INTERVAL (default 2m, the
+// agent's default).
 func BenchmarkAgentSteadyState(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root: builds a node namespace and fills its conntrack table")
 	}
 	n := benchFlows(b)
-	interval := 2 * time.Minute
-	if s := os.Getenv("GHOSTWATCH_BENCH_AUDIT_INTERVAL"); s != "" {
-		var err error
-		if interval, err = time.ParseDuration(s); err != nil {
-			b.Fatalf("GHOSTWATCH_BENCH_AUDIT_INTERVAL: %v", err)
-		}
-	}
-	node, cl := benchNode(b, n)
-	a, m := benchAgent(b, node, cl, agent.Config{AuditInterval: interval}, nil)
-	deadline := time.Now().Add(5 * time.Minute)
-	for a.Status().LastAudit.IsZero() || a.Status().Degraded != "" || testutil.ToFloat64(m.IndexFlows) == 0 {
-		if time.Now().After(deadline) {
-			b.Fatalf("no complete audit: %+v", a.Status())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	cpu0, wall0 := cpuTime(b), time.Now()
+	interval, idle := envDuration(b, "GHOSTWATCH_BENCH_AUDIT_INTERVAL", 2*time.Minute), envDuration(b, "GHOSTWATCH_BENCH_IDLE", 20*time.Second)
+	node, _ := benchNode(b, n)
+	var cpu, rss, anon, heap, peak, indexed float64
 	for b.Loop() {
-		time.Sleep(time.Second) // the measurement window: the agent idles
+		r := benchChild(b, node, "agent", "GHOSTWATCH_BENCH_AUDIT_INTERVAL="+interval.String(), "GHOSTWATCH_BENCH_IDLE="+idle.String())
+		cpu, indexed = max(cpu, r.CPUPercent), r.Indexed
+		rss, peak = max(rss, float64(r.RSSKiB)/1024), max(peak, float64(r.HWMKiB)/1024)
+		anon, heap = max(anon, float64(r.AnonKiB)/1024), max(heap, float64(r.HeapKiB)/1024)
 	}
-	cpu, wall := cpuTime(b)-cpu0, time.Since(wall0)
-	b.ReportMetric(100*cpu.Seconds()/wall.Seconds(), "cpu-%")
-	b.ReportMetric(rssMiB(b), "rss-MiB")
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MiB")
-	b.ReportMetric(testutil.ToFloat64(m.IndexFlows), "indexed")
+	b.ReportMetric(cpu, "cpu-%")
+	b.ReportMetric(rss, "rss-MiB")
+	b.ReportMetric(peak, "peak-rss-MiB")
+	b.ReportMetric(anon, "anon-rss-MiB")
+	b.ReportMetric(heap, "heap-MiB")
+	b.ReportMetric(indexed, "indexed")
 }
 
-func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
+// envDuration reads a duration from the environment, def when unset.
+func envDuration(b *testing.B, name string, def time.Duration) time.Duration {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// rssMiB is the process's resident set now (VmRSS).
-func rssMiB(b *testing.B) float64 {
-	status, err := os.ReadFile("/proc/self/status")
+	d, err := time.ParseDuration(s)
 	if err != nil {
-		b.Fatal(err)
+		b.Fatalf("%s=%q: %v", name, s, err)
 	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
-			if err != nil {
-				b.Fatal(err)
-			}
-			return float64(kb) / 1024
-		}
-	}
-	b.Fatal("no VmRSS in /proc/self/status")
-	return 0
-}
-
-// maxRSSMiB is the largest resident set the process has had (ru_maxrss).
-func maxRSSMiB(b *testing.B) float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return float64(ru.Maxrss) / 1024
+	return d
 }
