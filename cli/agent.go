@@ -49,6 +49,12 @@ type agentOptions struct {
 }
 
 func newAgentCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	cmd, _ := agentCommand(streams)
+	return cmd
+}
+
+// agentCommand builds the command and the options its flags fill.
+func agentCommand(streams genericiooptions.IOStreams) (*cobra.Command, *agentOptions) {
 	o := &agentOptions{kubeFlags: genericclioptions.NewConfigFlags(true)}
 	o.kubeFlags.Namespace = nil
 	cmd := &cobra.Command{
@@ -99,7 +105,7 @@ and nothing else; it exits with status 2 when it lacks it.`,
 	f.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.DurationVar(&o.clockSkew, "clock-skew", 2*time.Second, "how far the node clock may be ahead of the API server's when proving a flow predates a pod")
-	return cmd
+	return cmd, o
 }
 
 // validate checks the flags and builds the logger.

@@ -15,6 +15,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/ghostwatch/ghostwatch/deploy"
 )
 
 func TestAgentFlagErrors(t *testing.T) {
@@ -157,5 +159,29 @@ func TestAgentOnlyNetAdminAndSIGTERM(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "agent stopping") {
 		t.Errorf("no shutdown log line:\n%s", logs.String())
+	}
+}
+
+// The DaemonSet ships args the agent accepts, and they leave it report-only.
+func TestDeployedAgentArgsAreValid(t *testing.T) {
+	ds, err := deploy.AgentDaemonSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := ds.Spec.Template.Spec.Containers[0].Args
+	var out, errOut bytes.Buffer
+	streams := genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}
+	cmd, o := agentCommand(streams)
+	if args[0] != cmd.Name() {
+		t.Fatalf("args %v: want the %s command first", args, cmd.Name())
+	}
+	if err := cmd.ParseFlags(args[1:]); err != nil {
+		t.Fatalf("deploy/agent/daemonset.yaml args %v: %v", args, err)
+	}
+	if _, err := o.validate(streams); err != nil {
+		t.Fatalf("deploy/agent/daemonset.yaml args %v: %v", args, err)
+	}
+	if len(o.remedies) != 0 || o.dryRun {
+		t.Errorf("deploy/agent/daemonset.yaml turns on remedies %v: the shipped agent must only report", o.remedies)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
@@ -49,6 +50,18 @@ var rbacName = map[string]string{
 	resServices:       "services",
 	resEndpointSlices: "endpointslices (API group discovery.k8s.io)",
 	resNodes:          "nodes",
+}
+
+// Watched lists the resources Informers lists and watches, as RBAC rules
+// name them: the ClusterRole of anything that uses Informers must grant list
+// and watch on each.
+func Watched() []schema.GroupResource {
+	return []schema.GroupResource{
+		{Resource: resPods},
+		{Resource: resServices},
+		{Group: discoveryv1.GroupName, Resource: resEndpointSlices},
+		{Resource: resNodes},
+	}
 }
 
 // Informers watches Pods (trimmed by TrimPod), Services, EndpointSlices that

@@ -1,0 +1,226 @@
+package deploy
+
+import (
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ghostwatch/ghostwatch/source/kube"
+)
+
+func TestKustomizationListsEveryFile(t *testing.T) {
+	res, err := Resources(AgentDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Files(AgentDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(res)
+	if !slices.Equal(res, got) {
+		t.Errorf("deploy/agent: kustomization lists %v, the directory holds %v", res, got)
+	}
+}
+
+func TestAgentManifestsDecodeStrictly(t *testing.T) {
+	ms, err := Agent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	for _, m := range ms {
+		kind := m.Object.GetObjectKind().GroupVersionKind().Kind
+		kinds[kind]++
+		meta, ok := m.Object.(metav1.Object)
+		if !ok {
+			t.Fatalf("%s: %T has no metadata", m.File, m.Object)
+		}
+		switch kind {
+		case "Namespace", "ClusterRole", "ClusterRoleBinding":
+		default:
+			if meta.GetNamespace() != "ghostwatch" {
+				t.Errorf("%s: %s %s in namespace %q, want ghostwatch", m.File, kind, meta.GetName(), meta.GetNamespace())
+			}
+		}
+	}
+	for _, k := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet"} {
+		if kinds[k] != 1 {
+			t.Errorf("want one %s, found %d", k, kinds[k])
+		}
+	}
+}
+
+func TestStrictDecodingRejectsUnknownFields(t *testing.T) {
+	// The check the manifests pass must be able to fail.
+	codecTest := []byte("apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: x\nspec:\n  nope: 1\n")
+	if _, err := decode(codecTest); err == nil || !strings.Contains(err.Error(), "unknown field") {
+		t.Fatalf("decode with an unknown field: %v, want an unknown field error", err)
+	}
+}
+
+func TestAgentDaemonSetHasOnlyNetAdmin(t *testing.T) {
+	ds, err := AgentDaemonSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := ds.Spec.Template.Spec
+	if !spec.HostNetwork {
+		t.Error("hostNetwork is false: the agent must see the node's conntrack table")
+	}
+	if spec.HostPID || spec.HostIPC {
+		t.Error("hostPID or hostIPC set: the agent needs neither")
+	}
+	if len(spec.Containers) != 1 {
+		t.Fatalf("%d containers, want 1", len(spec.Containers))
+	}
+	c := spec.Containers[0]
+	sc := c.SecurityContext
+	if sc == nil || sc.Capabilities == nil {
+		t.Fatal("the container sets no capabilities")
+	}
+	if sc.Privileged != nil && *sc.Privileged {
+		t.Error("privileged: true")
+	}
+	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Error("allowPrivilegeEscalation is not false")
+	}
+	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Error("readOnlyRootFilesystem is not true")
+	}
+	if !slices.Equal(sc.Capabilities.Add, []corev1.Capability{"NET_ADMIN"}) {
+		t.Errorf("capabilities.add = %v, want [NET_ADMIN] alone", sc.Capabilities.Add)
+	}
+	if !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+		t.Errorf("capabilities.drop = %v, want [ALL]", sc.Capabilities.Drop)
+	}
+	for _, v := range c.VolumeMounts {
+		t.Errorf("volume mount %s: the agent needs no host path", v.MountPath)
+	}
+	var nodeName bool
+	for _, e := range c.Env {
+		if e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName" {
+			nodeName = true
+		}
+	}
+	if !nodeName {
+		t.Error("NODE_NAME is not set from spec.nodeName: the agent would fall back to the hostname")
+	}
+	if len(c.Args) == 0 || c.Args[0] != "agent" {
+		t.Errorf("args %v do not start with agent", c.Args)
+	}
+	for _, a := range c.Args {
+		if strings.HasPrefix(a, "--remedy") || strings.HasPrefix(a, "--dry-run") {
+			t.Errorf("args turn on a remedy (%s): it must be off by default", a)
+		}
+	}
+	probes := map[string]*corev1.Probe{"/healthz": c.LivenessProbe, "/readyz": c.ReadinessProbe}
+	for want, p := range probes {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != want {
+			t.Errorf("probe for %s missing or on another path", want)
+			continue
+		}
+		if port := p.HTTPGet.Port.String(); !hasPort(c.Ports, port) {
+			t.Errorf("probe %s uses port %s, which the container does not declare", want, port)
+		}
+	}
+	listen := ""
+	for _, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, "--listen="); ok {
+			listen = v
+		}
+	}
+	if listen == "" {
+		listen = ":9808"
+	}
+	if _, port, _ := strings.Cut(listen, ":"); !hasPort(c.Ports, port) {
+		t.Errorf("--listen=%s but no container port %s", listen, port)
+	}
+
+	sas, err := only[*corev1.ServiceAccount]("ServiceAccount")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.ServiceAccountName != sas.Name {
+		t.Errorf("serviceAccountName %q, the ServiceAccount is %q", spec.ServiceAccountName, sas.Name)
+	}
+	crb, err := only[*rbacv1.ClusterRoleBinding]("ClusterRoleBinding")
+	if err != nil {
+		t.Fatal(err)
+	}
+	role, err := AgentClusterRole()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if crb.RoleRef.Kind != "ClusterRole" || crb.RoleRef.Name != role.Name {
+		t.Errorf("binding refers to %s %s, want ClusterRole %s", crb.RoleRef.Kind, crb.RoleRef.Name, role.Name)
+	}
+	if len(crb.Subjects) != 1 || crb.Subjects[0].Kind != "ServiceAccount" || crb.Subjects[0].Name != sas.Name || crb.Subjects[0].Namespace != sas.Namespace {
+		t.Errorf("binding subjects %+v, want the ServiceAccount %s/%s alone", crb.Subjects, sas.Namespace, sas.Name)
+	}
+}
+
+func hasPort(ports []corev1.ContainerPort, p string) bool {
+	for _, cp := range ports {
+		if cp.Name == p || p == strconv.Itoa(int(cp.ContainerPort)) {
+			return true
+		}
+	}
+	return false
+}
+
+// grants expands rules into group/resource/verb triples.
+func grants(t *testing.T, rules []rbacv1.PolicyRule) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, r := range rules {
+		if len(r.NonResourceURLs) != 0 || len(r.ResourceNames) != 0 {
+			t.Errorf("rule %+v: the agent needs neither nonResourceURLs nor resourceNames", r)
+		}
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					if g == "*" || res == "*" || v == "*" {
+						t.Errorf("rule %+v: wildcard", r)
+					}
+					out[g+"/"+res+"/"+v] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+func TestAgentClusterRoleGrantsExactlyWhatTheAgentUses(t *testing.T) {
+	role, err := AgentClusterRole()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{
+		// record.EventSinkImpl creates an Event, then patches its count.
+		"/events/create": true,
+		"/events/patch":  true,
+	}
+	for _, gr := range kube.Watched() {
+		for _, v := range []string{"list", "watch"} {
+			want[gr.Group+"/"+gr.Resource+"/"+v] = true
+		}
+	}
+	got := grants(t, role.Rules)
+	for k := range want {
+		if !got[k] {
+			t.Errorf("ClusterRole %s lacks %s", role.Name, k)
+		}
+	}
+	for k := range got {
+		if !want[k] {
+			t.Errorf("ClusterRole %s grants %s, which the agent does not use", role.Name, k)
+		}
+	}
+}
