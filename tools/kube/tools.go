@@ -1,0 +1,11 @@
+//go:build tools
+
+// Package kube pins the commands scripts/kube-binaries.sh builds.
+package kube
+
+import (
+	_ "go.etcd.io/etcd/server/v3"
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
+)
