@@ -1,0 +1,278 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// BinEnv names the directory holding the binaries; scripts/kube-binaries.sh
+// prints it.
+const BinEnv = "GHOSTWATCH_KUBE_BIN"
+
+// Binaries are the control plane's executables.
+var Binaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-proxy"}
+
+// ErrNoBinaries is returned by FindBinaries when they are not built.
+var ErrNoBinaries = errors.New("the Kubernetes binaries are not built: run scripts/kube-binaries.sh and set " + BinEnv + " to the directory it prints")
+
+// FindBinaries returns the directory named by $GHOSTWATCH_KUBE_BIN, or
+// ErrNoBinaries when it is unset. A directory that lacks a binary is an
+// error naming it.
+func FindBinaries() (string, error) {
+	dir := os.Getenv(BinEnv)
+	if dir == "" {
+		return "", ErrNoBinaries
+	}
+	for _, b := range Binaries {
+		if fi, err := os.Stat(filepath.Join(dir, b)); err != nil || fi.Mode()&0o111 == 0 {
+			return "", fmt.Errorf("%s=%s has no executable %s: run scripts/kube-binaries.sh", BinEnv, dir, b)
+		}
+	}
+	return dir, nil
+}
+
+// The identities the control plane knows, by bearer token. Each user's
+// permissions come from RBAC: the bootstrap roles for the system users, the
+// project's manifests for the agent.
+const (
+	UserAdmin     = "admin"             // group system:masters
+	UserKubeProxy = "system:kube-proxy" // ClusterRole system:node-proxier
+	UserKCM       = "kube-controller-manager"
+	// UserAgent is the agent's ServiceAccount, as deploy/agent binds it.
+	UserAgent = "system:serviceaccount:ghostwatch:ghostwatch-agent"
+)
+
+// Options configure Start.
+type Options struct {
+	// Bin is the directory of the binaries (FindBinaries).
+	Bin string
+	// Dir holds data, certificates and logs; a temporary directory when
+	// empty, removed by Stop.
+	Dir string
+	// ServiceCIDR is --service-cluster-ip-range (default 10.96.0.0/16).
+	ServiceCIDR string
+}
+
+// ControlPlane is etcd, kube-apiserver and kube-controller-manager on
+// 127.0.0.1.
+type ControlPlane struct {
+	// Server is the API server's URL.
+	Server string
+	// Port is its port on 127.0.0.1 (the same in every node namespace,
+	// through the node's forwarder).
+	Port int
+	// Dir holds everything the control plane wrote.
+	Dir    string
+	tmp    bool
+	bin    string
+	pki    *pki
+	tokens map[string]string
+	procs  []*process
+	// Admin is a client with every permission.
+	Admin kubernetes.Interface
+}
+
+// Start runs etcd, the API server and the controller manager, and returns
+// when the API server is ready. On error everything started is stopped.
+func Start(ctx context.Context, o Options) (cp *ControlPlane, err error) {
+	if o.ServiceCIDR == "" {
+		o.ServiceCIDR = "10.96.0.0/16"
+	}
+	cp = &ControlPlane{Dir: o.Dir, bin: o.Bin, tokens: map[string]string{}}
+	if cp.Dir == "" {
+		if cp.Dir, err = os.MkdirTemp("", "ghostwatch-cp-"); err != nil {
+			return nil, err
+		}
+		cp.tmp = true
+	}
+	defer func() {
+		if err != nil {
+			cp.Stop()
+		}
+	}()
+	if cp.pki, err = newPKI(cp.Dir); err != nil {
+		return nil, err
+	}
+	var tokenFile strings.Builder
+	for i, u := range []struct{ name, groups string }{
+		{UserAdmin, "system:masters"},
+		{UserKubeProxy, ""},
+		{UserKCM, "system:masters"},
+		{UserAgent, "system:serviceaccounts,system:serviceaccounts:ghostwatch"},
+	} {
+		t := newToken()
+		cp.tokens[u.name] = t
+		fmt.Fprintf(&tokenFile, "%s,%s,uid-%d,%q\n", t, u.name, i, u.groups)
+	}
+	tokens := filepath.Join(cp.Dir, "tokens.csv")
+	if err := os.WriteFile(tokens, []byte(tokenFile.String()), 0o600); err != nil {
+		return nil, err
+	}
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	etcdURL, peerURL := "http://127.0.0.1:"+strconv.Itoa(ports[0]), "http://127.0.0.1:"+strconv.Itoa(ports[1])
+	cp.Port = ports[2]
+	cp.Server = "https://127.0.0.1:" + strconv.Itoa(cp.Port)
+
+	etcd, err := cp.start("etcd", filepath.Join(o.Bin, "etcd"),
+		"--name=default", "--data-dir="+filepath.Join(cp.Dir, "etcd"),
+		"--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
+		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=default="+peerURL, "--unsafe-no-fsync", "--log-level=warn")
+	if err != nil {
+		return nil, err
+	}
+	plain := &http.Client{Timeout: 2 * time.Second}
+	if err := etcd.waitFor(ctx, time.Minute, "healthy", func(ctx context.Context) error {
+		return get(ctx, plain, etcdURL+"/health", "", etcdHealthy)
+	}); err != nil {
+		return nil, err
+	}
+
+	api, err := cp.start("kube-apiserver", filepath.Join(o.Bin, "kube-apiserver"),
+		"--etcd-servers="+etcdURL,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(cp.Port),
+		"--tls-cert-file="+cp.pki.certFile, "--tls-private-key-file="+cp.pki.keyFile,
+		"--token-auth-file="+tokens, "--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file="+cp.pki.saPubFile, "--service-account-signing-key-file="+cp.pki.saKeyFile,
+		"--service-cluster-ip-range="+o.ServiceCIDR,
+		// Pods are created without waiting for a default ServiceAccount:
+		// no controller here makes one, and the tests' pods need none.
+		"--disable-admission-plugins=ServiceAccount",
+		"--enable-priority-and-fairness=false",
+		"--allow-privileged=true")
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(cp.pki.caPEM)
+	secure := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	if err := api.waitFor(ctx, 2*time.Minute, "ready", func(ctx context.Context) error {
+		return get(ctx, secure, cp.Server+"/readyz", cp.tokens[UserAdmin], nil)
+	}); err != nil {
+		return nil, err
+	}
+	if cp.Admin, err = kubernetes.NewForConfig(cp.Config(UserAdmin)); err != nil {
+		return nil, err
+	}
+
+	kcmConfig, err := cp.WriteKubeconfig(UserKCM)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := cp.start("kube-controller-manager", filepath.Join(o.Bin, "kube-controller-manager"),
+		"--kubeconfig="+kcmConfig, "--controllers=endpointslice-controller",
+		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0",
+		"--concurrent-service-endpoint-syncs=5", "--v=2"); err != nil {
+		return nil, err
+	}
+	return cp, nil
+}
+
+func (cp *ControlPlane) start(name, bin string, args ...string) (*process, error) {
+	p, err := startProcess(cp.Dir, name, append([]string{bin}, args...)...)
+	if err != nil {
+		return nil, err
+	}
+	cp.procs = append(cp.procs, p)
+	return p, nil
+}
+
+// Config is a client configuration for user.
+func (cp *ControlPlane) Config(user string) *rest.Config {
+	return &rest.Config{
+		Host:            cp.Server,
+		BearerToken:     cp.tokens[user],
+		TLSClientConfig: rest.TLSClientConfig{CAData: cp.pki.caPEM},
+		QPS:             100, Burst: 200,
+	}
+}
+
+// WriteKubeconfig writes a kubeconfig for user under Dir and returns its
+// path. It works in the host and in every node namespace alike: both reach
+// the API server at 127.0.0.1.
+func (cp *ControlPlane) WriteKubeconfig(user string) (string, error) {
+	if _, ok := cp.tokens[user]; !ok {
+		return "", fmt.Errorf("no such user %q", user)
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["test"] = &clientcmdapi.Cluster{Server: cp.Server, CertificateAuthorityData: cp.pki.caPEM}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: cp.tokens[user]}
+	cfg.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: user}
+	cfg.CurrentContext = "test"
+	path := filepath.Join(cp.Dir, strings.NewReplacer(":", "-").Replace(user)+".kubeconfig")
+	return path, clientcmd.WriteToFile(*cfg, path)
+}
+
+// Logs are the paths of the control-plane processes' logs.
+func (cp *ControlPlane) Logs() []string {
+	var out []string
+	for _, p := range cp.procs {
+		out = append(out, p.log)
+	}
+	return out
+}
+
+// Check reports a control-plane process that has exited.
+func (cp *ControlPlane) Check() error {
+	for _, p := range cp.procs {
+		if done, err := p.exited(); done {
+			return fmt.Errorf("%s exited (%v); its log (%s) ends:\n%s", p.name, err, p.log, p.tail())
+		}
+	}
+	return nil
+}
+
+// Stop stops every process, the last started first, and removes Dir when
+// Start made it.
+func (cp *ControlPlane) Stop() {
+	for i := len(cp.procs) - 1; i >= 0; i-- {
+		cp.procs[i].stop(10 * time.Second)
+	}
+	cp.procs = nil
+	if cp.tmp {
+		os.RemoveAll(cp.Dir)
+	}
+}
+
+// get is nil when url answers 200 and check, when set, accepts the body.
+func get(ctx context.Context, c *http.Client, url, token string, check func([]byte) error) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%w: %s: %s", errNotReady, resp.Status, strings.TrimSpace(string(b)))
+	}
+	if check != nil {
+		return check(b)
+	}
+	return nil
+}

@@ -1,0 +1,63 @@
+package controlplane
+
+import (
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestFindBinaries(t *testing.T) {
+	t.Setenv(BinEnv, "")
+	if _, err := FindBinaries(); !errors.Is(err, ErrNoBinaries) {
+		t.Errorf("unset: %v, want ErrNoBinaries", err)
+	}
+	dir := t.TempDir()
+	for _, b := range Binaries[:len(Binaries)-1] {
+		if err := os.WriteFile(filepath.Join(dir, b), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv(BinEnv, dir)
+	last := Binaries[len(Binaries)-1]
+	if _, err := FindBinaries(); err == nil || errors.Is(err, ErrNoBinaries) || !strings.Contains(err.Error(), last) {
+		t.Errorf("without %s: %v, want an error naming it", last, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, last), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := FindBinaries(); err != nil || got != dir {
+		t.Errorf("complete: %q, %v", got, err)
+	}
+}
+
+func TestPKIServesLoopback(t *testing.T) {
+	p, err := newPKI(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(p.caPEM) {
+		t.Fatal("CA not PEM")
+	}
+	b, err := os.ReadFile(p.certFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(b)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, host := range []string{"127.0.0.1", "localhost", "::1"} {
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: host}); err != nil {
+			t.Errorf("serving certificate for %s: %v", host, err)
+		}
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: "example.com"}); err == nil {
+		t.Error("serving certificate valid for example.com")
+	}
+}
