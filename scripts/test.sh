@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Runs every test ghostwatch has: unit, golden, fuzz seeds and, as root, the
-# kernel tests that build network namespaces. Installs the few Debian
-# packages the kernel tests compare against (conntrack, iproute2) when they
-# are missing. Extra arguments go to `go test` (e.g. -run, -v).
+# kernel tests that build network namespaces and the end-to-end tests against
+# a real kube-apiserver, EndpointSlice controller and kube-proxy. Installs
+# the Debian packages they use (conntrack, iproute2, iptables, nftables) when
+# missing, and builds the Kubernetes binaries once into a cache outside the
+# repository (scripts/kube-binaries.sh: ~10 minutes cold, nothing after).
+# GHOSTWATCH_E2E=0 skips the build and the end-to-end tests.
+# Extra arguments go to `go test` (e.g. -run, -v).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
 command -v conntrack >/dev/null 2>&1 || need+=(conntrack)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v iptables-restore >/dev/null 2>&1 || need+=(iptables)
+command -v nft >/dev/null 2>&1 || need+=(nftables)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing ${need[*]} for the kernel tests" >&2
@@ -28,4 +34,8 @@ if [ -n "$unformatted" ]; then
   exit 1
 fi
 go vet ./...
-go test -count=1 "$@" ./...
+if [ "${GHOSTWATCH_E2E:-1}" != 0 ] && [ "$(id -u)" = 0 ] && [ -z "${GHOSTWATCH_KUBE_BIN:-}" ]; then
+  GHOSTWATCH_KUBE_BIN=$(./scripts/kube-binaries.sh)
+  export GHOSTWATCH_KUBE_BIN
+fi
+go test -count=1 -timeout 45m "$@" ./...

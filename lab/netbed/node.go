@@ -255,17 +255,24 @@ func (h *Host) waitUp() error {
 	}
 }
 
-// RemoveHost deletes a host abruptly, as when a pod's sandbox or node dies:
-// its veth pair and the node's routes to it disappear first, then its
-// sockets close (so no FIN or RST reaches its peers), then its namespace.
-func (b *Bed) RemoveHost(h *Host) error {
-	err := h.node.do(func() error {
+// Unplug deletes the host's veth pair and the node's routes to it: from
+// then on nothing reaches the host and nothing it sends leaves, as when a
+// pod's containers die; its sockets stay open until RemoveHost.
+func (h *Host) Unplug() error {
+	return h.node.do(func() error {
 		link, err := netlink.LinkByName(h.nodeLink)
 		if err != nil {
 			return nil // already gone
 		}
 		return netlink.LinkDel(link)
 	})
+}
+
+// RemoveHost deletes a host abruptly, as when a pod's sandbox or node dies:
+// its veth pair and the node's routes to it disappear first, then its
+// sockets close (so no FIN or RST reaches its peers), then its namespace.
+func (b *Bed) RemoveHost(h *Host) error {
+	err := h.Unplug()
 	b.forget(h.namespace)
 	if rerr := h.remove(); rerr != nil {
 		err = rerr

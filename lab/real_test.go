@@ -1,0 +1,391 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ghostwatch/ghostwatch/deploy"
+	"github.com/ghostwatch/ghostwatch/lab/controlplane"
+	"github.com/ghostwatch/ghostwatch/lab/netbed"
+	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source/conntrack"
+)
+
+// The end-to-end tests run ghostwatch against the Kubernetes users run: a
+// real kube-apiserver and EndpointSlice controller, a real kube-proxy in a
+// node network namespace, the real conntrack table. They need the binaries
+// scripts/kube-binaries.sh builds ($GHOSTWATCH_KUBE_BIN) and skip without.
+
+// realEnv is one control plane, one node with kube-proxy and the kubelet
+// stand-in, and the agent's RBAC from deploy/agent.
+type realEnv struct {
+	cp      *controlplane.ControlPlane
+	bed     *netbed.Bed
+	node    *controlplane.Node
+	kubelet *controlplane.Kubelet
+	api     kubernetes.Interface
+}
+
+var (
+	realNodeIP   = netip.MustParseAddr("192.168.60.1")
+	realPodCIDR  = netip.MustParsePrefix("10.244.7.0/24")
+	realClientIP = netip.MustParseAddr("203.0.113.20")
+)
+
+func newRealEnv(t *testing.T, mode controlplane.ProxyMode) *realEnv {
+	t.Helper()
+	requireRoot(t)
+	bin, err := controlplane.FindBinaries()
+	if errors.Is(err, controlplane.ErrNoBinaries) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	cp, err := controlplane.Start(ctx, controlplane.Options{Bin: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, l := range cp.Logs() {
+				logTail(t, l)
+			}
+		}
+		cp.Stop()
+	})
+	bed, err := netbed.New(prefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bed.Close() })
+	node, err := cp.AddNode(ctx, bed, "node-1", controlplane.NodeOptions{
+		IP: realNodeIP, PodCIDR: realPodCIDR, Mode: mode,
+		NetOptions: netbed.NodeOptions{ConntrackTimestamp: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			logTail(t, node.ProxyLog())
+		}
+		node.Stop()
+	})
+	kctx, kcancel := context.WithCancel(ctx)
+	e := &realEnv{cp: cp, bed: bed, node: node, api: cp.Admin}
+	e.kubelet = node.RunKubelet(kctx, bed, serveWorkload)
+	t.Cleanup(func() {
+		kcancel()
+		for _, err := range e.kubelet.Errors() {
+			t.Errorf("kubelet stand-in: %v", err)
+		}
+	})
+	ms, err := deploy.Agent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if err := createObject(ctx, cp.Admin, m.Object); err != nil {
+			t.Fatalf("%s: %v", m.File, err)
+		}
+	}
+	return e
+}
+
+func logTail(t *testing.T, path string) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) > 40 {
+		lines = lines[len(lines)-40:]
+	}
+	t.Logf("%s ends:\n%s", path, strings.Join(lines, "\n"))
+}
+
+// serveWorkload answers the lab's request protocol with the pod's name on
+// TCP 8080, and echoes the pod's name to every UDP datagram on 8053.
+func serveWorkload(h *netbed.Host, pod *corev1.Pod) (func(), error) {
+	ip := h.Addrs[0]
+	ln, err := h.Listen("tcp", netip.AddrPortFrom(ip, 8080).String())
+	if err != nil {
+		return nil, err
+	}
+	go serve(ln, pod.Name)
+	pc, err := h.ListenPacket("udp", netip.AddrPortFrom(ip, 8053).String())
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			_, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo([]byte(pod.Name+"\n"), from)
+		}
+	}()
+	return func() { ln.Close(); pc.Close() }, nil
+}
+
+// service creates ns/name selecting app=name on port 80 (TCP to 8080,
+// and UDP 53 to 8053), a NodePort when nodePort is set. A NodePort keeps
+// the client's address (externalTrafficPolicy Local): with the default
+// policy kube-proxy masquerades the flow out of the backend's veth, and the
+// kernel deletes masqueraded entries when that device goes away, so a pod
+// on the same node leaves no ghost. In production the backend sits behind
+// another node's uplink, which stays up; Local reproduces that on one node.
+func (e *realEnv) service(t *testing.T, ns, name string, nodePort int32) *corev1.Service {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := e.api.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": name}, Ports: []corev1.ServicePort{
+			{Name: "tcp", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080), NodePort: nodePort},
+			{Name: "udp", Protocol: corev1.ProtocolUDP, Port: 53, TargetPort: intstr.FromInt32(8053)},
+		}},
+	}
+	if nodePort != 0 {
+		svc.Spec.Type = corev1.ServiceTypeNodePort
+		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	}
+	out, err := e.api.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// pod creates ns/name labelled app=app on the node and waits until the
+// Service's EndpointSlice lists it ready. ip, when valid, asks the kubelet
+// stand-in for that address.
+func (e *realEnv) pod(t *testing.T, ns, name, app string, ip netip.Addr, grace int64) netip.Addr {
+	t.Helper()
+	ctx := context.Background()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": app}},
+		Spec: corev1.PodSpec{NodeName: e.node.Name, TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{Name: app, Image: "lab"}}},
+	}
+	if ip.IsValid() {
+		p.Annotations = map[string]string{controlplane.IPAnnotation: ip.String()}
+	}
+	if _, err := e.api.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var got netip.Addr
+	e.eventually(t, time.Minute, fmt.Sprintf("pod %s/%s ready in an EndpointSlice of %s", ns, name, app), func() bool {
+		got = e.endpoint(t, ns, app, name, func(ep discoveryv1.Endpoint) bool {
+			return ep.Conditions.Ready != nil && *ep.Conditions.Ready
+		})
+		return got.IsValid()
+	})
+	return got
+}
+
+// endpoint is the address of pod in the EndpointSlices of ns/svc for which
+// cond holds, or the zero Addr.
+func (e *realEnv) endpoint(t *testing.T, ns, svc, pod string, cond func(discoveryv1.Endpoint) bool) netip.Addr {
+	t.Helper()
+	slices, err := e.api.DiscoveryV1().EndpointSlices(ns).List(context.Background(),
+		metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range slices.Items {
+		for _, ep := range s.Endpoints {
+			if ep.TargetRef != nil && ep.TargetRef.Name == pod && cond(ep) && len(ep.Addresses) > 0 {
+				return netip.MustParseAddr(ep.Addresses[0])
+			}
+		}
+	}
+	return netip.Addr{}
+}
+
+// gone waits until the pod object no longer exists.
+func (e *realEnv) gone(t *testing.T, ns, name string) {
+	t.Helper()
+	e.eventually(t, time.Minute, fmt.Sprintf("pod %s/%s gone", ns, name), func() bool {
+		_, err := e.api.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+}
+
+// eventually polls cond every 20ms until it holds or the deadline passes;
+// it also fails fast when a control-plane process dies.
+func (e *realEnv) eventually(t *testing.T, deadline time.Duration, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(deadline)
+	for !cond() {
+		if err := errors.Join(e.cp.Check(), e.node.Check()); err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		if time.Now().After(end) {
+			t.Fatalf("no %s after %s", what, deadline)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// flowsTo returns the node's conntrack entries translated to backend.
+func (e *realEnv) flowsTo(t *testing.T, backend netip.Addr) []snapshot.Flow {
+	t.Helper()
+	var out []snapshot.Flow
+	err := e.node.Net.Do(func() error {
+		c, err := conntrack.Open()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Dump(context.Background(), func(f *snapshot.Flow) error {
+			if f.Reply.Src == backend && f.DNAT() {
+				out = append(out, *f)
+			}
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+var (
+	ghostwatchOnce sync.Once
+	ghostwatchBin  string
+	ghostwatchErr  error
+)
+
+// ghostwatchBinary builds the ghostwatch command once per test run.
+func ghostwatchBinary(t *testing.T) string {
+	t.Helper()
+	ghostwatchOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "ghostwatch-bin-")
+		if err != nil {
+			ghostwatchErr = err
+			return
+		}
+		ghostwatchBin = filepath.Join(dir, "ghostwatch")
+		_, file, _, _ := goruntime.Caller(0)
+		cmd := exec.Command("go", "build", "-o", ghostwatchBin, "./cmd/ghostwatch")
+		cmd.Dir = filepath.Join(filepath.Dir(file), "..")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			ghostwatchErr = fmt.Errorf("go build ./cmd/ghostwatch: %v\n%s", err, out)
+		}
+	})
+	if ghostwatchErr != nil {
+		t.Fatal(ghostwatchErr)
+	}
+	return ghostwatchBin
+}
+
+// realAgent runs `ghostwatch agent` in the node's namespace, as the
+// DaemonSet would: the agent's own RBAC identity, CAP_NET_ADMIN, the
+// stale-nat-flow remedy with the given grace. It returns once /readyz
+// answers 200; the agent is stopped with SIGTERM at cleanup, and must exit 0.
+func (e *realEnv) realAgent(t *testing.T, extra ...string) *bytes.Buffer {
+	t.Helper()
+	kubeconfig, err := e.cp.WriteKubeconfig(controlplane.UserAgent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"netns", "exec", e.node.Net.Name(), ghostwatchBinary(t), "agent",
+		"--kubeconfig=" + kubeconfig, "--node-name=" + e.node.Name, "--listen=127.0.0.1:9808",
+		"--log-format=text", "--audit-interval=10s"}, extra...)
+	cmd := exec.Command("ip", args...)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("agent log:\n%s", logs.String())
+		}
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("agent exited with %v after SIGINT; its log:\n%s", err, logs.String())
+			}
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			t.Errorf("agent did not stop within 30s of SIGINT")
+		}
+	})
+	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return e.node.Net.Dial(ctx, network, "", addr)
+		}}}
+	e.eventually(t, time.Minute, "agent ready", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("agent exited: %v; its log:\n%s", err, logs.String())
+		default:
+		}
+		resp, err := hc.Get("http://127.0.0.1:9808/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return &logs
+}
+
+// createObject creates one of the kinds deploy/agent holds. The API
+// server validates it: a manifest it refuses fails the test.
+func createObject(ctx context.Context, c kubernetes.Interface, obj runtime.Object) error {
+	var err error
+	switch o := obj.(type) {
+	case *corev1.Namespace:
+		_, err = c.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{})
+	case *corev1.ServiceAccount:
+		_, err = c.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+	case *rbacv1.ClusterRole:
+		_, err = c.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
+	case *rbacv1.ClusterRoleBinding:
+		_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
+	case *appsv1.DaemonSet:
+		_, err = c.AppsV1().DaemonSets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+	default:
+		err = fmt.Errorf("cannot create a %T", obj)
+	}
+	return err
+}
