@@ -24,6 +24,13 @@ in-memory Kubernetes API that ghostwatch reads through the same code as a live
 cluster. It prints a timeline: the client's requests, what the kernel still
 maps, and what ghostwatch finds.
 
+With --control-plane=real the Kubernetes side is the real thing: etcd,
+kube-apiserver and the EndpointSlice controller on 127.0.0.1, and kube-proxy
+(iptables mode) in the node namespace programming the DNAT rules, from the
+binaries scripts/kube-binaries.sh builds (--kube-bin, default
+$GHOSTWATCH_KUBE_BIN). The agent and the scans then read the cluster with the
+identity deploy/agent grants.
+
 It needs root. It touches nothing outside the namespaces it creates (all named
 <prefix>-*), and removes them when it ends, also on Ctrl-C. It refuses to start
 when namespaces with its prefix already exist.`,
@@ -58,7 +65,7 @@ func newScenarioCommand(streams genericiooptions.IOStreams, name string, run sce
 		Use:     name,
 		Short:   short,
 		Long:    long,
-		Example: fmt.Sprintf("  sudo ghostwatch lab %s\n  sudo ghostwatch lab %s --reuse-ip -o json", name, name),
+		Example: fmt.Sprintf("  sudo ghostwatch lab %s\n  sudo ghostwatch lab %s --reuse-ip -o json\n  sudo ghostwatch lab %s --with-agent --control-plane=real --kube-bin \"$(scripts/kube-binaries.sh)\"", name, name, name),
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var timeline io.Writer = streams.Out
@@ -91,5 +98,7 @@ func newScenarioCommand(streams genericiooptions.IOStreams, name string, run sce
 	f.DurationVar(&o.Steady, "steady", 3*time.Second, "how long the client runs before the rollout")
 	f.BoolVar(&o.WithAgent, "with-agent", false, "play the incident twice, without and with the agent removing stale flows, and compare the error windows")
 	f.DurationVar(&o.Grace, "grace", 200*time.Millisecond, "the agent's grace period in the lab (with --with-agent)")
+	f.StringVar(&o.ControlPlane, "control-plane", lab.ControlPlaneMemory, "memory (an in-memory API; the lab programs the DNAT rules) or real (kube-apiserver, the EndpointSlice controller and kube-proxy)")
+	f.StringVar(&o.KubeBin, "kube-bin", "", "with --control-plane=real: the directory of the binaries scripts/kube-binaries.sh builds (default $GHOSTWATCH_KUBE_BIN)")
 	return cmd
 }

@@ -38,7 +38,7 @@ func (e *env) startAgent(ctx context.Context, o Options) (stop func(), err error
 	ctx, cancel := context.WithCancel(ctx)
 	a := agent.New(agent.Config{
 		NodeName:  labNode,
-		Informers: kube.NewInformers(e.cluster.Client, 0),
+		Informers: kube.NewInformers(e.kube(), 0),
 		Conntrack: func(keep conntrack.Keep) source.Source {
 			return inNamespace{e.node, &conntrack.KernelSource{Keep: keep}}
 		},

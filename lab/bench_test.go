@@ -34,7 +34,7 @@ func BenchmarkScan(b *testing.B) {
 	ctx := context.Background()
 	node, cl := benchNode(b, n)
 
-	scan := func() *audit.Result { return scanNode(ctx, cl, node) }
+	scan := func() *audit.Result { return scanNode(ctx, cl.Client, node) }
 	res := scan()
 	if err := res.Incomplete(); err != nil {
 		b.Fatal(err)

@@ -10,9 +10,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/ghostwatch/ghostwatch/audit"
 	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/lab/controlplane"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -45,6 +47,11 @@ type Options struct {
 	WithAgent bool
 	// Grace is the agent's grace period in the lab; default 200ms.
 	Grace time.Duration
+	// ControlPlane is ControlPlaneMemory (the default) or ControlPlaneReal.
+	ControlPlane string
+	// KubeBin is the directory of the real control plane's binaries;
+	// default $GHOSTWATCH_KUBE_BIN.
+	KubeBin string
 }
 
 func (o *Options) defaults() {
@@ -65,6 +72,9 @@ func (o *Options) defaults() {
 	}
 	if o.Grace <= 0 {
 		o.Grace = 200 * time.Millisecond
+	}
+	if o.ControlPlane == "" {
+		o.ControlPlane = ControlPlaneMemory
 	}
 }
 
@@ -146,6 +156,19 @@ func ConntrackPool(ctx context.Context, o Options) (*Result, error) {
 
 func runScenario(ctx context.Context, o Options, sc scenario) (*Result, error) {
 	o.defaults()
+	switch o.ControlPlane {
+	case ControlPlaneMemory:
+	case ControlPlaneReal:
+		if o.KubeBin == "" {
+			bin, err := controlplane.FindBinaries()
+			if err != nil {
+				return nil, fmt.Errorf("control plane %q: %w", o.ControlPlane, err)
+			}
+			o.KubeBin = bin
+		}
+	default:
+		return nil, fmt.Errorf("control plane %q: want %s or %s", o.ControlPlane, ControlPlaneMemory, ControlPlaneReal)
+	}
 	res := &Result{Scenario: sc.name}
 	modes := []bool{false}
 	if o.WithAgent {
@@ -192,9 +215,12 @@ func runOnce(ctx context.Context, o Options, sc scenario, tl *timeline, withAgen
 		}
 		tl.logf("lab", "removed every namespace, link and rule it created")
 	}()
-	e, err := newEnv(ctx, bed, sc, tl)
+	e, err := newEnv(ctx, o, bed, sc, tl)
 	if err != nil {
 		return nil, err
+	}
+	if e.real != nil {
+		defer e.real.close()
 	}
 	if withAgent {
 		stop, err := e.startAgent(ctx, o)
@@ -223,9 +249,21 @@ type env struct {
 	// firstConn is the client's first connection (its source address),
 	// the one the incident strands.
 	firstConn netip.AddrPort
+	// real, when set, is the real control plane: kube-proxy routes, the
+	// kubelet stand-in runs the pods, cluster is unused.
+	real *realWorld
 }
 
-func newEnv(ctx context.Context, bed *netbed.Bed, sc scenario, tl *timeline) (*env, error) {
+func newEnv(ctx context.Context, o Options, bed *netbed.Bed, sc scenario, tl *timeline) (*env, error) {
+	if o.ControlPlane == ControlPlaneReal {
+		rw, err := newRealWorld(ctx, o, bed, sc, tl)
+		if err != nil {
+			return nil, err
+		}
+		e := &env{bed: bed, node: rw.node.Net, sc: sc, tl: tl, pods: map[string]*netbed.Host{}, real: rw}
+		e.logService()
+		return e, nil
+	}
 	node, err := bed.AddNode("node", netbed.NodeOptions{
 		Addrs:              []netip.Prefix{netip.PrefixFrom(nodeIP, 32)},
 		ConntrackTimestamp: true,
@@ -242,13 +280,26 @@ func newEnv(ctx context.Context, bed *netbed.Bed, sc scenario, tl *timeline) (*e
 		return nil, err
 	}
 	tl.logf("node", "namespace %s, address %s, conntrack timestamps on", node.Name(), nodeIP)
+	e.logService()
+	return e, nil
+}
+
+func (e *env) logService() {
+	sc := e.sc
 	if sc.nodePort != 0 {
-		tl.logf("api", "Service %s/%s: ClusterIP %s:%d, NodePort %s:%d -> targetPort %d", sc.namespace, sc.service,
+		e.tl.logf("api", "Service %s/%s: ClusterIP %s:%d, NodePort %s:%d -> targetPort %d", sc.namespace, sc.service,
 			sc.clusterIP, sc.port, nodeIP, sc.nodePort, sc.targetPort)
 	} else {
-		tl.logf("api", "Service %s/%s: ClusterIP %s:%d -> targetPort %d", sc.namespace, sc.service, sc.clusterIP, sc.port, sc.targetPort)
+		e.tl.logf("api", "Service %s/%s: ClusterIP %s:%d -> targetPort %d", sc.namespace, sc.service, sc.clusterIP, sc.port, sc.targetPort)
 	}
-	return e, nil
+}
+
+// kube is the client the scans and the agent read the cluster with.
+func (e *env) kube() kubernetes.Interface {
+	if e.real != nil {
+		return e.real.agent
+	}
+	return e.cluster.Client
 }
 
 // frontend is where the client connects.
@@ -261,6 +312,9 @@ func (e *env) frontend() netip.AddrPort {
 
 // startPod creates the pod's namespace, serves in it, and registers it.
 func (e *env) startPod(ctx context.Context, name string, ip netip.Addr) error {
+	if e.real != nil {
+		return e.real.startPod(ctx, e.sc, name, ip)
+	}
 	h, err := e.bed.AddHost(name, e.node, netip.PrefixFrom(ip, 32))
 	if err != nil {
 		return err
@@ -280,7 +334,14 @@ func (e *env) startPod(ctx context.Context, name string, ip netip.Addr) error {
 
 // route points the service at the given backends, as kube-proxy does when
 // the EndpointSlice changes.
-func (e *env) route(backends ...netip.Addr) error {
+func (e *env) route(ctx context.Context, backends ...netip.Addr) error {
+	if e.real != nil {
+		if err := e.real.routed(ctx, e.sc, backends); err != nil {
+			return err
+		}
+		e.tl.logf("proxy", "kube-proxy's rules now send new connections to %v", backends)
+		return nil
+	}
 	svc := netbed.Service{Proto: snapshot.ProtoTCP, Frontends: []netip.AddrPort{netip.AddrPortFrom(e.sc.clusterIP, e.sc.port)}}
 	if e.sc.nodePort != 0 {
 		svc.Frontends = append(svc.Frontends, netip.AddrPortFrom(nodeIP, e.sc.nodePort))
@@ -303,7 +364,7 @@ func (e *env) route(backends ...netip.Addr) error {
 // scan runs one ghostwatch audit of the node, through the same kube source
 // and conntrack reader as production.
 func (e *env) scan(ctx context.Context, why string) (*audit.Result, error) {
-	res := scanNode(ctx, e.cluster, e.node)
+	res := scanNode(ctx, e.kube(), e.node)
 	if err := res.Incomplete(); err != nil {
 		return nil, fmt.Errorf("lab scan: %w", err)
 	}
@@ -400,7 +461,7 @@ func (e *env) replace(ctx context.Context, o Options) (*Run, error) {
 	if err := e.startPod(ctx, oldPod, oldBackendIP); err != nil {
 		return nil, err
 	}
-	if err := e.route(oldBackendIP); err != nil {
+	if err := e.route(ctx, oldBackendIP); err != nil {
 		return nil, err
 	}
 	cl, err := e.startClient(ctx, o)
@@ -433,14 +494,19 @@ func (e *env) replace(ctx context.Context, o Options) (*Run, error) {
 			return nil, err
 		}
 	}
-	if err := e.cluster.TerminatePod(ctx, sc.namespace, oldPod); err != nil {
+	if e.real != nil {
+		err = e.real.terminatePod(ctx, sc, oldPod)
+	} else {
+		err = e.cluster.TerminatePod(ctx, sc.namespace, oldPod)
+	}
+	if err != nil {
 		return nil, err
 	}
 	e.tl.logf("api", "pod %s/%s terminating: still running, listed as terminating in the EndpointSlice", sc.namespace, oldPod)
 	if o.ReuseIP {
-		err = e.route()
+		err = e.route(ctx)
 	} else {
-		err = e.route(newIP)
+		err = e.route(ctx, newIP)
 	}
 	if err != nil {
 		return nil, err
@@ -449,12 +515,18 @@ func (e *env) replace(ctx context.Context, o Options) (*Run, error) {
 		return nil, err
 	}
 	mark := len(cl.since(0))
-	if err := e.bed.RemoveHost(e.pods[oldPod]); err != nil {
-		return nil, err
-	}
-	delete(e.pods, oldPod)
-	if err := e.cluster.DeletePod(ctx, sc.namespace, oldPod); err != nil {
-		return nil, err
+	if e.real != nil {
+		if err := e.real.killPod(ctx, sc, oldPod); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := e.bed.RemoveHost(e.pods[oldPod]); err != nil {
+			return nil, err
+		}
+		delete(e.pods, oldPod)
+		if err := e.cluster.DeletePod(ctx, sc.namespace, oldPod); err != nil {
+			return nil, err
+		}
 	}
 	e.tl.logf("kubelet", "pod %s/%s deleted: its namespace, veth and route are gone", sc.namespace, oldPod)
 
@@ -469,7 +541,7 @@ func (e *env) replace(ctx context.Context, o Options) (*Run, error) {
 		if err := e.startPod(ctx, newPod, newIP); err != nil {
 			return nil, err
 		}
-		if err := e.route(newIP); err != nil {
+		if err := e.route(ctx, newIP); err != nil {
 			return nil, err
 		}
 	}
@@ -580,10 +652,10 @@ func measure(os []Outcome) (time.Duration, int, bool) {
 // scanNode runs one ghostwatch audit of a lab node: the cluster through the
 // production kube source's informers, the node's conntrack table over
 // netlink, every rule.
-func scanNode(ctx context.Context, cl *Cluster, node *netbed.Node) *audit.Result {
+func scanNode(ctx context.Context, client kubernetes.Interface, node *netbed.Node) *audit.Result {
 	return audit.Run(ctx, audit.Config{
 		NodeName: labNode,
-		Kube:     &kube.APISource{Client: cl.Client, Timeout: 30 * time.Second},
+		Kube:     &kube.APISource{Client: client, Timeout: 30 * time.Second},
 		Conntrack: func(keep conntrack.Keep) source.Source {
 			return inNamespace{node, &conntrack.KernelSource{Keep: keep}}
 		},

@@ -115,7 +115,7 @@ func testRulesOnTheKernel(t *testing.T, proto snapshot.Proto) {
 
 	scan := func() *audit.Result {
 		t.Helper()
-		res := scanNode(ctx, cl, node)
+		res := scanNode(ctx, cl.Client, node)
 		if err := res.Incomplete(); err != nil {
 			t.Fatal(err)
 		}
@@ -183,7 +183,7 @@ func testRulesOnTheKernel(t *testing.T, proto snapshot.Proto) {
 			t.Errorf("action %s: %s", a.Result, a.Reason)
 		}
 	}
-	after := scanNode(ctx, cl, node)
+	after := scanNode(ctx, cl.Client, node)
 	if len(after.Findings) != 0 || after.Snapshot.Conntrack.Matched != 8 {
 		t.Errorf("after the remedy: %d findings, %d flows to frontends; want 0 and the 8 live and draining ones%s",
 			len(after.Findings), after.Snapshot.Conntrack.Matched, describe(after))

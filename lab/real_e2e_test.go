@@ -1,8 +1,10 @@
 package lab
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -504,5 +506,39 @@ func TestRealUDPPinnedToDeletedBackend(t *testing.T) {
 				t.Errorf("the agent failed %d deletions", n)
 			}
 		}
+	}
+}
+
+// The lab's seed 004 on the real control plane: the same measurements as
+// with the in-memory API, with kube-proxy programming the rules.
+func TestLabConntrackDeployRealControlPlane(t *testing.T) {
+	requireRoot(t)
+	bin, err := controlplane.FindBinaries()
+	if errors.Is(err, controlplane.ErrNoBinaries) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	res, err := ConntrackDeploy(context.Background(), Options{Out: &out, Prefix: prefix(), Observe: 5 * time.Second,
+		WithAgent: true, ControlPlane: ControlPlaneReal, KubeBin: bin})
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Runs) != 2 {
+		t.Fatalf("runs = %+v", res.Runs)
+	}
+	without, with := res.Runs[0], res.Runs[1]
+	if without.Recovered || !without.GhostStillMapped || len(without.Findings) == 0 {
+		t.Errorf("without the agent the ghost must outlive the run and be reported: %+v", without)
+	}
+	if !with.Recovered || with.GhostStillMapped || with.ErrorWindowSeconds > 1 {
+		t.Errorf("with the agent the client must recover within 1s and the ghost be gone: %+v", with)
+	}
+	if !strings.Contains(out.String(), "kube-proxy's rules now send new connections to") ||
+		!strings.Contains(out.String(), "StaleFlowDeleted on Service web/api") {
+		t.Errorf("the timeline does not show kube-proxy routing and the agent's Event")
 	}
 }

@@ -17,13 +17,10 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
@@ -367,25 +364,4 @@ func (e *realEnv) realAgent(t *testing.T, extra ...string) *bytes.Buffer {
 		return resp.StatusCode == http.StatusOK
 	})
 	return &logs
-}
-
-// createObject creates one of the kinds deploy/agent holds. The API
-// server validates it: a manifest it refuses fails the test.
-func createObject(ctx context.Context, c kubernetes.Interface, obj runtime.Object) error {
-	var err error
-	switch o := obj.(type) {
-	case *corev1.Namespace:
-		_, err = c.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{})
-	case *corev1.ServiceAccount:
-		_, err = c.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-	case *rbacv1.ClusterRole:
-		_, err = c.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
-	case *rbacv1.ClusterRoleBinding:
-		_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
-	case *appsv1.DaemonSet:
-		_, err = c.AppsV1().DaemonSets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-	default:
-		err = fmt.Errorf("cannot create a %T", obj)
-	}
-	return err
 }

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -50,6 +51,9 @@ type runningPod struct {
 	ip          netip.Addr
 	stop        func()
 	terminating bool
+	// deadline is when the grace period ends; timer removes the pod then.
+	deadline time.Time
+	timer    *time.Timer
 }
 
 // RunKubelet starts the stand-in on n until ctx ends.
@@ -116,27 +120,39 @@ func (k *Kubelet) sync(ctx context.Context, p *corev1.Pod) error {
 		return k.start(ctx, p)
 	case p.DeletionTimestamp != nil && rp == nil:
 		return k.remove(ctx, p)
-	case p.DeletionTimestamp != nil && !rp.terminating:
-		k.mu.Lock()
-		rp.terminating = true
-		k.mu.Unlock()
-		// Not ready, still serving: the pod drains.
-		st := p.DeepCopy()
-		setReady(st, false)
-		if _, err := k.client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, st, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return err
-		}
+	case p.DeletionTimestamp != nil:
 		grace := time.Duration(0)
 		if p.DeletionGracePeriodSeconds != nil {
 			grace = time.Duration(*p.DeletionGracePeriodSeconds) * time.Second
 		}
-		time.AfterFunc(grace, func() {
-			if err := k.remove(ctx, p); err != nil && ctx.Err() == nil {
-				k.mu.Lock()
-				k.errs = append(k.errs, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err))
-				k.mu.Unlock()
+		deadline := time.Now().Add(grace)
+		k.mu.Lock()
+		first := !rp.terminating
+		rp.terminating = true
+		// A second delete may shorten the grace period, never lengthen it.
+		later := !first && !deadline.Before(rp.deadline)
+		if !later {
+			rp.deadline = deadline
+			if rp.timer != nil {
+				rp.timer.Stop()
 			}
-		})
+			rp.timer = time.AfterFunc(grace, func() {
+				if err := k.remove(ctx, p); err != nil && ctx.Err() == nil {
+					k.mu.Lock()
+					k.errs = append(k.errs, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err))
+					k.mu.Unlock()
+				}
+			})
+		}
+		k.mu.Unlock()
+		if first {
+			// Not ready, still serving: the pod drains.
+			st := p.DeepCopy()
+			setReady(st, false)
+			if _, err := k.client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, st, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -173,16 +189,24 @@ func (k *Kubelet) start(ctx context.Context, p *corev1.Pod) error {
 	return err
 }
 
-// remove ends the pod abruptly (no FIN, no RST reaches its peers) and
-// deletes the Pod object for good.
+// remove ends the pod abruptly (no FIN, no RST reaches its peers), as its
+// containers dying would, deletes the Pod object for good, then tears the
+// sandbox down, in the kubelet's order.
 func (k *Kubelet) remove(ctx context.Context, p *corev1.Pod) error {
-	k.forget(p.UID)
+	k.mu.Lock()
+	rp := k.pods[p.UID]
+	k.mu.Unlock()
+	var unplugErr error
+	if rp != nil {
+		unplugErr = rp.host.Unplug()
+	}
 	err := k.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: new(int64), Preconditions: &metav1.Preconditions{UID: &p.UID}})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		return nil
+		err = nil
 	}
-	return err
+	k.forget(p.UID)
+	return errors.Join(unplugErr, err)
 }
 
 func (k *Kubelet) forget(uid types.UID) {
@@ -197,6 +221,9 @@ func (k *Kubelet) forgetLocked(uid types.UID) {
 		return
 	}
 	delete(k.pods, uid)
+	if rp.timer != nil {
+		rp.timer.Stop()
+	}
 	if rp.stop != nil {
 		rp.stop()
 	}
