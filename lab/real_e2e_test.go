@@ -62,15 +62,17 @@ func answeredBy(t *testing.T, c *client, pod string, n int) {
 // replaceAndMeasure replaces pod old (at oldIP) by pod next behind the
 // Service, as a rolling update does (the new pod ready first, the old one
 // deleted with a grace period of 1s), and measures what the client saw from
-// the moment the old pod's namespace was gone.
+// the deletion on.
 func (e *realEnv) replaceAndMeasure(t *testing.T, c *client, ns, app, old, next string) (window time.Duration, failed int, recovered bool) {
 	t.Helper()
 	e.pod(t, ns, next, app, netip.Addr{}, 1)
+	// Measured from the deletion: the pod drains (answers) for its grace
+	// period, so the window starts at the first failure after it.
+	from := len(c.since(0))
 	if err := e.api.CoreV1().Pods(ns).Delete(context.Background(), old, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.gone(t, ns, old)
-	from := len(c.since(0))
 	outcomes, _ := c.waitFor(context.Background(), realObserve, func(os []Outcome) bool {
 		return recoveredAfter(os[min(from, len(os)):])
 	})
@@ -132,14 +134,18 @@ func TestRealSeed004NodePortRollingUpdate(t *testing.T) {
 }
 
 // Seed 001: a pooled long-lived connection from a client pod to a
-// ClusterIP; the replica it landed on is deleted, others stay. Without the
-// agent the connection stays translated to the dead pod; with it the client
-// is reset and reconnects to a live replica within a second.
+// ClusterIP; the replica it landed on is deleted (gracefully, 1s), others
+// stay. Without the agent the connection stays translated to the dead pod;
+// with it the client is reset and reconnects to a live replica within a
+// second of the pod's death. (A force deletion would leave the endpoint in
+// its slice until the EndpointSlice controller catches up, which it retries
+// a second later when its cache is behind: the agent waits for the slice,
+// as kube-proxy does.)
 func TestRealSeed001PooledClusterIP(t *testing.T) {
 	e := newRealEnv(t, controlplane.ProxyIPTables)
 	svc := e.service(t, "db", "pg", 0)
 	for _, p := range []string{"pg-0", "pg-1", "pg-2"} {
-		e.pod(t, "db", p, "pg", netip.Addr{}, 0)
+		e.pod(t, "db", p, "pg", netip.Addr{}, 1)
 	}
 	app, err := e.bed.AddHost("app", e.node.Net, hostPfx(netip.MustParseAddr("10.244.7.250")))
 	if err != nil {
@@ -159,10 +165,10 @@ func TestRealSeed001PooledClusterIP(t *testing.T) {
 		victim := outs[len(outs)-1].Pod
 		ip := e.endpointIP(t, "db", "pg", victim)
 		from := len(c.since(0))
-		if err := e.api.CoreV1().Pods("db").Delete(ctx, victim, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		if err := e.api.CoreV1().Pods("db").Delete(ctx, victim, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		e.gone(t, "db", victim)
+		e.gone(t, "db", victim) // it drained for 1s, then died
 		outcomes, _ := c.waitFor(ctx, realObserve, func(os []Outcome) bool {
 			rest := os[min(from, len(os)):]
 			return len(rest) > 0 && rest[len(rest)-1].Err == nil && rest[len(rest)-1].Pod != victim

@@ -322,7 +322,7 @@ func (e *realEnv) realAgent(t *testing.T, extra ...string) *bytes.Buffer {
 	}
 	args := append([]string{"netns", "exec", e.node.Net.Name(), ghostwatchBinary(t), "agent",
 		"--kubeconfig=" + kubeconfig, "--node-name=" + e.node.Name, "--listen=127.0.0.1:9808",
-		"--log-format=text", "--audit-interval=10s"}, extra...)
+		"--log-format=text", "--log-level=debug", "--audit-interval=10s"}, extra...)
 	cmd := exec.Command("ip", args...)
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
