@@ -16,6 +16,7 @@ import (
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -65,7 +66,13 @@ func answeredBy(t *testing.T, c *client, pod string, n int) {
 // the deletion on.
 func (e *realEnv) replaceAndMeasure(t *testing.T, c *client, ns, app, old, next string) (window time.Duration, failed int, recovered bool) {
 	t.Helper()
-	e.pod(t, ns, next, app, netip.Addr{}, 1)
+	return e.replaceOnAndMeasure(t, c, e.node.Name, ns, app, old, next)
+}
+
+// replaceOnAndMeasure is replaceAndMeasure with the new pod on node.
+func (e *realEnv) replaceOnAndMeasure(t *testing.T, c *client, node, ns, app, old, next string) (window time.Duration, failed int, recovered bool) {
+	t.Helper()
+	e.podOn(t, node, ns, next, app, netip.Addr{}, 1)
 	// Measured from the deletion: the pod drains (answers) for its grace
 	// period, so the window starts at the first failure after it.
 	from := len(c.since(0))
@@ -130,6 +137,55 @@ func TestRealSeed004NodePortRollingUpdate(t *testing.T) {
 				return e.hasEvent(t, "web", "Service", "api", "StaleFlowDeleted")
 			})
 		})
+	}
+}
+
+// Seed 004 as production has it: the client enters node-1's NodePort with
+// the default externalTrafficPolicy (Cluster) and the backends run on
+// node-2, so node-1 DNATs and masquerades out of its uplink, which stays up
+// when the pod dies. The ghost lives on node-1, where the agent runs.
+func TestRealSeed004CrossNode(t *testing.T) {
+	e := newRealEnv(t, controlplane.ProxyIPTables)
+	n2 := e.addNode(t, "node-2", netip.MustParseAddr("192.168.60.2"), netip.MustParsePrefix("10.244.8.0/24"))
+	e.serviceWith(t, "web", "api", 30080, corev1.ServiceExternalTrafficPolicyCluster)
+	oldIP := e.podOn(t, n2.Name, "web", "api-v1", "api", netip.Addr{}, 1)
+	client, err := e.bed.AddHost("client", e.node.Net, hostPfx(realClientIP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fe := netip.AddrPortFrom(realNodeIP, 30080)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	c := keepAlive(ctx, client, fe)
+	answeredBy(t, c, "api-v1", 3)
+	window, failed, recovered := e.replaceOnAndMeasure(t, c, n2.Name, "web", "api", "api-v1", "api-v2")
+	cancel()
+	t.Logf("without the agent: error window %s, %d failed requests, recovered %t", window.Round(time.Millisecond), failed, recovered)
+	if recovered || failed == 0 {
+		t.Errorf("without the agent the client recovered (%t) or never failed (%d failures)", recovered, failed)
+	}
+	flows := e.flowsTo(t, oldIP)
+	if len(flows) == 0 {
+		t.Fatalf("without the agent node-1 no longer maps any flow to the dead pod %s", oldIP)
+	}
+	if f := flows[0]; f.Reply.Dst == f.Orig.Src {
+		t.Errorf("flow %v was not masqueraded: the test does not exercise externalTrafficPolicy Cluster", f)
+	}
+
+	newIP := e.endpointIP(t, "web", "api", "api-v2")
+	logs := e.realAgent(t, "--remedy=stale-nat-flow", "--grace=0s")
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	c = keepAlive(ctx, client, fe)
+	answeredBy(t, c, "api-v2", 3)
+	window, failed, recovered = e.replaceOnAndMeasure(t, c, n2.Name, "web", "api", "api-v2", "api-v3")
+	cancel()
+	t.Logf("with the agent: error window %s, %d failed requests, recovered %t", window.Round(time.Millisecond), failed, recovered)
+	if !recovered || window > realMaxWindow {
+		t.Errorf("with the agent: recovered %t after %s, want recovery within %s; agent log:\n%s", recovered, window, realMaxWindow, logs)
+	}
+	if flows := e.flowsTo(t, newIP); len(flows) != 0 {
+		t.Errorf("with the agent node-1 still maps %d flows to the dead pod %s", len(flows), newIP)
 	}
 }
 

@@ -115,6 +115,40 @@ func newRealEnv(t *testing.T, mode controlplane.ProxyMode) *realEnv {
 	return e
 }
 
+// addNode adds a second node with its kube-proxy and kubelet stand-in,
+// joined to the first by an uplink that routes each node's pods and
+// address to the other (the network between two machines).
+func (e *realEnv) addNode(t *testing.T, name string, ip netip.Addr, podCIDR netip.Prefix) *controlplane.Node {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	n, err := e.cp.AddNode(ctx, e.bed, name, controlplane.NodeOptions{
+		IP: ip, PodCIDR: podCIDR, NetOptions: netbed.NodeOptions{ConntrackTimestamp: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			logTail(t, n.ProxyLog())
+		}
+		n.Stop()
+	})
+	if err := e.bed.ConnectNodes(
+		e.node.Net, netbed.Uplink{Addr: netip.MustParsePrefix("172.30.0.1/30"), Routes: []netip.Prefix{podCIDR, hostPfx(ip)}},
+		n.Net, netbed.Uplink{Addr: netip.MustParsePrefix("172.30.0.2/30"), Routes: []netip.Prefix{realPodCIDR, hostPfx(realNodeIP)}},
+	); err != nil {
+		t.Fatal(err)
+	}
+	k := n.RunKubelet(ctx, e.bed, serveWorkload)
+	t.Cleanup(func() {
+		for _, err := range k.Errors() {
+			t.Errorf("kubelet stand-in on %s: %v", name, err)
+		}
+	})
+	return n
+}
+
 func logTail(t *testing.T, path string) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -163,6 +197,13 @@ func serveWorkload(h *netbed.Host, pod *corev1.Pod) (func(), error) {
 // another node's uplink, which stays up; Local reproduces that on one node.
 func (e *realEnv) service(t *testing.T, ns, name string, nodePort int32) *corev1.Service {
 	t.Helper()
+	return e.serviceWith(t, ns, name, nodePort, corev1.ServiceExternalTrafficPolicyLocal)
+}
+
+// serviceWith is service with the given externalTrafficPolicy for a
+// NodePort.
+func (e *realEnv) serviceWith(t *testing.T, ns, name string, nodePort int32, policy corev1.ServiceExternalTrafficPolicy) *corev1.Service {
+	t.Helper()
 	ctx := context.Background()
 	if _, err := e.api.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
@@ -176,7 +217,7 @@ func (e *realEnv) service(t *testing.T, ns, name string, nodePort int32) *corev1
 	}
 	if nodePort != 0 {
 		svc.Spec.Type = corev1.ServiceTypeNodePort
-		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		svc.Spec.ExternalTrafficPolicy = policy
 	}
 	out, err := e.api.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
 	if err != nil {
@@ -190,10 +231,16 @@ func (e *realEnv) service(t *testing.T, ns, name string, nodePort int32) *corev1
 // stand-in for that address.
 func (e *realEnv) pod(t *testing.T, ns, name, app string, ip netip.Addr, grace int64) netip.Addr {
 	t.Helper()
+	return e.podOn(t, e.node.Name, ns, name, app, ip, grace)
+}
+
+// podOn is pod on the named node.
+func (e *realEnv) podOn(t *testing.T, node, ns, name, app string, ip netip.Addr, grace int64) netip.Addr {
+	t.Helper()
 	ctx := context.Background()
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": app}},
-		Spec: corev1.PodSpec{NodeName: e.node.Name, TerminationGracePeriodSeconds: &grace,
+		Spec: corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: &grace,
 			Containers: []corev1.Container{{Name: app, Image: "lab"}}},
 	}
 	if ip.IsValid() {

@@ -273,3 +273,45 @@ func TestEstablishedFlowSurvivesLosingEveryBackend(t *testing.T) {
 		}
 	}
 }
+
+// Two nodes joined by an uplink: a host on one reaches a host on the other
+// through the routes of each side, and the link outlives the hosts.
+func TestConnectNodesRoutesBetweenPods(t *testing.T) {
+	b := newBed(t)
+	n1, err := b.AddNode("n1", NodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n2, err := b.AddNode("n2", NodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ConnectNodes(
+		n1, Uplink{Addr: netip.MustParsePrefix("172.30.0.1/30"), Routes: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24")}},
+		n2, Uplink{Addr: netip.MustParsePrefix("172.30.0.2/30"), Routes: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}},
+	); err != nil {
+		t.Fatal(err)
+	}
+	client, err := b.AddHost("c", n1, pfx("10.244.1.10"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := b.AddHost("s", n2, pfx("10.244.2.10"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	echo(t, server, "10.244.2.10:8080", "across")
+	c, err := client.Dial(context.Background(), "tcp", "", "10.244.2.10:8080")
+	if err != nil {
+		t.Fatalf("dial across the uplink: %v", err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte("hi\n")); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "across" {
+		t.Fatalf("answer %q, %v; want across", line, err)
+	}
+}

@@ -1,0 +1,99 @@
+package netbed
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Uplink is one end of a link between two nodes.
+type Uplink struct {
+	// Addr is this node's address on the link (a /30 or /126 shared with
+	// the peer).
+	Addr netip.Prefix
+	// Routes are the prefixes reached through the peer: its pod CIDR and
+	// node addresses.
+	Routes []netip.Prefix
+}
+
+// ConnectNodes joins two nodes with a veth pair, as the network between
+// two machines: each end gets its address, and each node routes the
+// other's prefixes through it. The link stays up when pods come and go,
+// like a node's uplink.
+func (b *Bed) ConnectNodes(a *Node, aEnd Uplink, z *Node, zEnd Uplink) error {
+	a.mu.Lock()
+	a.links++
+	aName := "up" + strconv.Itoa(a.links)
+	a.mu.Unlock()
+	z.mu.Lock()
+	z.links++
+	zName := "up" + strconv.Itoa(z.links)
+	z.mu.Unlock()
+	if err := a.do(func() error {
+		return netlink.LinkAdd(&netlink.Veth{
+			LinkAttrs:     netlink.LinkAttrs{Name: aName},
+			PeerName:      zName,
+			PeerNamespace: netlink.NsFd(z.handle),
+		})
+	}); err != nil {
+		return fmt.Errorf("linking %s and %s: %w", a.name, z.name, err)
+	}
+	for _, end := range []struct {
+		n    *Node
+		name string
+		up   Uplink
+		peer netip.Addr
+	}{{a, aName, aEnd, zEnd.Addr.Addr()}, {z, zName, zEnd, aEnd.Addr.Addr()}} {
+		if err := end.n.do(func() error {
+			link, err := netlink.LinkByName(end.name)
+			if err != nil {
+				return err
+			}
+			if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: ipNet(end.up.Addr), Flags: unix.IFA_F_NODAD}); err != nil {
+				return err
+			}
+			if err := netlink.LinkSetUp(link); err != nil {
+				return err
+			}
+			for _, r := range end.up.Routes {
+				if err := netlink.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Dst: ipNet(r), Gw: end.peer.AsSlice()}); err != nil {
+					return fmt.Errorf("route %s via %s: %w", r, end.peer, err)
+				}
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("node %s, link %s: %w", end.n.name, end.name, err)
+		}
+	}
+	// A packet sent before both ends are operationally up is dropped.
+	deadline := time.Now().Add(5 * time.Second)
+	for _, end := range []struct {
+		n    *Node
+		name string
+	}{{a, aName}, {z, zName}} {
+		for {
+			var state netlink.LinkOperState
+			if err := end.n.do(func() error {
+				l, err := netlink.LinkByName(end.name)
+				if err == nil {
+					state = l.Attrs().OperState
+				}
+				return err
+			}); err != nil {
+				return err
+			}
+			if state == netlink.OperUp {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("link %s of %s is not up after 5s (%s)", end.name, end.n.name, state)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return nil
+}
