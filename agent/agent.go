@@ -281,8 +281,8 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string) (pending bool) {
 	}
 	// A change is judged from the index when it can be trusted; anything
 	// else reads the whole table, and seeds the index on the way.
-	full := cfg.FlowEvents == nil || !a.index.isValid() ||
-		trigger == triggerStart || trigger == triggerTimer || trigger == triggerEventsLost
+	scheduled := trigger == triggerStart || trigger == triggerTimer || trigger == triggerEventsLost
+	full := cfg.FlowEvents == nil || !a.index.isValid() || scheduled
 	ct := func(keep conntrack.Keep) source.Source { return &indexSource{a: a, keep: keep} }
 	if full {
 		a.index.beginSeed()
@@ -305,10 +305,13 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string) (pending bool) {
 	})
 	if full {
 		a.index.endSeed(res.Incomplete() == nil)
-		// A full audit streams the whole table through memory: give what
-		// it left behind back to the node now rather than minutes later,
-		// when the runtime would. It costs one collection per audit.
-		defer debug.FreeOSMemory()
+		if scheduled {
+			// A full audit streams the whole table through memory: give
+			// what it left behind back to the node now rather than minutes
+			// later, when the runtime would. One collection per scheduled
+			// audit; not per change, when there are no events to index.
+			defer debug.FreeOSMemory()
+		}
 	}
 	if m != nil {
 		for _, st := range res.Sources {

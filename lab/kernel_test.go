@@ -215,16 +215,7 @@ func serveBoth(t *testing.T, h *netbed.Host, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		buf := make([]byte, 512)
-		for {
-			_, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			pc.WriteTo([]byte(name+"\n"), from)
-		}
-	}()
+	go serveDatagrams(pc, name)
 }
 
 func roundTrip(c net.Conn) (string, error) {

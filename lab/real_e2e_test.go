@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"os/exec"
 	"strings"
@@ -140,6 +138,42 @@ func TestRealSeed004NodePortRollingUpdate(t *testing.T) {
 	}
 }
 
+// pinnedKill is what a client saw when the pod it was pinned to died.
+type pinnedKill struct {
+	victim    string
+	ip        netip.Addr
+	last      Outcome
+	window    time.Duration
+	failed    int
+	recovered bool
+}
+
+// killPinned waits until c has been answered answers times, deletes the pod
+// of ns/svc that answered last (with opts), and watches c, from the
+// deletion on, until another pod answers or realObserve passes.
+func (e *realEnv) killPinned(t *testing.T, c *client, ns, svc string, answers int, opts metav1.DeleteOptions) pinnedKill {
+	t.Helper()
+	ctx := context.Background()
+	outs, err := c.waitFor(ctx, 30*time.Second, func(os []Outcome) bool { return len(os) >= answers && os[len(os)-1].Err == nil })
+	if err != nil {
+		t.Fatalf("no answer through %s/%s: %v", ns, svc, err)
+	}
+	k := pinnedKill{victim: outs[len(outs)-1].Pod}
+	k.ip = e.endpointIP(t, ns, svc, k.victim)
+	from := len(c.since(0))
+	if err := e.api.CoreV1().Pods(ns).Delete(ctx, k.victim, opts); err != nil {
+		t.Fatal(err)
+	}
+	e.gone(t, ns, k.victim)
+	outcomes, _ := c.waitFor(ctx, realObserve, func(os []Outcome) bool {
+		rest := os[min(from, len(os)):]
+		return len(rest) > 0 && rest[len(rest)-1].Err == nil && rest[len(rest)-1].Pod != k.victim
+	})
+	k.last = outcomes[len(outcomes)-1]
+	k.window, k.failed, k.recovered = measure(outcomes[min(from, len(outcomes)):])
+	return k
+}
+
 // Seed 004 as production has it: the client enters node-1's NodePort with
 // the default externalTrafficPolicy (Cluster) and the backends run on
 // node-2, so node-1 DNATs and masquerades out of its uplink, which stays up
@@ -213,26 +247,11 @@ func TestRealSeed001PooledClusterIP(t *testing.T) {
 			e.realAgent(t, "--remedy=stale-nat-flow", "--grace=0s")
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		c := keepAlive(ctx, app, fe)
-		outs, err := c.waitFor(ctx, 30*time.Second, func(os []Outcome) bool { return len(os) > 0 && os[len(os)-1].Err == nil })
-		if err != nil {
-			t.Fatalf("no answer through %s: %v", fe, err)
-		}
-		victim := outs[len(outs)-1].Pod
-		ip := e.endpointIP(t, "db", "pg", victim)
-		from := len(c.since(0))
-		if err := e.api.CoreV1().Pods("db").Delete(ctx, victim, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		e.gone(t, "db", victim) // it drained for 1s, then died
-		outcomes, _ := c.waitFor(ctx, realObserve, func(os []Outcome) bool {
-			rest := os[min(from, len(os)):]
-			return len(rest) > 0 && rest[len(rest)-1].Err == nil && rest[len(rest)-1].Pod != victim
-		})
+		k := e.killPinned(t, keepAlive(ctx, app, fe), "db", "pg", 1, metav1.DeleteOptions{})
 		cancel()
-		window, failed, recovered := measure(outcomes[min(from, len(outcomes)):])
+		victim, ip, window, recovered := k.victim, k.ip, k.window, k.recovered
 		t.Logf("agent %t: pooled connection to %s (%s) after its deletion: window %s, %d failed, recovered %t",
-			withAgent, victim, ip, window.Round(time.Millisecond), failed, recovered)
+			withAgent, victim, ip, window.Round(time.Millisecond), k.failed, recovered)
 		flows := e.flowsTo(t, ip)
 		if !withAgent {
 			if recovered || len(flows) == 0 {
@@ -240,7 +259,7 @@ func TestRealSeed001PooledClusterIP(t *testing.T) {
 			}
 			continue
 		}
-		if last := outcomes[len(outcomes)-1]; last.Err != nil || last.Pod == victim || window > realMaxWindow {
+		if last := k.last; last.Err != nil || last.Pod == victim || window > realMaxWindow {
 			t.Errorf("with the agent the client must be answered by another replica within %s: window %s, last outcome %+v", realMaxWindow, window, last)
 		}
 		if len(flows) != 0 {
@@ -424,11 +443,7 @@ func (e *realEnv) agentAudits(t *testing.T) int {
 // agentMetric sums the agent's samples whose line starts with prefix.
 func (e *realEnv) agentMetric(t *testing.T, prefix string) int {
 	t.Helper()
-	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return e.node.Net.Dial(ctx, network, "", addr)
-		}}}
-	resp, err := hc.Get("http://127.0.0.1:9808/metrics")
+	resp, err := e.node.Net.HTTPClient(2 * time.Second).Get("http://127.0.0.1:9808/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -534,25 +549,11 @@ func TestRealUDPPinnedToDeletedBackend(t *testing.T) {
 			e.realAgent(t, "--remedy=stale-nat-flow", "--grace=0s")
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		c := udpClient(ctx, t, app, fe)
-		outs, err := c.waitFor(ctx, 30*time.Second, func(os []Outcome) bool { return len(os) > 2 && os[len(os)-1].Err == nil })
-		if err != nil {
-			t.Fatalf("no answer through %s: %v", fe, err)
-		}
-		victim := outs[len(outs)-1].Pod
-		from := len(c.since(0))
-		if err := e.api.CoreV1().Pods("kube-dns").Delete(ctx, victim, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
-			t.Fatal(err)
-		}
-		e.gone(t, "kube-dns", victim)
-		outcomes, _ := c.waitFor(ctx, realObserve, func(os []Outcome) bool {
-			rest := os[min(from, len(os)):]
-			return len(rest) > 0 && rest[len(rest)-1].Err == nil && rest[len(rest)-1].Pod != victim
-		})
+		k := e.killPinned(t, udpClient(ctx, t, app, fe), "kube-dns", "dns", 3, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 		cancel()
-		window, failed, recovered := measure(outcomes[min(from, len(outcomes)):])
+		window, recovered := k.window, k.recovered
 		t.Logf("agent %t: UDP client pinned to %s after its deletion: window %s, %d failed, recovered %t",
-			withAgent, victim, window.Round(time.Millisecond), failed, recovered)
+			withAgent, k.victim, window.Round(time.Millisecond), k.failed, recovered)
 		// kube-proxy clears UDP entries to removed endpoints itself, after
 		// its next sync (minSyncPeriod 1s): no UDP ghost outlives that.
 		// Until then its rules still pick the dead backend, so an entry the
@@ -574,14 +575,7 @@ func TestRealUDPPinnedToDeletedBackend(t *testing.T) {
 // The lab's seed 004 on the real control plane: the same measurements as
 // with the in-memory API, with kube-proxy programming the rules.
 func TestLabConntrackDeployRealControlPlane(t *testing.T) {
-	requireRoot(t)
-	bin, err := controlplane.FindBinaries()
-	if errors.Is(err, controlplane.ErrNoBinaries) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := realBinaries(t)
 	var out bytes.Buffer
 	res, err := ConntrackDeploy(context.Background(), Options{Out: &out, Prefix: prefix(), Observe: 5 * time.Second,
 		WithAgent: true, ControlPlane: ControlPlaneReal, KubeBin: bin})

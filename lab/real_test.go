@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -52,7 +51,9 @@ var (
 	realClientIP = netip.MustParseAddr("203.0.113.20")
 )
 
-func newRealEnv(t *testing.T, mode controlplane.ProxyMode) *realEnv {
+// realBinaries is the control plane's binaries directory; the test skips
+// when they are not built and is root-only.
+func realBinaries(t *testing.T) string {
 	t.Helper()
 	requireRoot(t)
 	bin, err := controlplane.FindBinaries()
@@ -62,6 +63,12 @@ func newRealEnv(t *testing.T, mode controlplane.ProxyMode) *realEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return bin
+}
+
+func newRealEnv(t *testing.T, mode controlplane.ProxyMode) *realEnv {
+	t.Helper()
+	bin := realBinaries(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	cp, err := controlplane.Start(ctx, controlplane.Options{Bin: bin})
@@ -175,16 +182,7 @@ func serveWorkload(h *netbed.Host, pod *corev1.Pod) (func(), error) {
 		ln.Close()
 		return nil, err
 	}
-	go func() {
-		buf := make([]byte, 512)
-		for {
-			_, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			_, _ = pc.WriteTo([]byte(pod.Name+"\n"), from)
-		}
-	}()
+	go serveDatagrams(pc, pod.Name)
 	return func() { ln.Close(); pc.Close() }, nil
 }
 
@@ -393,10 +391,7 @@ func (e *realEnv) realAgent(t *testing.T, extra ...string) *bytes.Buffer {
 			t.Errorf("agent did not stop within 30s of SIGINT")
 		}
 	})
-	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return e.node.Net.Dial(ctx, network, "", addr)
-		}}}
+	hc := e.node.Net.HTTPClient(time.Second)
 	e.eventually(t, time.Minute, "agent ready", func() bool {
 		select {
 		case err := <-done:

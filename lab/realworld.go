@@ -51,14 +51,9 @@ type realWorld struct {
 var labPodCIDR = netip.MustParsePrefix("10.244.1.0/24")
 
 func newRealWorld(ctx context.Context, o Options, bed *netbed.Bed, sc scenario, tl *timeline) (_ *realWorld, err error) {
-	bin := o.KubeBin
-	if bin == "" {
-		if bin, err = controlplane.FindBinaries(); err != nil {
-			return nil, fmt.Errorf("--control-plane=real: %w", err)
-		}
-	}
+	// runScenario has resolved o.KubeBin.
 	start := time.Now()
-	cp, err := controlplane.Start(ctx, controlplane.Options{Bin: bin})
+	cp, err := controlplane.Start(ctx, controlplane.Options{Bin: o.KubeBin})
 	if err != nil {
 		return nil, err
 	}

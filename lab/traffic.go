@@ -33,6 +33,18 @@ func serve(ln net.Listener, name string) {
 	}
 }
 
+// serveDatagrams answers every datagram with name, until pc is closed.
+func serveDatagrams(pc net.PacketConn, name string) {
+	buf := make([]byte, 512)
+	for {
+		_, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		_, _ = pc.WriteTo([]byte(name+"\n"), from)
+	}
+}
+
 // Outcome is one request the client made.
 type Outcome struct {
 	// Sent is when the request started; At when it was answered or failed.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"path/filepath"
 	"strconv"
@@ -114,10 +113,7 @@ func (cp *ControlPlane) AddNode(ctx context.Context, bed *netbed.Bed, name strin
 	if err != nil {
 		return nil, err
 	}
-	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return nn.Dial(ctx, network, "", addr)
-		}}}
+	hc := nn.HTTPClient(2 * time.Second)
 	if err := n.proxy.waitFor(ctx, 2*time.Minute, "healthy", func(ctx context.Context) error {
 		return get(ctx, hc, "http://127.0.0.1:10256/healthz", "", nil)
 	}); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -306,6 +308,15 @@ func (n *namespace) Dial(ctx context.Context, network, laddr, raddr string) (net
 	}
 	n.track(c.Close)
 	return c, nil
+}
+
+// HTTPClient is an HTTP client whose connections are made from inside the
+// namespace: 127.0.0.1 is the namespace's own loopback.
+func (n *namespace) HTTPClient(timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return n.Dial(ctx, network, "", addr)
+		}}}
 }
 
 // DeleteNamespace removes the named network namespace's mount point in
