@@ -9,11 +9,8 @@ import (
 	"fmt"
 	"os"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/ghostwatch/ghostwatch/source"
 )
 
 const (
@@ -49,8 +46,7 @@ const (
 // reads it. A Subscription is not safe for concurrent use: Close it after
 // Run has returned (end Run's context to make it return).
 type Subscription struct {
-	fd  int
-	buf []byte // receive buffer, reused
+	nlSocket
 
 	// pending holds the messages of the last datagram (in buf) not yet
 	// handled: Run returned before them, when fn failed or an event did
@@ -64,11 +60,6 @@ type Subscription struct {
 
 	ev  Event
 	pfd [1]unix.PollFd
-
-	// recvmsg arguments, kept here so that receiving does not allocate.
-	msg  unix.Msghdr
-	iov  unix.Iovec
-	from unix.RawSockaddrNetlink
 }
 
 // Subscribe opens a netlink socket in the calling thread's network
@@ -94,28 +85,26 @@ func Subscribe() (*Subscription, error) {
 // subscribe is Subscribe with, when rcvBuf is not 0, that SO_RCVBUF instead
 // of the large buffer (for tests of overflow).
 func subscribe(rcvBuf int) (*Subscription, error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+	sock, err := openSocket("conntrack events", eventBufSize)
 	if err != nil {
-		switch {
-		case errors.Is(err, unix.EPROTONOSUPPORT), errors.Is(err, unix.EAFNOSUPPORT):
-			return nil, fmt.Errorf("conntrack events: %w: nfnetlink (and so nf_conntrack_netlink) is not available in this kernel (%w)", source.ErrUnsupported, err)
-		case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
-			return nil, fmt.Errorf("conntrack events: %w: %w", ErrPermission, err)
-		}
-		return nil, fmt.Errorf("conntrack events: netlink socket: %w", err)
+		return nil, err
 	}
-	s := &Subscription{fd: fd, buf: make([]byte, eventBufSize)}
+	s := &Subscription{nlSocket: sock}
+	fd := s.fd
 	// The buffer is sized before joining, so that no event is queued
 	// against a small one.
 	if rcvBuf != 0 {
 		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, rcvBuf)
-	} else if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, eventRcvBuf) != nil {
-		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, eventRcvBuf)
+	} else {
+		s.setRcvBuf(eventRcvBuf)
 	}
-	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		unix.Close(fd)
+	if err := s.bind(); err != nil {
+		s.close()
 		return nil, fmt.Errorf("conntrack events: netlink bind: %w", err)
 	}
+	// It sends no requests, so neither NETLINK_EXT_ACK nor NETLINK_CAP_ACK
+	// (see Open): they only shape the kernel's answers to requests.
+	//
 	// Not NETLINK_BROADCAST_ERROR: with it the kernel treats an event it
 	// could not queue here as undelivered and keeps destroyed entries
 	// around (on the dying list) until it can deliver them, so a slow
@@ -124,7 +113,7 @@ func subscribe(rcvBuf int) (*Subscription, error) {
 	// ErrOverflow.
 	for _, g := range [...]int{nfnlgrpConntrackNew, nfnlgrpConntrackDestroy} {
 		if err := unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_ADD_MEMBERSHIP, g); err != nil {
-			unix.Close(fd)
+			s.close()
 			if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
 				return nil, fmt.Errorf("conntrack events: joining multicast group %d: %w: %w", g, ErrPermission, err)
 			}
@@ -137,13 +126,8 @@ func subscribe(rcvBuf int) (*Subscription, error) {
 
 // Close closes the socket; the kernel stops queuing events for it.
 func (s *Subscription) Close() error {
-	if s.fd < 0 {
-		return nil
-	}
-	err := unix.Close(s.fd)
-	s.fd = -1
 	s.pending = nil
-	return err
+	return s.close()
 }
 
 // Run delivers events to fn, in the order the kernel queued them, until ctx
@@ -219,32 +203,7 @@ func (s *Subscription) Run(ctx context.Context, fn func(Event) error) error {
 // recv reads one datagram from the kernel into s.buf without blocking:
 // EAGAIN when none is queued, ENOBUFS (once) when the kernel has dropped
 // events since the last recv.
-func (s *Subscription) recv() ([]byte, error) {
-	for {
-		s.iov.Base = &s.buf[0]
-		s.iov.SetLen(len(s.buf))
-		s.msg = unix.Msghdr{
-			Name:    (*byte)(unsafe.Pointer(&s.from)),
-			Namelen: unix.SizeofSockaddrNetlink,
-			Iov:     &s.iov,
-		}
-		s.msg.SetIovlen(1)
-		n, _, errno := unix.Syscall(unix.SYS_RECVMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&s.msg)), unix.MSG_DONTWAIT)
-		if errno == unix.EINTR {
-			continue
-		}
-		if errno != 0 {
-			return nil, errno
-		}
-		if s.msg.Flags&unix.MSG_TRUNC != 0 {
-			return nil, fmt.Errorf("%w: event datagram larger than the %d-byte read buffer", errMalformed, len(s.buf))
-		}
-		if s.from.Pid != 0 {
-			continue // not from the kernel
-		}
-		return s.buf[:n], nil
-	}
-}
+func (s *Subscription) recv() ([]byte, error) { return s.receive(unix.MSG_DONTWAIT) }
 
 // wait blocks until a datagram or an error is queued, or pollInterval has
 // passed.

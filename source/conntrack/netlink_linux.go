@@ -6,12 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
-	"github.com/ghostwatch/ghostwatch/source"
 )
 
 const (
@@ -27,12 +25,11 @@ const (
 // namespace it was opened in (that of the calling thread). A Conn is not
 // safe for concurrent use.
 type Conn struct {
-	fd   int
+	nlSocket
 	port uint32 // our netlink port id
 	seq  uint32
 
 	req []byte // request buffer, reused
-	buf []byte // receive buffer, reused
 
 	// pending is the sequence number of a dump that was abandoned (the
 	// callback failed, the context ended, a message did not parse) while
@@ -40,11 +37,6 @@ type Conn struct {
 	// the next request.
 	pending    uint32
 	hasPending bool
-
-	// recvmsg arguments, kept here so that receiving does not allocate.
-	msg  unix.Msghdr
-	iov  unix.Iovec
-	from unix.RawSockaddrNetlink
 }
 
 // Open opens a netlink socket to the conntrack subsystem (NETLINK_NETFILTER)
@@ -52,50 +44,31 @@ type Conn struct {
 // use the socket, not to open it. A kernel without nfnetlink gives an error
 // wrapping source.ErrUnsupported.
 func Open() (*Conn, error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+	sock, err := openSocket("conntrack", readBufSize)
 	if err != nil {
-		switch {
-		case errors.Is(err, unix.EPROTONOSUPPORT), errors.Is(err, unix.EAFNOSUPPORT):
-			return nil, fmt.Errorf("conntrack: %w: nfnetlink (and so nf_conntrack_netlink) is not available in this kernel (%w)", source.ErrUnsupported, err)
-		case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
-			return nil, fmt.Errorf("conntrack: %w: %w", ErrPermission, err)
-		}
-		return nil, fmt.Errorf("conntrack: netlink socket: %w", err)
+		return nil, err
 	}
-	c := &Conn{fd: fd, buf: make([]byte, readBufSize), req: make([]byte, 0, 512)}
-	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		unix.Close(fd)
+	c := &Conn{nlSocket: sock, req: make([]byte, 0, 512)}
+	if err := c.bind(); err != nil {
+		c.close()
 		return nil, fmt.Errorf("conntrack: netlink bind: %w", err)
 	}
-	sa, err := unix.Getsockname(fd)
-	if err != nil {
-		unix.Close(fd)
+	if c.port, err = c.localPort(); err != nil {
+		c.close()
 		return nil, fmt.Errorf("conntrack: netlink getsockname: %w", err)
-	}
-	if nl, ok := sa.(*unix.SockaddrNetlink); ok {
-		c.port = nl.Pid
 	}
 	// A large receive buffer only matters when the kernel may queue more
 	// than one datagram; SO_RCVBUFFORCE needs CAP_NET_ADMIN, which the
 	// dump needs anyway.
-	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, sockRcvBuf) != nil {
-		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, sockRcvBuf)
-	}
+	c.setRcvBuf(sockRcvBuf)
 	// Errors carry the kernel's explanation and not the whole request.
-	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_EXT_ACK, 1)
-	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1)
+	_ = unix.SetsockoptInt(c.fd, unix.SOL_NETLINK, unix.NETLINK_EXT_ACK, 1)
+	_ = unix.SetsockoptInt(c.fd, unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1)
 	return c, nil
 }
 
 // Close closes the socket.
-func (c *Conn) Close() error {
-	if c.fd < 0 {
-		return nil
-	}
-	err := unix.Close(c.fd)
-	c.fd = -1
-	return err
-}
+func (c *Conn) Close() error { return c.close() }
 
 func (c *Conn) nextSeq() uint32 {
 	c.seq++
@@ -118,34 +91,9 @@ func (c *Conn) send(b []byte) error {
 	}
 }
 
-// recv reads one datagram from the kernel into c.buf. A datagram larger
-// than the buffer is an error: its tail is lost.
-func (c *Conn) recv() ([]byte, error) {
-	for {
-		c.iov.Base = &c.buf[0]
-		c.iov.SetLen(len(c.buf))
-		c.msg = unix.Msghdr{
-			Name:    (*byte)(unsafe.Pointer(&c.from)),
-			Namelen: unix.SizeofSockaddrNetlink,
-			Iov:     &c.iov,
-		}
-		c.msg.SetIovlen(1)
-		n, _, errno := unix.Syscall(unix.SYS_RECVMSG, uintptr(c.fd), uintptr(unsafe.Pointer(&c.msg)), 0)
-		if errno == unix.EINTR {
-			continue
-		}
-		if errno != 0 {
-			return nil, errno
-		}
-		if c.msg.Flags&unix.MSG_TRUNC != 0 {
-			return nil, fmt.Errorf("%w: datagram larger than the %d-byte read buffer", errMalformed, len(c.buf))
-		}
-		if c.from.Pid != 0 {
-			continue // not from the kernel
-		}
-		return c.buf[:n], nil
-	}
-}
+// recv reads one datagram from the kernel into c.buf, waiting for it. A
+// datagram larger than the buffer is an error: its tail is lost.
+func (c *Conn) recv() ([]byte, error) { return c.receive(0) }
 
 // drain reads and discards what remains of an abandoned dump.
 func (c *Conn) drain() error {
