@@ -125,12 +125,7 @@ func parseFlow(b []byte, f *snapshot.Flow) error {
 	}
 	f.Proto = snapshot.Proto(origProto)
 	if haveState {
-		switch f.Proto {
-		case snapshot.ProtoTCP:
-			f.State = stateName(tcpStates[:], state)
-		case snapshot.ProtoSCTP:
-			f.State = stateName(sctpStates[:], state)
-		}
+		f.State = snapshot.StateName(f.Proto, state)
 	}
 	return nil
 }

@@ -88,7 +88,7 @@ func kernelPayload(t testing.TB, f *snapshot.Flow) []byte {
 	}
 	switch f.Proto {
 	case snapshot.ProtoTCP:
-		n, ok := stateNumber(tcpStates[:], f.State)
+		n, ok := snapshot.StateNumber(snapshot.ProtoTCP, f.State)
 		if !ok {
 			t.Fatalf("state %q", f.State)
 		}
@@ -102,7 +102,7 @@ func kernelPayload(t testing.TB, f *snapshot.Flow) []byte {
 		b = endNest(b, tcp)
 		b = endNest(b, pi)
 	case snapshot.ProtoSCTP:
-		n, ok := stateNumber(sctpStates[:], f.State)
+		n, ok := snapshot.StateNumber(snapshot.ProtoSCTP, f.State)
 		if !ok {
 			t.Fatalf("state %q", f.State)
 		}
@@ -498,11 +498,11 @@ func checkParsed(t *testing.T, f *snapshot.Flow) {
 	}
 	switch f.Proto {
 	case snapshot.ProtoTCP:
-		if _, ok := stateNumber(tcpStates[:], f.State); !ok && f.State != "" {
+		if _, ok := snapshot.StateNumber(snapshot.ProtoTCP, f.State); !ok && f.State != "" {
 			t.Fatalf("TCP state %q", f.State)
 		}
 	case snapshot.ProtoSCTP:
-		if _, ok := stateNumber(sctpStates[:], f.State); !ok && f.State != "" {
+		if _, ok := snapshot.StateNumber(snapshot.ProtoSCTP, f.State); !ok && f.State != "" {
 			t.Fatalf("SCTP state %q", f.State)
 		}
 	default:

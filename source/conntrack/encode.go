@@ -138,7 +138,7 @@ func appendCreateRequest(b []byte, seq uint32, f *snapshot.Flow, confirmed bool)
 	switch f.Proto {
 	case snapshot.ProtoTCP:
 		if f.State != "" {
-			n, ok := stateNumber(tcpStates[:], f.State)
+			n, ok := snapshot.StateNumber(snapshot.ProtoTCP, f.State)
 			if !ok {
 				return b[:start], fmt.Errorf("unknown TCP state %q", f.State)
 			}
@@ -156,7 +156,7 @@ func appendCreateRequest(b []byte, seq uint32, f *snapshot.Flow, confirmed bool)
 		n := uint8(0)
 		if f.State != "" {
 			var ok bool
-			if n, ok = stateNumber(sctpStates[:], f.State); !ok {
+			if n, ok = snapshot.StateNumber(snapshot.ProtoSCTP, f.State); !ok {
 				return b[:start], fmt.Errorf("unknown SCTP state %q", f.State)
 			}
 		}

@@ -114,7 +114,7 @@ type textChunks struct {
 
 func (c *textChunks) add(f *snapshot.Flow) {
 	if f.State != "" {
-		if _, ok := stateNumber(statesOf(f.Proto), f.State); !ok {
+		if _, ok := snapshot.StateNumber(f.Proto, f.State); !ok {
 			if c.states == nil {
 				c.states = map[int]string{}
 			}

@@ -364,7 +364,7 @@ func TestStates(t *testing.T) {
 	ns := inNewNetns(t)
 	c := open(t)
 	n := 0
-	for i, st := range tcpStates {
+	for i, st := range snapshot.States(snapshot.ProtoTCP) {
 		f := snapshot.Flow{Proto: snapshot.ProtoTCP, State: st, Status: assuredReplied, Timeout: 1000,
 			Orig: tuple("10.3.0.1", "10.3.0.2", uint16(100+i), 80), Reply: tuple("10.3.0.2", "10.3.0.1", 80, uint16(100+i))}
 		if err := c.Create(&f); err != nil {
@@ -372,7 +372,7 @@ func TestStates(t *testing.T) {
 		}
 		n++
 	}
-	for i, st := range sctpStates {
+	for i, st := range snapshot.States(snapshot.ProtoSCTP) {
 		f := snapshot.Flow{Proto: snapshot.ProtoSCTP, State: st, Timeout: 1000,
 			Orig: tuple("fd03::1", "fd03::2", uint16(100+i), 80), Reply: tuple("fd03::2", "fd03::1", 80, uint16(100+i))}
 		if err := c.Create(&f); err != nil {
@@ -393,7 +393,7 @@ func TestStates(t *testing.T) {
 	for _, f := range got {
 		seen[f.Proto.String()+" "+f.State] = true
 	}
-	for _, st := range tcpStates {
+	for _, st := range snapshot.States(snapshot.ProtoTCP) {
 		if !seen["tcp "+st] {
 			t.Errorf("no TCP entry in state %s", st)
 		}

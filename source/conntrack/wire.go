@@ -7,10 +7,11 @@ import (
 )
 
 // The wire format, from the kernel UAPI headers linux/netlink.h,
-// linux/netfilter/nfnetlink.h, linux/netfilter/nfnetlink_conntrack.h and
-// linux/netfilter/nf_conntrack_{tcp,sctp}.h. They are spelled out here rather
-// than taken from x/sys/unix so that the parser builds, and can be fuzzed, on
-// every platform.
+// linux/netfilter/nfnetlink.h and linux/netfilter/nfnetlink_conntrack.h
+// (the names of the TCP and SCTP state numbers, after
+// linux/netfilter/nf_conntrack_{tcp,sctp}.h, are in snapshot). They are
+// spelled out here rather than taken from x/sys/unix so that the parser
+// builds, and can be fuzzed, on every platform.
 const (
 	nlmsgHdrLen = 16 // struct nlmsghdr
 	nlaHdrLen   = 4  // struct nlattr
@@ -100,63 +101,6 @@ const (
 	statusDying      uint32 = 1 << 9
 	statusUnsettable        = snapshot.StatusExpected | snapshot.StatusConfirmed | statusDying
 )
-
-// tcpStates and sctpStates are the names `conntrack -L` prints for each
-// state number (libnetfilter_conntrack's tables); a number past the end is
-// printed as NONE.
-var (
-	tcpStates = [...]string{
-		"NONE", "SYN_SENT", "SYN_RECV", "ESTABLISHED", "FIN_WAIT",
-		"CLOSE_WAIT", "LAST_ACK", "TIME_WAIT", "CLOSE", "SYN_SENT2",
-	}
-	sctpStates = [...]string{
-		"NONE", "CLOSED", "COOKIE_WAIT", "COOKIE_ECHOED", "ESTABLISHED",
-		"SHUTDOWN_SENT", "SHUTDOWN_RECD", "SHUTDOWN_ACK_SENT",
-		"HEARTBEAT_SENT", "HEARTBEAT_ACKED",
-	}
-)
-
-// StateNumber is the kernel's number for a TCP or SCTP state as a Flow
-// names it; ok is false for another protocol or an unknown name.
-func StateNumber(p snapshot.Proto, name string) (n uint8, ok bool) {
-	switch p {
-	case snapshot.ProtoTCP:
-		return stateNumber(tcpStates[:], name)
-	case snapshot.ProtoSCTP:
-		return stateNumber(sctpStates[:], name)
-	}
-	return 0, false
-}
-
-// StateName is the inverse of StateNumber: "" for a protocol without
-// states.
-func StateName(p snapshot.Proto, n uint8) string {
-	switch p {
-	case snapshot.ProtoTCP:
-		return stateName(tcpStates[:], n)
-	case snapshot.ProtoSCTP:
-		return stateName(sctpStates[:], n)
-	}
-	return ""
-}
-
-func stateName(table []string, n uint8) string {
-	if int(n) < len(table) {
-		return table[n]
-	}
-	return table[0]
-}
-
-// stateNumber is the inverse of stateName; ok is false for a name not in
-// table.
-func stateNumber(table []string, name string) (uint8, bool) {
-	for i, s := range table {
-		if s == name {
-			return uint8(i), true
-		}
-	}
-	return 0, false
-}
 
 var native = binary.NativeEndian
 
