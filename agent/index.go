@@ -3,7 +3,6 @@ package agent
 import (
 	"net/netip"
 	"sync"
-	"time"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
@@ -14,11 +13,11 @@ import (
 // and no others, without reading the table again. A full audit seeds it;
 // conntrack new and destroy events keep it current in between.
 //
-// Records hold no pointers, so the garbage collector does not scan a table
-// of a million flows.
+// Records (snapshot.FlowKey and snapshot.FlowDetails) hold no pointers, so
+// the garbage collector does not scan a table of a million flows.
 type flowIndex struct {
 	mu        sync.Mutex
-	byBackend map[[16]byte]map[indexKey]indexVal
+	byBackend map[[16]byte]backendFlows
 	n         int
 	// valid is false until a seed completes and after events were lost:
 	// then only a full audit may judge the table.
@@ -27,103 +26,50 @@ type flowIndex struct {
 	// replayed on the seeded index, so none is lost between the two.
 	seeding bool
 	pending []conntrack.Event
-	next    map[[16]byte]map[indexKey]indexVal
+	next    map[[16]byte]backendFlows
 	nextN   int
 	// dirty holds backends of flows created since the last audit: a new
 	// flow to a dead backend is judged at the next audit.
 	dirty map[[16]byte]struct{}
 }
 
-// indexKey is what identifies an entry to the kernel: the original tuple
-// and the zone.
-type indexKey struct {
-	src, dst         [16]byte
-	srcPort, dstPort uint16
-	zone             uint16
-	proto            snapshot.Proto
-}
-
-// indexVal is the rest a rule needs to judge the flow and a remedy needs to
-// delete exactly it.
-type indexVal struct {
-	replyDst    [16]byte
-	start       int64
-	id          uint32
-	status      uint32
-	backendPort uint16
-	replyDPort  uint16
-	// state is the kernel's state number (conntrack.StateNumber), or
-	// noState for a protocol without states: a string would put a pointer
-	// in every record.
-	state uint8
-	is4   bool
-}
-
-// noState marks the state of a flow whose protocol has none (UDP).
-const noState = 0xff
+// backendFlows holds the indexed flows of one backend: each flow's key
+// and, under it, the rest of its packed record but the reply source (the
+// backend itself) and the timeout and mark (stale as soon as they are
+// read): 40 bytes of key and 40 of details a flow.
+type backendFlows map[snapshot.FlowKey]snapshot.FlowDetails
 
 func newFlowIndex() *flowIndex {
-	return &flowIndex{byBackend: map[[16]byte]map[indexKey]indexVal{}, dirty: map[[16]byte]struct{}{}}
+	return &flowIndex{byBackend: map[[16]byte]backendFlows{}, dirty: map[[16]byte]struct{}{}}
 }
 
-func keyOf(f *snapshot.Flow) indexKey {
-	return indexKey{src: f.Orig.Src.As16(), dst: f.Orig.Dst.As16(), srcPort: f.Orig.SrcPort, dstPort: f.Orig.DstPort,
-		zone: f.Zone, proto: f.Proto}
+// recordOf splits f into what the index keeps: its backend, its key and
+// its details.
+func recordOf(f *snapshot.Flow) (backend [16]byte, k snapshot.FlowKey, d snapshot.FlowDetails) {
+	p := snapshot.Pack(f)
+	return p.ReplySrc, p.FlowKey, p.FlowDetails
 }
 
-func valOf(f *snapshot.Flow) indexVal {
-	v := indexVal{replyDst: f.Reply.Dst.As16(), id: f.ID, status: f.Status, backendPort: f.Reply.SrcPort,
-		replyDPort: f.Reply.DstPort, state: noState, is4: f.Orig.Src.Is4()}
-	if n, ok := conntrack.StateNumber(f.Proto, f.State); ok {
-		v.state = n
-	}
-	if !f.Start.IsZero() {
-		v.start = f.Start.UnixNano()
-	}
-	return v
+func flowOf(backend [16]byte, k snapshot.FlowKey, d snapshot.FlowDetails) snapshot.Flow {
+	return snapshot.PackedFlow{FlowKey: k, ReplySrc: backend, FlowDetails: d}.Unpack()
 }
 
-func stateOf(p snapshot.Proto, n uint8) string {
-	if n == noState {
-		return ""
-	}
-	return conntrack.StateName(p, n)
-}
-
-func addr(b [16]byte, is4 bool) netip.Addr {
-	if is4 {
-		return netip.AddrFrom4([4]byte(b[12:]))
-	}
-	return netip.AddrFrom16(b)
-}
-
-func flowOf(backend [16]byte, k indexKey, v indexVal) snapshot.Flow {
-	f := snapshot.Flow{ID: v.id, Proto: k.proto, State: stateOf(k.proto, v.state), Status: v.status, Zone: k.zone,
-		Orig:  snapshot.Tuple{Src: addr(k.src, v.is4), Dst: addr(k.dst, v.is4), SrcPort: k.srcPort, DstPort: k.dstPort},
-		Reply: snapshot.Tuple{Src: addr(backend, v.is4), Dst: addr(v.replyDst, v.is4), SrcPort: v.backendPort, DstPort: v.replyDPort}}
-	if v.start != 0 {
-		f.Start = time.Unix(0, v.start)
-	}
-	return f
-}
-
-func put(m map[[16]byte]map[indexKey]indexVal, f *snapshot.Flow) (added bool) {
-	b := f.Reply.Src.As16()
+func put(m map[[16]byte]backendFlows, f *snapshot.Flow) (added bool) {
+	b, k, d := recordOf(f)
 	flows := m[b]
 	if flows == nil {
-		flows = map[indexKey]indexVal{}
+		flows = backendFlows{}
 		m[b] = flows
 	}
-	k := keyOf(f)
 	_, had := flows[k]
-	flows[k] = valOf(f)
+	flows[k] = d
 	return !had
 }
 
-func remove(m map[[16]byte]map[indexKey]indexVal, f *snapshot.Flow) (removed bool) {
+func remove(m map[[16]byte]backendFlows, f *snapshot.Flow) (removed bool) {
 	b := f.Reply.Src.As16()
 	flows := m[b]
-	k := keyOf(f)
+	k := f.Key()
 	if _, ok := flows[k]; !ok {
 		return false
 	}
@@ -140,7 +86,7 @@ func (ix *flowIndex) beginSeed() {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	ix.seeding, ix.pending = true, nil
-	ix.next, ix.nextN = map[[16]byte]map[indexKey]indexVal{}, 0
+	ix.next, ix.nextN = map[[16]byte]backendFlows{}, 0
 }
 
 // seed adds one flow of the dump; it is called from the dump's callback,

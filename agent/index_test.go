@@ -31,7 +31,7 @@ func TestIndexRecordRoundTrip(t *testing.T) {
 	sctp := staleFlow()
 	sctp.Proto, sctp.State = snapshot.ProtoSCTP, "COOKIE_ECHOED"
 	for _, f := range []snapshot.Flow{v4, v6, finWait, sctp} {
-		if got := flowOf(f.Reply.Src.As16(), keyOf(&f), valOf(&f)); got.String() != f.String() || got.Backend() != f.Backend() ||
+		if got := flowOf(recordOf(&f)); got.String() != f.String() || got.Backend() != f.Backend() ||
 			got.Reply != f.Reply || got.ID != f.ID || got.Zone != f.Zone || got.Status != f.Status || got.State != f.State || !got.Start.Equal(f.Start) {
 			t.Errorf("round trip:\n got %+v\nwant %+v", got, f)
 		}
