@@ -205,19 +205,32 @@ func createStatus(st uint32, confirmed bool) (uint32, bool) {
 // appendDeleteRequest encodes IPCTNL_MSG_CT_DELETE for the entry with f's
 // original tuple in f's zone and, when f.ID is set, that ID.
 func appendDeleteRequest(b []byte, seq uint32, f *snapshot.Flow) ([]byte, error) {
+	return appendEntryRequest(b, ctMsgTypeDelete, seq, f, f.ID)
+}
+
+// appendGetRequest encodes IPCTNL_MSG_CT_GET without NLM_F_DUMP, as
+// `conntrack -G` sends it, for the entry with f's original tuple in f's
+// zone. The kernel answers with the entry, then the acknowledgement.
+func appendGetRequest(b []byte, seq uint32, f *snapshot.Flow) ([]byte, error) {
+	return appendEntryRequest(b, ctMsgTypeGet, seq, f, 0)
+}
+
+// appendEntryRequest encodes a request of type typ about the one entry
+// with f's original tuple in f's zone and, when id is not 0, that ID.
+func appendEntryRequest(b []byte, typ uint16, seq uint32, f *snapshot.Flow, id uint32) ([]byte, error) {
 	family, err := flowFamily(&snapshot.Flow{Orig: f.Orig, Reply: snapshot.Tuple{Src: f.Orig.Dst, Dst: f.Orig.Src}})
 	if err != nil {
 		return b, errors.New("the original addresses must both be IPv4 or both IPv6")
 	}
 	start := len(b)
-	b = appendMsgHeader(b, ctMsgTypeDelete, nlmFRequest|nlmFAck, seq)
+	b = appendMsgHeader(b, typ, nlmFRequest|nlmFAck, seq)
 	b = appendNfgen(b, family)
 	b = appendTuple(b, ctaTupleOrig, &f.Orig, f.Proto)
 	if f.Zone != 0 {
 		b = appendBE16(b, ctaZone, f.Zone)
 	}
-	if f.ID != 0 {
-		b = appendBE32(b, ctaID, f.ID)
+	if id != 0 {
+		b = appendBE32(b, ctaID, id)
 	}
 	return finishMsg(b, start), nil
 }

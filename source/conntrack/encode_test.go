@@ -1,6 +1,7 @@
 package conntrack
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -111,5 +112,63 @@ func TestDeleteRequest(t *testing.T) {
 	b, _ = appendDeleteRequest(nil, 6, &f)
 	if m, _, _ := nextMessage(b); len(m.payload) != nfgenLen+4+48 {
 		t.Errorf("delete without ID or zone: %d bytes of payload", len(m.payload))
+	}
+}
+
+func TestGetRequest(t *testing.T) {
+	for _, f := range sampleFlows() {
+		b, err := appendGetRequest(nil, 7, &f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, rest, err := nextMessage(b)
+		if err != nil || len(rest) != 0 {
+			t.Fatalf("%v, %d bytes left", err, len(rest))
+		}
+		// Not a dump: the one entry, then the acknowledgement.
+		if m.typ != ctMsgTypeGet || m.flags != nlmFRequest|nlmFAck || m.seq != 7 {
+			t.Errorf("header %+v", m)
+		}
+		family := uint8(afInet)
+		if f.Orig.Src.Is6() {
+			family = afInet6
+		}
+		if m.payload[0] != family {
+			t.Errorf("%v: family %d", &f, m.payload[0])
+		}
+		// Exactly: the original tuple and, when not 0, the zone; no ID
+		// (the kernel would ignore it).
+		var types []uint16
+		for a := m.payload[nfgenLen:]; len(a) > 0; {
+			typ, v, rest, err := nextAttr(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a = rest
+			types = append(types, typ)
+			switch typ {
+			case ctaTupleOrig:
+				var tu snapshot.Tuple
+				if p, err := parseTuple(v, family, &tu, "original"); err != nil || tu != f.Orig || p != uint8(f.Proto) {
+					t.Errorf("%v: tuple %+v protocol %d, %v", &f, tu, p, err)
+				}
+			case ctaZone:
+				if z, _ := attrBE16(v, ""); z != f.Zone {
+					t.Errorf("%v: zone %d", &f, z)
+				}
+			}
+		}
+		want := []uint16{ctaTupleOrig}
+		if f.Zone != 0 {
+			want = append(want, ctaZone)
+		}
+		if fmt.Sprint(types) != fmt.Sprint(want) {
+			t.Errorf("%v: attributes %v, want %v", &f, types, want)
+		}
+	}
+	mixed := snapshot.Flow{Proto: snapshot.ProtoTCP,
+		Orig: snapshot.Tuple{Src: mustAddr("10.0.0.1"), Dst: mustAddr("fd00::1")}}
+	if _, err := appendGetRequest(nil, 1, &mixed); err == nil {
+		t.Error("a get for an original tuple of two families: no error")
 	}
 }

@@ -177,7 +177,14 @@ func (c *Conn) Dump(ctx context.Context, fn func(*snapshot.Flow) error) (seen in
 
 // request sends one message that asks for an acknowledgement and waits for
 // it.
-func (c *Conn) request(b []byte, seq uint32) error {
+func (c *Conn) request(b []byte, seq uint32) error { return c.exchange(b, seq, nil) }
+
+// exchange sends one message that asks for an acknowledgement, passes the
+// messages that answer it before the acknowledgement to fn (with a nil fn,
+// they are an error) and returns the acknowledgement's error. After fn
+// fails, the rest of the answer is left queued; the next request skips it
+// (its sequence number is not the next request's).
+func (c *Conn) exchange(b []byte, seq uint32, fn func(message) error) error {
 	if err := c.drain(); err != nil {
 		return err
 	}
@@ -198,10 +205,15 @@ func (c *Conn) request(b []byte, seq uint32) error {
 			if m.seq != seq {
 				continue // a late answer to an abandoned request
 			}
-			if m.typ != nlmsgError {
+			if m.typ == nlmsgError {
+				return parseErrorMsg(m)
+			}
+			if fn == nil {
 				return fmt.Errorf("%w: message type %#x instead of an acknowledgement", errMalformed, m.typ)
 			}
-			return parseErrorMsg(m)
+			if err := fn(m); err != nil {
+				return err
+			}
 		}
 	}
 }
@@ -240,9 +252,11 @@ func (c *Conn) create(f *snapshot.Flow, confirmed bool) error {
 
 // Delete removes the one entry whose original tuple (in f's zone) is f's.
 // When f.ID is not 0 the kernel deletes the entry only if it still has that
-// ID, so an entry that was replaced since it was read is left alone. An
-// entry that is gone (or has another ID) gives an error wrapping
-// syscall.ENOENT.
+// ID, so an entry that was replaced since it was read is left alone, unless
+// the new entry reused the old one's memory: the kernel derives the ID from
+// the entry's address and original tuple, so the two then have the same ID
+// (Get shows the reply tuple, which tells them apart). An entry that is
+// gone (or has another ID) gives an error wrapping syscall.ENOENT.
 func (c *Conn) Delete(f *snapshot.Flow) error {
 	seq := c.nextSeq()
 	req, err := appendDeleteRequest(c.req[:0], seq, f)
@@ -254,4 +268,51 @@ func (c *Conn) Delete(f *snapshot.Flow) error {
 		return fmt.Errorf("conntrack: delete %v: %w", f, err)
 	}
 	return nil
+}
+
+// Get asks the kernel for the one entry whose original tuple (in f's zone)
+// is f's, as `conntrack -G` does, and returns it as it is now, decoded as a
+// dumped entry is. Only f's protocol, original tuple and zone are read. It
+// is the last look before acting on an entry read earlier: whether the
+// kernel still has it, with the same ID and reply tuple (the ID alone does
+// not tell an entry from one that replaced it; see Delete).
+//
+// When there is no such entry the error wraps syscall.ENOENT; without
+// CAP_NET_ADMIN it wraps ErrPermission.
+func (c *Conn) Get(f *snapshot.Flow) (snapshot.Flow, error) {
+	var got snapshot.Flow
+	found := false
+	seq := c.nextSeq()
+	req, err := appendGetRequest(c.req[:0], seq, f)
+	c.req = req[:0]
+	if err == nil {
+		err = c.exchange(req, seq, func(m message) error {
+			switch {
+			case m.typ != ctMsgTypeNew:
+				return malformed("message type %#x in answer to a get", m.typ)
+			case found:
+				return malformed("more than one entry in answer to a get")
+			}
+			found = true
+			return parseFlow(m.payload, &got)
+		})
+	}
+	switch {
+	case err != nil:
+	case !found:
+		err = malformed("acknowledgement without the entry asked for")
+	case got.Key() != f.Key():
+		// The kernel looks the tuple up among the tuples of both
+		// directions: it found an entry whose reply tuple is f's original
+		// one. No entry has it as its original tuple then, since no two
+		// entries share a tuple in either direction.
+		err = fmt.Errorf("only the reply tuple of %v matches: %w", &got, unix.ENOENT)
+	}
+	if err != nil {
+		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+			return snapshot.Flow{}, fmt.Errorf("conntrack: get %v: %w: %w", f, ErrPermission, err)
+		}
+		return snapshot.Flow{}, fmt.Errorf("conntrack: get %v: %w", f, err)
+	}
+	return got, nil
 }

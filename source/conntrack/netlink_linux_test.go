@@ -561,8 +561,8 @@ func TestPermission(t *testing.T) {
 	defer ns.Close()
 
 	type result struct {
-		dump, collect error
-		snap          *snapshot.Snapshot
+		dump, collect, get error
+		snap               *snapshot.Snapshot
 	}
 	done := make(chan result)
 	go func() {
@@ -593,12 +593,16 @@ func TestPermission(t *testing.T) {
 		}
 		defer c.Close()
 		_, r.dump = c.Dump(context.Background(), func(*snapshot.Flow) error { return nil })
+		_, r.get = c.Get(&labFlows()[0])
 		r.snap = &snapshot.Snapshot{}
 		r.collect = KernelSource{}.Collect(context.Background(), r.snap)
 	}()
 	r := <-done
 	if !errors.Is(r.dump, ErrPermission) || !strings.Contains(r.dump.Error(), "CAP_NET_ADMIN") {
 		t.Errorf("Dump without CAP_NET_ADMIN: %v, want ErrPermission", r.dump)
+	}
+	if !errors.Is(r.get, ErrPermission) || !errors.Is(r.get, syscall.EPERM) {
+		t.Errorf("Get without CAP_NET_ADMIN: %v, want ErrPermission", r.get)
 	}
 	if !errors.Is(r.collect, ErrPermission) || r.snap.Conntrack != nil {
 		t.Errorf("Collect without CAP_NET_ADMIN: %v, snapshot %+v", r.collect, r.snap)

@@ -33,3 +33,6 @@ func (c *Conn) Create(f *snapshot.Flow) error { return errNoNetlink }
 
 // Delete returns an error wrapping source.ErrUnsupported outside Linux.
 func (c *Conn) Delete(f *snapshot.Flow) error { return errNoNetlink }
+
+// Get returns an error wrapping source.ErrUnsupported outside Linux.
+func (c *Conn) Get(f *snapshot.Flow) (snapshot.Flow, error) { return snapshot.Flow{}, errNoNetlink }
