@@ -7,9 +7,11 @@ import (
 
 // FlowKey is what identifies a conntrack entry to the kernel: the
 // protocol, the original tuple (with its address family) and the zone. No
-// two entries in a table have the same key at once; an entry that ends and
-// a new one with the same tuple have the same key and different IDs, so
-// FlowKey and ID together name one entry across reads of the table.
+// two entries in a table have the same key at once. An entry that ends and
+// a new one with the same original tuple share the key; their IDs tell
+// them apart, except when the new one takes the old one's memory at once
+// (the kernel derives the ID from the entry's address and original tuple):
+// what must act on exactly the entry it read compares the reply too.
 //
 // It holds no pointers and is comparable: a map keyed by it is not scanned
 // by the garbage collector.
