@@ -51,7 +51,8 @@ func recordOf(f *snapshot.Flow) (backend [16]byte, k snapshot.FlowKey, d snapsho
 }
 
 func flowOf(backend [16]byte, k snapshot.FlowKey, d snapshot.FlowDetails) snapshot.Flow {
-	return snapshot.PackedFlow{FlowKey: k, ReplySrc: backend, FlowDetails: d}.Unpack()
+	p := snapshot.PackedFlow{FlowKey: k, ReplySrc: backend, FlowDetails: d}
+	return p.Unpack()
 }
 
 func put(m map[[16]byte]backendFlows, f *snapshot.Flow) (added bool) {

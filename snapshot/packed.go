@@ -86,7 +86,15 @@ type PackedFlow struct {
 // Pack packs f. Its four addresses are taken to be of one family, the
 // original source's, as in every entry the kernel reports.
 func Pack(f *Flow) PackedFlow {
-	p := PackedFlow{
+	var p PackedFlow
+	p.Pack(f)
+	return p
+}
+
+// Pack sets p to f packed, as the function Pack does, in place: where
+// PackedFlows are kept by the hundred thousand, it saves a copy of each.
+func (p *PackedFlow) Pack(f *Flow) {
+	*p = PackedFlow{
 		FlowKey:  f.Key(),
 		ReplySrc: f.Reply.Src.As16(),
 		FlowDetails: FlowDetails{
@@ -104,21 +112,20 @@ func Pack(f *Flow) PackedFlow {
 	if !f.Start.IsZero() {
 		p.start = f.Start.UnixNano()
 	}
-	return p
 }
 
 // Key returns the key of the entry p is.
-func (p PackedFlow) Key() FlowKey { return p.FlowKey }
+func (p *PackedFlow) Key() FlowKey { return p.FlowKey }
 
 // Unpack returns the Flow p holds.
-func (p PackedFlow) Unpack() Flow {
+func (p *PackedFlow) Unpack() Flow {
 	var f Flow
 	p.UnpackInto(&f)
 	return f
 }
 
 // UnpackInto sets every field of *f to the Flow p holds.
-func (p PackedFlow) UnpackInto(f *Flow) {
+func (p *PackedFlow) UnpackInto(f *Flow) {
 	is4 := p.is4
 	*f = Flow{
 		ID: p.id, Proto: p.proto,

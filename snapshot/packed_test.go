@@ -43,6 +43,13 @@ func TestPackRoundTrip(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := Pack(&c.f)
+			// Packing in place overwrites every field.
+			inPlace := Pack(&Flow{ID: 99, Proto: ProtoSCTP, State: "CLOSED", Zone: 9, Timeout: 9, Mark: 9, Start: time.Now(),
+				Orig: tup("fd09::1", "fd09::2", 9, 9), Reply: tup("fd09::3", "fd09::4", 9, 9)})
+			inPlace.Pack(&c.f)
+			if inPlace != p {
+				t.Errorf("packed in place:\n %+v\nwant %+v", inPlace, p)
+			}
 			got := p.Unpack()
 			if got.ID != c.f.ID || got.Proto != c.f.Proto || got.Orig != c.f.Orig || got.Reply != c.f.Reply ||
 				got.State != c.f.State || got.Status != c.f.Status || got.Timeout != c.f.Timeout ||
@@ -79,7 +86,8 @@ func TestPackUnknownState(t *testing.T) {
 		{Proto: ProtoTCP, State: "BOGUS", Orig: tup("10.0.0.1", "10.0.0.2", 1, 2), Reply: tup("10.0.0.2", "10.0.0.1", 2, 1)},
 		{Proto: ProtoUDP, State: "ESTABLISHED", Orig: tup("10.0.0.1", "10.0.0.2", 1, 2), Reply: tup("10.0.0.2", "10.0.0.1", 2, 1)},
 	} {
-		if got := Pack(&f).Unpack(); got.State != "" {
+		p := Pack(&f)
+		if got := p.Unpack(); got.State != "" {
 			t.Errorf("%v %q: unpacked state %q", f.Proto, f.State, got.State)
 		}
 	}

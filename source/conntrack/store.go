@@ -28,7 +28,9 @@ func (c *flowChunks) add(f *snapshot.Flow) {
 		c.chunks = append(c.chunks, make([]snapshot.PackedFlow, 0, size))
 		last++
 	}
-	c.chunks[last] = append(c.chunks[last], snapshot.Pack(f))
+	ch := &c.chunks[last]
+	*ch = (*ch)[:len(*ch)+1]
+	(*ch)[len(*ch)-1].Pack(f)
 	c.n++
 }
 
