@@ -46,7 +46,8 @@ func newFlowIndex() *flowIndex {
 // recordOf splits f into what the index keeps: its backend, its key and
 // its details.
 func recordOf(f *snapshot.Flow) (backend [16]byte, k snapshot.FlowKey, d snapshot.FlowDetails) {
-	p := snapshot.Pack(f)
+	var p snapshot.PackedFlow
+	p.Pack(f)
 	return p.ReplySrc, p.FlowKey, p.FlowDetails
 }
 

@@ -94,21 +94,20 @@ func Pack(f *Flow) PackedFlow {
 // Pack sets p to f packed, as the function Pack does, in place: where
 // PackedFlows are kept by the hundred thousand, it saves a copy of each.
 func (p *PackedFlow) Pack(f *Flow) {
-	*p = PackedFlow{
-		FlowKey:  f.Key(),
-		ReplySrc: f.Reply.Src.As16(),
-		FlowDetails: FlowDetails{
-			replyDst: f.Reply.Dst.As16(), id: f.ID, status: f.Status,
-			replySrcPort: f.Reply.SrcPort, replyDstPort: f.Reply.DstPort,
-		},
-		Timeout: f.Timeout,
-		Mark:    f.Mark,
-	}
+	// Field by field: a composite literal would be built aside and copied.
+	p.FlowKey = f.Key()
+	p.ReplySrc = f.Reply.Src.As16()
+	p.replyDst = f.Reply.Dst.As16()
+	p.id, p.status = f.ID, f.Status
+	p.replySrcPort, p.replyDstPort = f.Reply.SrcPort, f.Reply.DstPort
+	p.Timeout, p.Mark = f.Timeout, f.Mark
+	p.state = 0
 	if f.State != "" {
 		if n, ok := StateNumber(f.Proto, f.State); ok {
 			p.state = n + 1
 		}
 	}
+	p.start = 0
 	if !f.Start.IsZero() {
 		p.start = f.Start.UnixNano()
 	}
