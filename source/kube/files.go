@@ -90,11 +90,18 @@ func ReadObjects(name string, r io.Reader) (*Objects, error) {
 // List, or PodList, ServiceList, ...: items of a typed list may leave out
 // apiVersion and kind). v1 Pods, Services and Nodes and discovery.k8s.io/v1
 // EndpointSlices are kept; objects of other kinds are counted in Ignored.
+// The items of a list are read one at a time, so a list as large as a big
+// cluster's reads in the memory its largest item takes, plus what is kept.
+// YAML reads as Kubernetes reads it (sigs.k8s.io/yaml, YAML 1.1): unquoted
+// y, n, yes, no, on and off are booleans, merge keys (<<) are expanded and a
+// key given twice is an error.
 //
-// Every error starts with "name:line: ", the line where the offending
-// document, object or field starts, or the line of a syntax error. An object
-// without a kind, a field of the wrong type, a kept object without a name or
-// an object that appears twice with different contents (two different
+// Every error starts with "name:line: ": the line of a syntax error as the
+// YAML or JSON decoder names it, or else the line where the offending
+// object starts (in JSON, where the offending field's value starts), the
+// object being named after its kind, namespace and name. An object without
+// a kind, a field of the wrong type, a kept object without a name or an
+// object that appears twice with different contents (two different
 // resourceVersions) is an error; fields these API types do not know are
 // ignored, so output from newer clusters still reads. An object repeated
 // exactly (same uid and resourceVersion) is kept once. On error, o holds
@@ -111,11 +118,7 @@ func (o *Objects) Read(name string, r io.Reader) error {
 	if err != nil {
 		var le *lineError
 		if errors.As(err, &le) {
-			line := le.line
-			if line < 1 {
-				line = 1
-			}
-			return fmt.Errorf("%s:%d: %s", name, line, le.msg)
+			return fmt.Errorf("%s:%d: %w", name, max(le.line, 1), le.err)
 		}
 		return fmt.Errorf("%s:%d: %w", name, max(rd.line, 1), err)
 	}
@@ -193,15 +196,15 @@ func defaultNamespace(ns *string) {
 // fails for an object without a name or a second, different version.
 func (o *Objects) remember(name string, obj object, kind, namespace, objName, uid, rv string) (skip bool, err error) {
 	if objName == "" {
-		return false, errAt(obj.line(), "%s has no metadata.name", kind)
+		return false, errAt(obj.line, "%s has no metadata.name", kind)
 	}
 	k := objectKey{kind, namespace, objName}
-	here := fmt.Sprintf("%s:%d", name, obj.line())
+	here := fmt.Sprintf("%s:%d", name, obj.line)
 	if prev, ok := o.seen[k]; ok {
 		if prev.uid == uid && prev.rv == rv && rv != "" {
 			return true, nil
 		}
-		return false, errAt(obj.line(), "%s %s appears again, with other contents (first at %s): give each object once",
+		return false, errAt(obj.line, "%s %s appears again, with other contents (first at %s): give each object once",
 			kind, snapshot.ObjectRef{Namespace: namespace, Name: objName}, prev.where)
 	}
 	o.seen[k] = objectOrigin{where: here, uid: uid, rv: rv}

@@ -181,40 +181,40 @@ func TestReadObjectsErrors(t *testing.T) {
 	}{
 		{"yaml syntax", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: [p\n", `f:4: did not find expected ',' or ']'`},
 		{"yaml syntax in a later document", pod + "---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: q\n  labels:\n    a: b\n   c: d\n",
-			`f:13: did not find expected key`},
+			`f:12: did not find expected key`},
 		{"yaml error deep in a list", "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata:\n    name: a\n  spec:\n    nodeName: w\n    hostNetwork: true\n   x: 1\n",
-			`f:11: did not find expected key`},
+			`f:10: did not find expected key`},
 		{"unclosed flow sequence", pod + "spec:\n  containers: [{name: a},\n  {name: b}\nstatus: {}\n",
 			`f:8: did not find expected ',' or ']'`},
 		{"tab indentation on the first line", "\tkind: Pod\n", `f:1: found character that cannot start any token`},
 		{"control character", pod + "---\nkind: Pod\napiVersion: v1\nmetadata: {name: \"a\x01\"}\n",
-			`f:9: control characters are not allowed`},
-		{"invalid UTF-8", pod + "spec:\n  nodeName: w\xff\n", `f:7: invalid leading UTF-8 octet`},
+			`f:7: control characters are not allowed`},
+		{"invalid UTF-8", pod + "spec:\n  nodeName: w\xff\n", `f:1: invalid leading UTF-8 octet`},
 		{"no kind", pod + "---\napiVersion: v1\nmetadata: {name: x}\n", `f:7: object has no kind`},
 		{"no apiVersion", "kind: Pod\nmetadata: {name: x}\n", `f:1: Pod has no apiVersion`},
-		{"kind of the wrong type", "apiVersion: v1\nkind:\n  a: b\n", `f:3: kind: expected a string, found object`},
+		{"kind of the wrong type", "apiVersion: v1\nkind:\n  a: b\n", `f:1: kind: expected a string, found object`},
 		{"not an object", "- apiVersion: v1\n  kind: Pod\n", `f:1: not a Kubernetes object: the document is a list`},
 		{"scalar document", pod + "---\njust text\n", `f:7: not a Kubernetes object: the document is a scalar`},
-		{"wrong type in a field", pod + "spec:\n  hostNetwork: \"yes\"\n", `f:7: Pod ns/p: spec.hostNetwork: expected a boolean, found string`},
+		{"wrong type in a field", pod + "spec:\n  hostNetwork: \"yes\"\n", `f:1: Pod ns/p: spec.hostNetwork: expected a boolean, found string`},
 		{"wrong type deep in a list", pod + "spec:\n  containers:\n  - name: a\n    ports:\n    - containerPort: 80\n    - containerPort: http\n",
-			`f:11: Pod ns/p: spec.containers.ports.containerPort: expected an integer (int32), found string`},
+			`f:1: Pod ns/p: spec.containers.ports.containerPort: expected an integer (int32), found string`},
 		{"number out of range", "apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec:\n  ports:\n  - port: 99999999999\n",
-			`f:6: Service s: spec.ports.port: expected an integer (int32), found number 99999999999`},
-		{"object where a list belongs", pod + "status:\n  podIPs:\n    ip: 10.0.0.1\n", `f:8: Pod ns/p: status.podIPs: expected a list, found object`},
+			`f:1: Service s: spec.ports.port: expected an integer (int32), found number 99999999999`},
+		{"object where a list belongs", pod + "status:\n  podIPs:\n    ip: 10.0.0.1\n", `f:1: Pod ns/p: status.podIPs: expected a list, found object`},
 		{"bad timestamp", pod + "  creationTimestamp: yesterday\n", `f:1: Pod ns/p: parsing time "yesterday" as "2006-01-02T15:04:05Z07:00": cannot parse "yesterday" as "2006"`},
-		{"bad quantity", "apiVersion: v1\nkind: Node\nmetadata: {name: n}\nstatus:\n  capacity: {cpu: lots}\n", `f:1: Node n: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'`},
+		{"bad quantity", "apiVersion: v1\nkind: Node\nmetadata: {name: w}\nstatus:\n  capacity: {cpu: lots}\n", `f:1: Node w: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'`},
 		{"no name", "apiVersion: v1\nkind: Node\nmetadata: {}\n", `f:1: Node has no metadata.name`},
+		{"YAML 1.1 boolean", "apiVersion: v1\nkind: Node\nmetadata: {name: n}\n", `f:1: metadata.name: expected a string, found bool`},
 		{"list item without kind", "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: p}\n- metadata: {name: q}\n",
 			`f:7: object has no kind`},
-		{"items not a list", "apiVersion: v1\nkind: PodList\nitems:\n  a: b\n", `f:4: items is not a list`},
-		{"duplicate key", pod + "kind: Service\n", `f:6: key "kind" already appears at line 2`},
-		{"merge key", "base: &b {apiVersion: v1}\nx:\n  <<: *b\n", `f:3: merge keys (<<) are not supported`},
-		{"infinity", pod + "spec:\n  priority: .inf\n", `f:7: .inf is not a number JSON can hold`},
+		{"items not a list", "apiVersion: v1\nkind: PodList\nitems:\n  a: b\n", `f:1: items is not a list`},
+		{"duplicate key", pod + "kind: Service\n", `f:6: key "kind" already set in map`},
+		{"infinity", pod + "spec:\n  priority: .inf\n", `f:1: json: unsupported value: +Inf`},
 		{"conflicting duplicate", pod + "  resourceVersion: \"1\"\n---\n" + pod + "  resourceVersion: \"2\"\n",
 			`f:8: Pod ns/p appears again, with other contents (first at f:1): give each object once`},
 		{"directive", pod + "...\n%YAML 1.1\n---\nmetadata: {name: x}\n", `f:9: object has no kind`},
 		{"lone CR and LS line breaks", "\n\napiVersion: v1\r\u2028kind: Pod\rmetadata:\r  name: p\nspec:\n  hostNetwork: x\n",
-			`f:5: Pod p: spec.hostNetwork: expected a boolean, found string`},
+			`f:3: Pod p: spec.hostNetwork: expected a boolean, found string`},
 		{"json syntax", "{\n  \"apiVersion\": \"v1\",\n  \"kind\": \"Pod\"\n  \"metadata\": {\"name\": \"p\"}\n}\n",
 			`f:4: invalid character '"' after object key:value pair`},
 		{"json syntax in the second value", "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"p\"}}\n\n{\"kind\": x}\n",
@@ -249,6 +249,7 @@ func TestReadObjectsAccepts(t *testing.T) {
 		{"UTF-16 from PowerShell", utf16le("apiVersion: v1\r\nkind: Pod\r\nmetadata:\r\n  name: p\r\n  namespace: ns\r\n"), want},
 		{"CRLF line ends", "apiVersion: v1\r\nkind: Pod\r\nmetadata:\r\n  name: p\r\n  namespace: ns\r\n---\r\n", want},
 		{"namespace defaults", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n", strings.Replace(want, "ns/p", "default/p", 1)},
+		{"merge keys", "apiVersion: v1\nkind: Pod\nmetadata:\n  <<: {name: p}\n  namespace: ns\n", want},
 		{"anchors and aliases", "apiVersion: v1\nkind: Pod\nmetadata: {name: &n p, namespace: ns}\nspec: {hostname: *n}\n", want},
 		{"unknown fields from newer clusters", "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ns}\nspec: {futureField: {a: 1}}\n", want},
 		{"exact repeat kept once", "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ns, uid: u, resourceVersion: \"7\"}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ns, uid: u, resourceVersion: \"7\"}\n",
@@ -392,85 +393,88 @@ func FuzzReadObjects(f *testing.F) {
 	})
 }
 
-func TestSplitItems(t *testing.T) {
-	for _, tc := range []struct {
-		name, in string
-		rest     string
-		items    []string
-		lines    []int
-		ok       bool
-	}{{
-		name:  "kubectl layout",
-		in:    "apiVersion: v1\nitems:\n- a: 1\n  b: 2\n\n# c\n- d: 3\nkind: List\n",
-		rest:  "apiVersion: v1\nitems: []\n\n\n\n\n\nkind: List\n",
-		items: []string{"- a: 1\n  b: 2\n\n# c\n", "- d: 3\n"},
-		lines: []int{3, 7},
-		ok:    true,
-	}, {
-		name:  "indented sequence, comment after the key, no final newline",
-		in:    "kind: PodList\nitems: # pods\n  # first\n  - a: 1\n    b: [x,\n      y]\n  - c: 2",
-		rest:  "kind: PodList\nitems: []\n  # first\n\n\n\n\n",
-		items: []string{"  - a: 1\n    b: [x,\n      y]\n", "  - c: 2"},
-		lines: []int{4, 7},
-		ok:    true,
-	}, {
-		name: "empty block",
-		in:   "items:\nkind: List\n",
-		rest: "items: []\nkind: List\n",
-		ok:   true,
-	}, {
-		name: "no items key",
-		in:   "apiVersion: v1\nkind: Pod\nspec:\n  items:\n  - a\n",
-		rest: "apiVersion: v1\nkind: Pod\nspec:\n  items:\n  - a\n",
-	}, {
-		name: "flow items",
-		in:   "items: [{a: 1}]\n",
-		rest: "items: [{a: 1}]\n",
-	}, {
-		name: "items twice",
-		in:   "items:\n- a\nitems:\n- b\n",
-	}, {
-		name: "tab indentation",
-		in:   "items:\n- a: 1\n\tb: 2\n",
-	}, {
-		name: "odd indentation",
-		in:   "items:\n  - a: 1\n b: 2\n",
-	}, {
-		name: "text under items that is not an item",
-		in:   "items:\n  a: 1\n",
-	}} {
+// TestReadObjectsListLayouts covers how a list's layout decides whether its
+// items are read one at a time: an error in an item names the item's line
+// only then; a list read whole names the line of the document.
+func TestReadObjectsListLayouts(t *testing.T) {
+	const (
+		podA = "pod ns/a uid= node= phase= ips=[] hostNetwork=false created=- started=- deleting=false\n"
+		podB = "pod ns/b uid= node= phase= ips=[] hostNetwork=false created=- started=- deleting=false\n"
+	)
+	for _, tc := range []struct{ name, in, want string }{
+		{"kubectl layout", "apiVersion: v1\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: a, namespace: ns}\n\n# c\n- metadata: {name: b}\nkind: List\n",
+			"error f:8: object has no kind"},
+		{"indented items, a comment after the key, no final newline",
+			"kind: List\napiVersion: v1\nitems: # pods\n  # first\n  - apiVersion: v1\n    kind: Pod\n    metadata: {name: a, namespace: ns,\n      annotations: {x: z}}\n  - metadata: {name: b}",
+			"error f:9: object has no kind"},
+		{"typed list, kind first", "apiVersion: v1\nkind: PodList\nitems:\n- metadata: {name: a, namespace: ns}\n- metadata: {name: b, namespace: ns}\n  spec: {hostNetwork: x}\n",
+			"error f:5: Pod ns/b: spec.hostNetwork: expected a boolean, found string"},
+		{"typed list, kind last", "apiVersion: v1\nitems:\n- metadata: {name: a, namespace: ns}\n- metadata: {name: b, namespace: ns}\nkind: PodList\n", podA + podB},
+		{"empty block", "items:\nkind: List\n", ""},
+		{"flow items", "apiVersion: v1\nkind: List\nitems: [{apiVersion: v1, kind: Pod, metadata: {name: a, namespace: ns}}, {}]\n",
+			"error f:1: object has no kind"},
+		{"items of an object that is not a list", "apiVersion: v1\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: a}\nkind: Foo\n", "ignored v1 Foo: 1\n"},
+		{"items deeper than the root", "apiVersion: v1\nkind: Foo\nspec:\n  items:\n  - apiVersion: v1\n    kind: Pod\n", "ignored v1 Foo: 1\n"},
+		{"items twice", "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: a}\nitems:\n- b\n",
+			`error f:8: key "items" already set in map`},
+		{"tab indentation", "apiVersion: v1\nkind: List\nitems:\n  - apiVersion: v1\n    kind: Pod\n    metadata: {name: a, namespace: ns, annotations: {x: \"multi\n\tline\"}}\n  - {}\n",
+			"error f:1: object has no kind"},
+		{"odd indentation", "apiVersion: v1\nkind: List\nitems:\n  - apiVersion: v1\n    kind: Pod\n    metadata: {name: a, namespace: ns, annotations: {x: \"multi\n line\"}}\n  - {}\n",
+			"error f:1: object has no kind"},
+		{"json, kind last", `{"items":[{"metadata":{"name":"a","namespace":"ns"}},` + "\n" + `{"metadata":{"name":"b","namespace":"ns"}}],"kind":"PodList","apiVersion":"v1"}`, podA + podB},
+		{"json, kind last, items of an object that is not a list", `{"apiVersion":"v1","items":[{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"}}],"kind":"Foo"}`, "ignored v1 Foo: 1\n"},
+		{"json, kind first, items of an object that is not a list", `{"apiVersion":"v1","kind":"Foo","items":[{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"}}]}`, "ignored v1 Foo: 1\n"},
+		{"json, items twice", `{"apiVersion":"v1","kind":"List","items":[],` + "\n" + `"items":[]}`, "error f:2: items appears twice"},
+		{"json, wrong type in a single object", "{\n \"apiVersion\": \"v1\",\n \"kind\": \"Pod\",\n \"metadata\": {\"name\": \"p\"},\n \"spec\": {\n  \"nodeName\": 5\n }\n}",
+			"error f:6: Pod p: spec.nodeName: expected a string, found number"},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rest, items, ok := splitItems([]byte(tc.in))
-			if ok != tc.ok {
-				t.Fatalf("ok = %v, want %v", ok, tc.ok)
+			o, err := ReadObjects("f", strings.NewReader(tc.in))
+			got := ""
+			if err != nil {
+				got = "error " + err.Error()
+			} else {
+				got = dump(o)
 			}
-			if !ok {
-				return
-			}
-			if string(rest) != tc.rest {
-				t.Errorf("rest = %q, want %q", rest, tc.rest)
-			}
-			var texts []string
-			var lines []int
-			for _, it := range items {
-				texts = append(texts, string(it.text))
-				lines = append(lines, it.line)
-			}
-			if fmt.Sprint(texts) != fmt.Sprint(tc.items) || fmt.Sprint(lines) != fmt.Sprint(tc.lines) {
-				t.Errorf("items = %q at %v, want %q at %v", texts, lines, tc.items, tc.lines)
-			}
-			if strings.Count(string(rest), "\n") != strings.Count(tc.in, "\n")+boolInt(!strings.HasSuffix(tc.in, "\n")) {
-				t.Errorf("rest has other line numbers than the document")
+			if got != tc.want {
+				t.Errorf("got\n%s\nwant\n%s", got, tc.want)
 			}
 		})
 	}
 }
 
-func boolInt(b bool) int {
-	if b {
-		return 1
+// TestReadObjectsLargeList covers a list too large to keep whole: it reads
+// item by item, and an item that does not read on its own is an error.
+func TestReadObjectsLargeList(t *testing.T) {
+	defer func(n int) { maxWhole = n }(maxWhole)
+	maxWhole = 1 << 20
+	var items strings.Builder
+	n := 0
+	for ; items.Len() <= maxWhole; n++ {
+		fmt.Fprintf(&items, "  - apiVersion: v1\n    kind: Pod\n    metadata: {name: p%d, namespace: ns, labels: &l%d {app: a}}\n", n, n)
 	}
-	return 0
+	lines := strings.Count(items.String(), "\n") + 2
+	const bad = "  - apiVersion: v1\n    kind: Pod\n    metadata: {name: q, namespace: ns, labels: *l0}\n"
+	for _, tc := range []struct{ name, in, want string }{
+		{"kubectl layout", "apiVersion: v1\nitems:\n" + items.String() + "kind: List\n", ""},
+		{"alias to another item", "apiVersion: v1\nitems:\n" + items.String() + bad + "kind: List\n",
+			fmt.Sprintf("f:%d: unknown anchor 'l0' referenced; a list over 1 MiB is read one item at a time, each on its own: save it again with kubectl get -o yaml", lines+1)},
+		{"odd indentation", "apiVersion: v1\nitems:\n" + items.String() + " x: 1\n",
+			fmt.Sprintf("f:%d: the items are not laid out as kubectl prints them; a list over 1 MiB is read one item at a time, each on its own: save it again with kubectl get -o yaml", lines+1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := ReadObjects("f", strings.NewReader(tc.in))
+			if tc.want == "" {
+				if err != nil || len(o.Kube.Pods) != n {
+					t.Fatalf("read %v, %v; want %d pods", o, err, n)
+				}
+				return
+			}
+			if err == nil || err.Error() != tc.want {
+				t.Errorf("error:\n got %v\nwant %s", err, tc.want)
+			}
+		})
+	}
 }
 
 // TestReadObjectsListFallback covers lists that look like kubectl's layout
@@ -494,13 +498,13 @@ func TestReadObjectsListFallback(t *testing.T) {
 	}
 	// The rollback leaves objects read from earlier documents alone.
 	o := &Objects{}
-	if err := o.Read("a", strings.NewReader("apiVersion: v1\nkind: ConfigMap\n---\napiVersion: v1\nkind: Node\nmetadata: {name: n}\n")); err != nil {
+	if err := o.Read("a", strings.NewReader("apiVersion: v1\nkind: ConfigMap\n---\napiVersion: v1\nkind: Node\nmetadata: {name: w}\n")); err != nil {
 		t.Fatal(err)
 	}
 	if err := o.Read("b", strings.NewReader(head+"- apiVersion: v1\n  kind: ConfigMap\n  data: *l\n")); err != nil {
 		t.Fatal(err)
 	}
-	if got := dump(o); got != "pod ns/p uid= node= phase= ips=[10.0.0.1] hostNetwork=false created=- started=- deleting=false\nnode n []\nignored v1 ConfigMap: 2\n" {
+	if got := dump(o); got != "pod ns/p uid= node= phase= ips=[10.0.0.1] hostNetwork=false created=- started=- deleting=false\nnode w []\nignored v1 ConfigMap: 2\n" {
 		t.Errorf("after rollback and reread:\n%s", got)
 	}
 }
