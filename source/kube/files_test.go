@@ -204,7 +204,10 @@ func TestReadObjectsErrors(t *testing.T) {
 		{"bad timestamp", pod + "  creationTimestamp: yesterday\n", `f:1: Pod ns/p: parsing time "yesterday" as "2006-01-02T15:04:05Z07:00": cannot parse "yesterday" as "2006"`},
 		{"bad quantity", "apiVersion: v1\nkind: Node\nmetadata: {name: w}\nstatus:\n  capacity: {cpu: lots}\n", `f:1: Node w: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'`},
 		{"no name", "apiVersion: v1\nkind: Node\nmetadata: {}\n", `f:1: Node has no metadata.name`},
-		{"YAML 1.1 boolean", "apiVersion: v1\nkind: Node\nmetadata: {name: n}\n", `f:1: metadata.name: expected a string, found bool`},
+		{"YAML 1.1 boolean", "apiVersion: v1\nkind: Node\nmetadata: {name: n}\n",
+			`f:1: metadata.name: expected a string, found bool: quote it, as YAML reads y, n, yes, no, on and off unquoted as booleans`},
+		{"number where a string belongs", "apiVersion: v1\nkind: Node\nmetadata: {name: w}\nspec: {podCIDR: 10}\n",
+			`f:1: Node w: spec.podCIDR: expected a string, found number: quote it`},
 		{"list item without kind", "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: p}\n- metadata: {name: q}\n",
 			`f:7: object has no kind`},
 		{"items not a list", "apiVersion: v1\nkind: PodList\nitems:\n  a: b\n", `f:1: items is not a list`},
@@ -221,7 +224,7 @@ func TestReadObjectsErrors(t *testing.T) {
 			`f:3: invalid character 'x' looking for beginning of value`},
 		{"json truncated", "{\"apiVersion\":\"v1\",\n\"kind\":\"List\",\"items\":[\n{\"kind\":\"Pod\"\n", `f:3: unexpected end of JSON input`},
 		{"json wrong type", "{\"apiVersion\":\"v1\",\"kind\":\"List\",\"items\":[\n{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"p\"}},\n{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"q\"},\n \"spec\":{\"nodeName\":5}}]}\n",
-			`f:4: Pod q: spec.nodeName: expected a string, found number`},
+			`f:4: Pod q: spec.nodeName: expected a string, found number: quote it`},
 		{"json item without kind", "{\"kind\":\"List\",\"items\":[{\"kind\":\"Node\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"n\"}},\n\n  {}]}", `f:3: object has no kind`},
 		{"yaml flow mapping, then a YAML error", "{apiVersion: v1, kind: Pod, metadata: {name: p}}\n---\nkind: [\n",
 			`f:3: did not find expected node content`},
@@ -426,7 +429,7 @@ func TestReadObjectsListLayouts(t *testing.T) {
 		{"json, kind first, items of an object that is not a list", `{"apiVersion":"v1","kind":"Foo","items":[{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"}}]}`, "ignored v1 Foo: 1\n"},
 		{"json, items twice", `{"apiVersion":"v1","kind":"List","items":[],` + "\n" + `"items":[]}`, "error f:2: items appears twice"},
 		{"json, wrong type in a single object", "{\n \"apiVersion\": \"v1\",\n \"kind\": \"Pod\",\n \"metadata\": {\"name\": \"p\"},\n \"spec\": {\n  \"nodeName\": 5\n }\n}",
-			"error f:6: Pod p: spec.nodeName: expected a string, found number"},
+			"error f:6: Pod p: spec.nodeName: expected a string, found number: quote it"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, err := ReadObjects("f", strings.NewReader(tc.in))

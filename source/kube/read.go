@@ -506,7 +506,15 @@ func decodeError(o object, what string, err error) error {
 		if field == "" {
 			field = "the object"
 		}
-		return errAt(o.lineAt(te.Offset-1), "%s%s: expected %s, found %s", what, field, jsonTypeName(te.Type), te.Value)
+		// A string given unquoted may read as a boolean or a number.
+		var hint string
+		if te.Type != nil && te.Type.Kind() == reflect.String && (te.Value == "bool" || te.Value == "number") {
+			hint = ": quote it"
+			if te.Value == "bool" && o.yaml {
+				hint += ", as YAML reads y, n, yes, no, on and off unquoted as booleans"
+			}
+		}
+		return errAt(o.lineAt(te.Offset-1), "%s%s: expected %s, found %s%s", what, field, jsonTypeName(te.Type), te.Value, hint)
 	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
