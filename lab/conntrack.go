@@ -448,140 +448,251 @@ func (e *env) startClient(ctx context.Context, o Options) (*client, error) {
 	return c, nil
 }
 
-// replace runs the incident once and measures what the client saw.
+// terminatePod marks the pod terminating: it keeps running and stays in the
+// EndpointSlice as terminating, as during a rollout's grace period.
+func (e *env) terminatePod(ctx context.Context, name string) error {
+	var err error
+	if e.real != nil {
+		err = e.real.terminatePod(ctx, e.sc, name)
+	} else {
+		err = e.cluster.TerminatePod(ctx, e.sc.namespace, name)
+	}
+	if err != nil {
+		return err
+	}
+	e.tl.logf("api", "pod %s/%s terminating: still running, listed as terminating in the EndpointSlice", e.sc.namespace, name)
+	return nil
+}
+
+// killPod removes the pod for good: its namespace, veth and route on the
+// node, and its object in the API.
+func (e *env) killPod(ctx context.Context, name string) error {
+	if e.real != nil {
+		if err := e.real.killPod(ctx, e.sc, name); err != nil {
+			return err
+		}
+	} else {
+		if err := e.bed.RemoveHost(e.pods[name]); err != nil {
+			return err
+		}
+		delete(e.pods, name)
+		if err := e.cluster.DeletePod(ctx, e.sc.namespace, name); err != nil {
+			return err
+		}
+	}
+	e.tl.logf("kubelet", "pod %s/%s deleted: its namespace, veth and route are gone", e.sc.namespace, name)
+	return nil
+}
+
+// incident is one play of the scenario on a built lab: the pod the rollout
+// replaces, its successor, the client, and what was measured.
+type incident struct {
+	e              *env
+	o              Options
+	oldPod, newPod string
+	// newIP is the new pod's address: the old pod's with ReuseIP.
+	newIP netip.Addr
+	cl    *client
+	// mark is how many requests the client had made when the old pod died;
+	// the error window is measured from there.
+	mark int
+	// window is the error window before it is rounded into run.
+	window time.Duration
+	run    Run
+}
+
+// replace plays the incident once, one step after another, and measures
+// what the client saw.
 func (e *env) replace(ctx context.Context, o Options) (*Run, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sc := e.sc
-	oldPod, newPod := sc.app+"-v1", sc.app+"-v2"
-	newIP := newBackendIP
+	in := &incident{e: e, o: o, oldPod: e.sc.app + "-v1", newPod: e.sc.app + "-v2", newIP: newBackendIP}
 	if o.ReuseIP {
-		newIP = oldBackendIP
+		in.newIP = oldBackendIP
 	}
-	if err := e.startPod(ctx, oldPod, oldBackendIP); err != nil {
-		return nil, err
+	for _, step := range []func(context.Context) error{
+		in.serveOld,
+		in.connect,
+		in.checkHealthy,
+		in.rollOut,
+		in.killOld,
+		in.awaitFailure,
+		in.startNewOnOldIP,
+		in.scanGhost,
+		in.observe,
+	} {
+		if err := step(ctx); err != nil {
+			return nil, err
+		}
 	}
-	if err := e.route(ctx, oldBackendIP); err != nil {
-		return nil, err
+	in.summarize()
+	return &in.run, nil
+}
+
+// serveOld starts the pod the rollout will replace and routes the Service
+// to it alone, so that every connection before the rollout lands on it.
+func (in *incident) serveOld(ctx context.Context) error {
+	if err := in.e.startPod(ctx, in.oldPod, oldBackendIP); err != nil {
+		return err
 	}
+	return in.e.route(ctx, oldBackendIP)
+}
+
+// connect starts the client and lets it run for o.Steady over one
+// keep-alive connection. It proves the lab network works (every request
+// answered by the old pod) and that the client's flow predates the pods
+// the rollout creates; it records that flow's source as e.firstConn.
+func (in *incident) connect(ctx context.Context) error {
+	e, o := in.e, in.o
 	cl, err := e.startClient(ctx, o)
 	if err != nil {
-		return nil, err
+		return err
 	}
+	in.cl = cl
 	t0 := time.Now()
 	if _, err := cl.waitFor(ctx, o.Steady+10*time.Second, func(os []Outcome) bool {
 		return len(os) > 0 && os[len(os)-1].At.Sub(t0) >= o.Steady
 	}); err != nil {
-		return nil, fmt.Errorf("client never ran: %w", err)
+		return fmt.Errorf("client never ran: %w", err)
 	}
 	ok, failed := count(cl.since(0))
 	if failed > 0 || ok == 0 {
-		return nil, fmt.Errorf("the client failed before the rollout (%d ok, %d failed, first: %v): the lab network is broken",
+		return fmt.Errorf("the client failed before the rollout (%d ok, %d failed, first: %v): the lab network is broken",
 			ok, failed, firstFailure(cl.since(0)).Err)
 	}
 	e.firstConn, _ = netip.ParseAddrPort(cl.since(0)[0].Local)
-	e.tl.logf("client", "%d requests ok, all answered by %s, over one connection", ok, oldPod)
-	if _, err := e.showKernel(ctx); err != nil {
-		return nil, err
-	}
-	if _, err := e.scan(ctx, "every backend is live"); err != nil {
-		return nil, err
-	}
+	e.tl.logf("client", "%d requests ok, all answered by %s, over one connection", ok, in.oldPod)
+	return nil
+}
 
+// checkHealthy shows the kernel translating the client's connection to the
+// live old pod and scans: ghostwatch must find nothing while every backend
+// is live.
+func (in *incident) checkHealthy(ctx context.Context) error {
+	if _, err := in.e.showKernel(ctx); err != nil {
+		return err
+	}
+	_, err := in.e.scan(ctx, "every backend is live")
+	return err
+}
+
+// rollOut plays a rolling update up to the old pod's deletion: the new pod
+// starts (unless it must wait for the old pod's IP), the old pod
+// terminates, and the Service routes new connections away from it. The
+// scan while the old pod drains proves ghostwatch does not report flows to
+// a pod that is terminating but still exists.
+func (in *incident) rollOut(ctx context.Context) error {
+	e, o := in.e, in.o
 	e.tl.section("rollout")
 	if !o.ReuseIP {
-		if err := e.startPod(ctx, newPod, newIP); err != nil {
-			return nil, err
+		if err := e.startPod(ctx, in.newPod, in.newIP); err != nil {
+			return err
 		}
 	}
-	if e.real != nil {
-		err = e.real.terminatePod(ctx, sc, oldPod)
-	} else {
-		err = e.cluster.TerminatePod(ctx, sc.namespace, oldPod)
+	if err := e.terminatePod(ctx, in.oldPod); err != nil {
+		return err
 	}
-	if err != nil {
-		return nil, err
-	}
-	e.tl.logf("api", "pod %s/%s terminating: still running, listed as terminating in the EndpointSlice", sc.namespace, oldPod)
+	var err error
 	if o.ReuseIP {
 		err = e.route(ctx)
 	} else {
-		err = e.route(ctx, newIP)
+		err = e.route(ctx, in.newIP)
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if _, err := e.scan(ctx, oldPod+" is draining: terminating but still exists"); err != nil {
-		return nil, err
-	}
-	mark := len(cl.since(0))
-	if e.real != nil {
-		if err := e.real.killPod(ctx, sc, oldPod); err != nil {
-			return nil, err
-		}
-	} else {
-		if err := e.bed.RemoveHost(e.pods[oldPod]); err != nil {
-			return nil, err
-		}
-		delete(e.pods, oldPod)
-		if err := e.cluster.DeletePod(ctx, sc.namespace, oldPod); err != nil {
-			return nil, err
-		}
-	}
-	e.tl.logf("kubelet", "pod %s/%s deleted: its namespace, veth and route are gone", sc.namespace, oldPod)
+	_, err = e.scan(ctx, in.oldPod+" is draining: terminating but still exists")
+	return err
+}
 
-	// The client's next requests go to the dead pod.
-	if _, err := cl.waitFor(ctx, 10*time.Second, func(os []Outcome) bool { return hasFailure(os[mark:]) }); err != nil {
-		return nil, fmt.Errorf("the client never noticed the pod was gone: %w", err)
+// killOld deletes the old pod, marking where the client's requests after
+// its death begin.
+func (in *incident) killOld(ctx context.Context) error {
+	in.mark = len(in.cl.since(0))
+	return in.e.killPod(ctx, in.oldPod)
+}
+
+// awaitFailure waits for the client's next requests to fail. It proves the
+// incident: the kernel still sends the client's established connection to
+// the pod that no longer exists, although the Service no longer routes
+// there.
+func (in *incident) awaitFailure(ctx context.Context) error {
+	if _, err := in.cl.waitFor(ctx, 10*time.Second, func(os []Outcome) bool { return hasFailure(os[in.mark:]) }); err != nil {
+		return fmt.Errorf("the client never noticed the pod was gone: %w", err)
 	}
-	first := firstFailure(cl.since(mark))
-	e.tl.logf("client", "request failed: %v", first.Err)
-	run := &Run{}
-	if o.ReuseIP {
-		if err := e.startPod(ctx, newPod, newIP); err != nil {
-			return nil, err
-		}
-		if err := e.route(ctx, newIP); err != nil {
-			return nil, err
-		}
+	first := firstFailure(in.cl.since(in.mark))
+	in.e.tl.logf("client", "request failed: %v", first.Err)
+	return nil
+}
+
+// startNewOnOldIP, with ReuseIP, starts the new pod on the dead pod's address and
+// routes the Service to it, so that the stale flow is delivered to a pod
+// that never accepted it.
+func (in *incident) startNewOnOldIP(ctx context.Context) error {
+	if !in.o.ReuseIP {
+		return nil
 	}
-	if _, err := e.showKernel(ctx); err != nil {
-		return nil, err
+	if err := in.e.startPod(ctx, in.newPod, in.newIP); err != nil {
+		return err
 	}
-	res, err := e.scan(ctx, "")
+	return in.e.route(ctx, in.newIP)
+}
+
+// scanGhost shows what the kernel maps now and scans while the client
+// fails: ghostwatch must report the stale flow (or, with ReuseIP, the
+// misdelivered one). Its findings are the run's.
+func (in *incident) scanGhost(ctx context.Context) error {
+	if _, err := in.e.showKernel(ctx); err != nil {
+		return err
+	}
+	res, err := in.e.scan(ctx, "")
 	if err != nil {
-		return nil, err
+		return err
 	}
-	run.Findings = res.Findings
+	in.run.Findings = res.Findings
+	return nil
+}
 
-	// Watch the client until it recovers or the observation ends.
-	all, werr := cl.waitFor(ctx, o.Observe, func(os []Outcome) bool { return recoveredAfter(os[mark:]) })
+// observe watches the client until it recovers or o.Observe ends, measures
+// the error window from the old pod's death, and checks whether the kernel
+// still maps the client's first connection to the dead pod: without the
+// agent it does; with it, or after a reset from a new pod on the same IP,
+// it must not.
+func (in *incident) observe(ctx context.Context) error {
+	e, o := in.e, in.o
+	all, werr := in.cl.waitFor(ctx, o.Observe, func(os []Outcome) bool { return recoveredAfter(os[in.mark:]) })
 	if werr != nil && ctx.Err() != nil {
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
-	window, nfail, recovered := measure(all[mark:])
-	run.ErrorWindowSeconds, run.FailedRequests, run.Recovered = window.Round(time.Millisecond).Seconds(), nfail, recovered
+	window, nfail, recovered := measure(all[in.mark:])
+	in.window = window
+	in.run.ErrorWindowSeconds, in.run.FailedRequests, in.run.Recovered = window.Round(time.Millisecond).Seconds(), nfail, recovered
 	if recovered {
 		last := all[len(all)-1]
 		e.tl.logf("client", "recovered: answered by %s over a new connection from %s", last.Pod, last.Local)
 	} else {
 		e.tl.logf("client", "still failing after %s of observation", o.Observe)
 	}
-	run.GhostStillMapped, err = e.showKernel(ctx)
-	if err != nil {
-		return nil, err
-	}
-	e.tl.section("summary")
+	var err error
+	in.run.GhostStillMapped, err = e.showKernel(ctx)
+	return err
+}
+
+// summarize prints what the run measured: how long the client failed,
+// whether it recovered, what ghostwatch reported, and whether the ghost
+// outlived the run.
+func (in *incident) summarize() {
+	r := in.run
+	in.e.tl.section("summary")
 	state := "recovered"
-	if !recovered {
+	if !r.Recovered {
 		state = "had not recovered"
 	}
-	e.tl.logf("result", "the client saw errors for %.1fs (%d failed requests) and %s; ghostwatch reported %d finding(s)",
-		window.Seconds(), nfail, state, len(run.Findings))
-	if run.GhostStillMapped {
-		e.tl.logf("result", "the kernel still maps the connection to the deleted pod; every retransmission renews the entry, so it lasts until the flow is deleted or the client gives up")
+	in.e.tl.logf("result", "the client saw errors for %.1fs (%d failed requests) and %s; ghostwatch reported %d finding(s)",
+		in.window.Seconds(), r.FailedRequests, state, len(r.Findings))
+	if r.GhostStillMapped {
+		in.e.tl.logf("result", "the kernel still maps the connection to the deleted pod; every retransmission renews the entry, so it lasts until the flow is deleted or the client gives up")
 	}
-	return run, nil
 }
 
 func count(os []Outcome) (ok, failed int) {
