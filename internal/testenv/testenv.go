@@ -1,0 +1,41 @@
+// Package testenv decides what a test does when the machine cannot run it:
+// a kernel test that is not root, an end-to-end test without the
+// Kubernetes binaries. On a developer's machine it skips and says why;
+// under CI (CI=true) it fails, so that a suite which could not run its
+// kernel and end-to-end tests never reports them as passed.
+package testenv
+
+import (
+	"os"
+	"strconv"
+	"testing"
+)
+
+// CI reports whether the tests run in continuous integration: $CI is true
+// (true, 1, t, as strconv.ParseBool reads it).
+func CI() bool {
+	ci, _ := strconv.ParseBool(os.Getenv("CI"))
+	return ci
+}
+
+// Unavailable stops the test because something it needs is missing, which
+// why names: it fails under CI and skips otherwise.
+func Unavailable(tb testing.TB, why string) {
+	tb.Helper()
+	if CI() {
+		tb.Fatal(why + " (CI=true: a test that cannot run fails instead of skipping)")
+		return
+	}
+	tb.Skip(why)
+}
+
+// geteuid is os.Geteuid; the package's tests replace it.
+var geteuid = os.Geteuid
+
+// RequireRoot stops the test with Unavailable unless it runs as root.
+func RequireRoot(tb testing.TB, why string) {
+	tb.Helper()
+	if geteuid() != 0 {
+		Unavailable(tb, why)
+	}
+}

@@ -1,0 +1,84 @@
+package testenv
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// fakeTB records whether the code under test skipped or failed, without
+// stopping the test that runs it.
+type fakeTB struct {
+	testing.TB
+	skipped, failed bool
+	msg             string
+}
+
+func (f *fakeTB) Helper() {}
+
+func (f *fakeTB) Skip(args ...any) {
+	f.skipped, f.msg = true, fmt.Sprint(args...)
+}
+
+func (f *fakeTB) Fatal(args ...any) {
+	f.failed, f.msg = true, fmt.Sprint(args...)
+}
+
+func (f *fakeTB) Skipf(format string, args ...any)  { f.Skip(fmt.Sprintf(format, args...)) }
+func (f *fakeTB) Fatalf(format string, args ...any) { f.Fatal(fmt.Sprintf(format, args...)) }
+func (f *fakeTB) SkipNow()                          { f.Skip() }
+func (f *fakeTB) FailNow()                          { f.Fatal() }
+
+func TestUnavailable(t *testing.T) {
+	for _, tc := range []struct {
+		ci   string
+		fail bool
+	}{
+		{"", false},
+		{"false", false},
+		{"0", false},
+		{"not a boolean", false},
+		{"true", true},
+		{"1", true},
+		{"TRUE", true},
+	} {
+		t.Run("CI="+tc.ci, func(t *testing.T) {
+			t.Setenv("CI", tc.ci)
+			if got := CI(); got != tc.fail {
+				t.Errorf("CI() = %v, want %v", got, tc.fail)
+			}
+			f := &fakeTB{}
+			Unavailable(f, "needs a thing")
+			if f.failed != tc.fail || f.skipped == tc.fail {
+				t.Errorf("skipped %v, failed %v; want failed %v and skipped %v", f.skipped, f.failed, tc.fail, !tc.fail)
+			}
+			if !strings.Contains(f.msg, "needs a thing") {
+				t.Errorf("message %q does not say why", f.msg)
+			}
+		})
+	}
+}
+
+func TestRequireRoot(t *testing.T) {
+	defer func(g func() int) { geteuid = g }(geteuid)
+	for _, tc := range []struct {
+		uid        int
+		ci         string
+		skip, fail bool
+	}{
+		{0, "", false, false},
+		{0, "true", false, false},
+		{1000, "", true, false},
+		{1000, "true", false, true},
+	} {
+		t.Run(fmt.Sprintf("uid=%d,CI=%s", tc.uid, tc.ci), func(t *testing.T) {
+			t.Setenv("CI", tc.ci)
+			geteuid = func() int { return tc.uid }
+			f := &fakeTB{}
+			RequireRoot(f, "needs root")
+			if f.skipped != tc.skip || f.failed != tc.fail {
+				t.Errorf("skipped %v, failed %v; want skipped %v, failed %v", f.skipped, f.failed, tc.skip, tc.fail)
+			}
+		})
+	}
+}
