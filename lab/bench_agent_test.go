@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ghostwatch/ghostwatch/agent"
+	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -132,9 +133,7 @@ func benchAgent(b *testing.B, node *netbed.Node, cl *Cluster, cfg agent.Config, 
 // p99. Debounce is 1ms: the agent's default of 50ms, which gathers bursts
 // of changes into one audit, would be measured instead.
 func BenchmarkBackendDeath(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root: builds a node namespace and fills its conntrack table")
-	}
+	testenv.RequireRoot(b, "needs root: builds a node namespace and fills its conntrack table")
 	n := benchFlows(b)
 	node, cl := benchNode(b, n)
 	perBackend := map[netip.Addr]int{}
@@ -229,9 +228,7 @@ func BenchmarkBackendDeath(b *testing.B) {
 // full audit runs every GHOSTWATCH_BENCH_AUDIT_INTERVAL (default 2m, the
 // agent's default).
 func BenchmarkAgentSteadyState(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root: builds a node namespace and fills its conntrack table")
-	}
+	testenv.RequireRoot(b, "needs root: builds a node namespace and fills its conntrack table")
 	n := benchFlows(b)
 	interval, idle := envDuration(b, "GHOSTWATCH_BENCH_AUDIT_INTERVAL", 2*time.Minute), envDuration(b, "GHOSTWATCH_BENCH_IDLE", 20*time.Second)
 	node, _ := benchNode(b, n)

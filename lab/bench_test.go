@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ghostwatch/ghostwatch/audit"
+	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
@@ -27,9 +28,7 @@ import (
 // each; 80% of the flows go through a ClusterIP, 1 in 50 of those to a
 // deleted backend; 20% are not NATed.
 func BenchmarkScan(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root: builds a node namespace and fills its conntrack table")
-	}
+	testenv.RequireRoot(b, "needs root: builds a node namespace and fills its conntrack table")
 	n := benchFlows(b)
 	ctx := context.Background()
 	node, cl := benchNode(b, n)
@@ -78,7 +77,7 @@ func BenchmarkScan(b *testing.B) {
 	})
 	b.Run("conntrack-L", func(b *testing.B) {
 		if _, err := exec.LookPath("conntrack"); err != nil {
-			b.Skip("conntrack(8) not installed")
+			testenv.Unavailable(b, "conntrack(8) not installed")
 		}
 		peak, measured := 0, false
 		for b.Loop() {

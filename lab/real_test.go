@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ghostwatch/ghostwatch/deploy"
+	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -33,7 +34,8 @@ import (
 // The end-to-end tests run ghostwatch against the Kubernetes users run: a
 // real kube-apiserver and EndpointSlice controller, a real kube-proxy in a
 // node network namespace, the real conntrack table. They need the binaries
-// scripts/kube-binaries.sh builds ($GHOSTWATCH_KUBE_BIN) and skip without.
+// scripts/kube-binaries.sh builds ($GHOSTWATCH_KUBE_BIN) and skip without
+// (fail under CI).
 
 // realEnv is one control plane, one node with kube-proxy and the kubelet
 // stand-in, and the agent's RBAC from deploy/agent.
@@ -51,14 +53,14 @@ var (
 	realClientIP = netip.MustParseAddr("203.0.113.20")
 )
 
-// realBinaries is the control plane's binaries directory; the test skips
-// when they are not built and is root-only.
+// realBinaries is the control plane's binaries directory; the test is
+// root-only, and skips (fails under CI) when they are not built.
 func realBinaries(t *testing.T) string {
 	t.Helper()
 	requireRoot(t)
 	bin, err := controlplane.FindBinaries()
 	if errors.Is(err, controlplane.ErrNoBinaries) {
-		t.Skip(err)
+		testenv.Unavailable(t, err.Error())
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -5,19 +5,17 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/rule"
 )
 
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("kernel test: needs root to create network namespaces (run the suite as root)")
-	}
+	testenv.RequireRoot(t, "kernel test: needs root to create network namespaces (run the suite as root)")
 }
 
 func prefix() string {

@@ -12,14 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("kernel test: needs root to create network namespaces (run the suite as root)")
-	}
+	testenv.RequireRoot(t, "kernel test: needs root to create network namespaces (run the suite as root)")
 }
 
 // testPrefix is unique per test, so parallel packages never collide.
