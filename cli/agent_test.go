@@ -17,6 +17,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/ghostwatch/ghostwatch/deploy"
+	"github.com/ghostwatch/ghostwatch/internal/testenv"
 )
 
 func TestAgentFlagErrors(t *testing.T) {
@@ -43,9 +44,7 @@ func TestAgentFlagErrors(t *testing.T) {
 // Without CAP_NET_ADMIN the agent refuses to start, in one line, before it
 // talks to anything.
 func TestAgentWithoutNetAdmin(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("kernel test: needs root to run the agent as another user")
-	}
+	testenv.RequireRoot(t, "kernel test: needs root to run the agent as another user")
 	cmd := exec.Command(selfBinary(t), "agent", "--server", "https://127.0.0.1:1", "--listen", "")
 	cmd.Env = append(os.Environ(), "GHOSTWATCH_RUN_MAIN=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
@@ -65,9 +64,7 @@ func TestAgentWithoutNetAdmin(t *testing.T) {
 // agent runs; with the API server unreachable it is alive but not ready and
 // says why; on SIGTERM it stops cleanly with status 0.
 func TestAgentOnlyNetAdminAndSIGTERM(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("kernel test: needs root to run the agent as another user")
-	}
+	testenv.RequireRoot(t, "kernel test: needs root to run the agent as another user")
 	cmd := exec.Command(selfBinary(t), "agent", "--server", "https://127.0.0.1:1", "--token", "x",
 		"--insecure-skip-tls-verify", "--listen", "127.0.0.1:0", "--node-name", "node-a", "--remedy", "stale-nat-flow")
 	// The flags are the whole configuration: no kubeconfig of the machine's.

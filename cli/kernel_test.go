@@ -8,14 +8,14 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/ghostwatch/ghostwatch/internal/testenv"
 )
 
 // Without CAP_NET_ADMIN the kernel refuses the conntrack dump: the scan says
 // so in one line and exits 2, claiming nothing.
 func TestScanWithoutNetAdmin(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("kernel test: needs root to run the scan as another user")
-	}
+	testenv.RequireRoot(t, "kernel test: needs root to run the scan as another user")
 	bin := selfBinary(t)
 	objects, err := filepath.Abs("testdata/objects.yaml")
 	if err != nil {
