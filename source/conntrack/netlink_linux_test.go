@@ -21,6 +21,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
@@ -35,9 +36,7 @@ import (
 // belongs to that namespace.
 func inNewNetns(tb testing.TB) string {
 	tb.Helper()
-	if os.Geteuid() != 0 {
-		tb.Skip("skipped: needs root (creates network namespaces and writes their conntrack tables)")
-	}
+	testenv.RequireRoot(tb, "needs root (creates network namespaces and writes their conntrack tables)")
 	var rnd [6]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
 		tb.Fatal(err)
@@ -775,9 +774,7 @@ func raiseSysctl(b *testing.B, path string, min int) {
 // table with n flows from two workers, each on its own thread and socket in
 // the namespace.
 func benchTable(b *testing.B, n int) (string, netns.NsHandle) {
-	if os.Geteuid() != 0 {
-		b.Skip("skipped: needs root (creates a network namespace and fills its conntrack table)")
-	}
+	testenv.RequireRoot(b, "needs root (creates a network namespace and fills its conntrack table)")
 	// Both limits are global and only writable from the host namespace.
 	raiseSysctl(b, "/proc/sys/net/netfilter/nf_conntrack_max", n+n/10+1000)
 	buckets := 1
@@ -980,7 +977,7 @@ func BenchmarkDumpTable(b *testing.B) {
 
 	run := func(b *testing.B, args ...string) {
 		if _, err := exec.LookPath(args[0]); err != nil {
-			b.Skipf("skipped: %s not installed", args[0])
+			testenv.Unavailable(b, args[0]+" not installed")
 		}
 		for b.Loop() {
 			cmd := exec.Command("ip", append([]string{"netns", "exec", name}, args...)...)

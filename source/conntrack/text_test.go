@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
@@ -730,11 +731,9 @@ func TestParseTextAddr(t *testing.T) {
 // here prints, in each format, with and without stderr, and from
 // /proc/net/nf_conntrack. It needs root and conntrack(8).
 func TestParseTextFromConntrack(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skipped: needs root (creates a network namespace and writes its conntrack table)")
-	}
+	testenv.RequireRoot(t, "needs root (creates a network namespace and writes its conntrack table)")
 	if _, err := exec.LookPath("conntrack"); err != nil {
-		t.Skip("skipped: conntrack(8) is not installed")
+		testenv.Unavailable(t, "conntrack(8) is not installed")
 	}
 	t.Parallel()
 	ns := "gwt-ct-text-" + rand.Text()[:10]
