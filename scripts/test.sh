@@ -6,9 +6,26 @@
 # missing, and builds the Kubernetes binaries once into a cache outside the
 # repository (scripts/kube-binaries.sh: ~10 minutes cold, nothing after).
 # GHOSTWATCH_E2E=0 skips the build and the end-to-end tests.
+# Under CI=true nothing may skip: the script fails when it is not root, when
+# it cannot install those packages, or when GHOSTWATCH_E2E=0, and the tests
+# that cannot run fail (internal/testenv).
 # Extra arguments go to `go test` (e.g. -run, -v).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# ci is true when CI is, read as internal/testenv reads it (strconv.ParseBool).
+ci=false
+case "${CI:-}" in 1 | t | T | true | TRUE | True) ci=true ;; esac
+# cannot reports what cannot run: a warning, or under CI an error (later exit).
+failed=false
+cannot() {
+  if [ "$ci" = true ]; then
+    echo "error: $1 (CI=true: nothing may skip)" >&2
+    failed=true
+  else
+    echo "warning: $1" >&2
+  fi
+}
 
 need=()
 command -v conntrack >/dev/null 2>&1 || need+=(conntrack)
@@ -21,11 +38,17 @@ if [ ${#need[@]} -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
   else
-    echo "warning: ${need[*]} missing and cannot be installed here; the tests that compare against them will skip" >&2
+    cannot "${need[*]} missing and cannot be installed here; the tests that compare against them will skip"
   fi
 fi
 if [ "$(id -u)" != 0 ]; then
-  echo "warning: not root: the kernel tests (network namespaces, conntrack) will skip" >&2
+  cannot "not root: the kernel tests (network namespaces, conntrack) will skip"
+fi
+if [ "${GHOSTWATCH_E2E:-1}" = 0 ]; then
+  cannot "GHOSTWATCH_E2E=0: the end-to-end tests will skip"
+fi
+if [ "$failed" = true ]; then
+  exit 1
 fi
 
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
