@@ -7,18 +7,17 @@ import (
 	"log/slog"
 	"net/netip"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/ghostwatch/ghostwatch/audit"
 	"github.com/ghostwatch/ghostwatch/finding"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/sink"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
@@ -31,9 +30,14 @@ type Config struct {
 	NodeName string
 	// Informers hold the cluster; the agent starts them.
 	Informers *kube.Informers
-	// Conntrack returns the source reading this node's table, keeping the
-	// flows keep accepts.
-	Conntrack func(keep conntrack.Keep) source.Source
+	// Client reads afresh, with quorum reads, what a remedy's last
+	// re-check names. Required when Remedies are set.
+	Client kubernetes.Interface
+	// Conntrack returns the source reading this node's table: it passes
+	// every flow it reads to observe (when not nil) and keeps the flows its
+	// readers need (it must implement source.Narrower, as
+	// conntrack.KernelSource does).
+	Conntrack func(observe func(*snapshot.Flow)) source.Source
 	// FlowEvents, when set, streams the table's new and destroy events
 	// (a conntrack.Subscription, subscribed before Run so that nothing is
 	// missed between it and the first dump). The agent then keeps an index
@@ -41,22 +45,25 @@ type Config struct {
 	// flows of the backends that changed, from the index, instead of
 	// dumping the table. Without it every change dumps the table.
 	FlowEvents FlowEvents
-	// Rules configures the conntrack rules.
-	Rules rule.Config
+	// Sources are the node's other ledgers, read at every audit after the
+	// cluster and the conntrack table.
+	Sources []source.Source
+	// Rules are the rules the agent runs: the registry's node rules.
+	Rules []rule.Rule
+	// Remedies are the remedies turned on (see remedy.Build); none only
+	// reports. The agent sets their Recheck.
+	Remedies []*remedy.Remedy
 	// AuditInterval is the period of the full audit that catches what
 	// events missed. Default 2m.
 	AuditInterval time.Duration
 	// Debounce gathers a burst of API changes into one audit. Default 50ms.
 	Debounce time.Duration
 	// NewFlowInterval is how often flows created since the last audit are
-	// looked at: those to a backend that is no endpoint are judged.
-	// Default 1s.
+	// looked at: those a rule would judge are judged. Default 1s.
 	NewFlowInterval time.Duration
 	// StaleWindow: a list/watch error this recent makes the caches
 	// untrusted. Default 60s.
 	StaleWindow time.Duration
-	// Remedy, when set, removes stale flows; nil only reports.
-	Remedy *remedy.StaleFlows
 	// Metrics, when set, are updated after every audit.
 	Metrics *Metrics
 	// Events, when set, receives an Event for every action taken or refused.
@@ -86,19 +93,33 @@ type Status struct {
 
 // Agent is the node agent's loop.
 type Agent struct {
-	cfg  Config
-	poke chan struct{}
+	cfg    Config
+	events *sink.Events
+	poke   chan struct{}
 	// full asks for a full audit: the index missed events.
 	full chan struct{}
+	// local is true when every rule that reads conntrack promises that its
+	// verdict on a flow depends only on the flow's backend
+	// (snapshot.BackendLocal): a change then needs only the flows of the
+	// backends it mentions judged again.
+	local bool
 
-	// index, facts and suspects belong to the loop's goroutine (the index
-	// also takes events from another, under its own lock).
+	// The rest belongs to the loop's goroutine (the index also takes
+	// events from another, under its own lock).
 	index *flowIndex
-	// facts are those of the last complete audit; nextFacts those of the
-	// audit under way.
-	facts, nextFacts *facts
-	// suspects are the backends of the last complete audit's findings.
+	// last is the snapshot of the last complete audit; lastKeep its flow
+	// filter, for new flows.
+	last     *snapshot.Snapshot
+	lastKeep func(*snapshot.Flow) bool
+	// suspects are the backends of the last complete audit's findings and
+	// of new flows its filter keeps: judged again at every audit.
 	suspects []netip.Addr
+	// rejudge asks the next audit driven by a change to judge every
+	// indexed flow: changes were taken by an audit that did not complete.
+	rejudge bool
+	// cached is the informer caches as a snapshot, made at most once per
+	// audit, for re-checks.
+	cached *snapshot.Snapshot
 
 	mu     sync.Mutex
 	status Status
@@ -124,7 +145,22 @@ func New(cfg Config) *Agent {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Agent{cfg: cfg, poke: make(chan struct{}, 1), full: make(chan struct{}, 1), index: newFlowIndex(), facts: factsOf(nil)}
+	a := &Agent{cfg: cfg, poke: make(chan struct{}, 1), full: make(chan struct{}, 1), index: newFlowIndex(), local: true}
+	if cfg.Events != nil {
+		a.events = &sink.Events{Recorder: cfg.Events, Node: cfg.NodeName}
+	}
+	for _, r := range rule.ReadersOf(cfg.Rules, conntrack.Name) {
+		if _, ok := r.(snapshot.BackendLocal); !ok {
+			a.local = false
+		}
+	}
+	for _, rem := range cfg.Remedies {
+		if rem.Recheck == nil {
+			r, _ := rule.Find(cfg.Rules, rem.Rule.ID)
+			rem.Recheck = a.recheck(r)
+		}
+	}
+	return a
 }
 
 // Status returns a copy of the agent's status.
@@ -139,6 +175,9 @@ func (a *Agent) Status() Status {
 func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.Informers == nil || a.cfg.Conntrack == nil {
 		return errors.New("agent: informers and a conntrack source are required")
+	}
+	if len(a.cfg.Remedies) > 0 && a.cfg.Client == nil {
+		return errors.New("agent: remedies need a client to re-check against the API server")
 	}
 	if err := a.cfg.Informers.OnChange(func() { signal(a.poke) }); err != nil {
 		return err
@@ -160,19 +199,32 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer ticker.Stop()
 	newFlows := time.NewTicker(a.cfg.NewFlowInterval)
 	defer newFlows.Stop()
-	var grace <-chan time.Time
+	var grace, retry <-chan time.Time
+	backoff := time.Duration(0)
 	trigger := triggerStart
 	for {
-		if a.auditOnce(ctx, trigger) {
-			// Some flows wait out their grace period: look again then.
-			grace = time.After(a.cfg.Remedy.Grace)
+		if wait := a.auditOnce(ctx, trigger); wait > 0 {
+			// Some findings wait out their grace period: look again then.
+			grace = time.After(wait)
 		} else {
 			grace = nil
+		}
+		// A degraded agent looks again soon, and less often the longer it
+		// stays degraded: it says why as soon as the cause is known, and
+		// acts again as soon as the cause is gone.
+		retry = nil
+		if a.Status().Degraded != "" {
+			backoff = min(max(2*backoff, time.Second), maxRetry, a.cfg.AuditInterval)
+			retry = time.After(backoff)
+		} else {
+			backoff = 0
 		}
 		for trigger = ""; trigger == ""; {
 			select {
 			case <-ctx.Done():
 				return nil
+			case <-retry:
+				trigger = triggerRetry
 			case <-ticker.C:
 				trigger = triggerTimer
 			case <-a.full:
@@ -210,9 +262,13 @@ const (
 	triggerGrace      = "grace"
 	triggerNewFlow    = "new-flow"
 	triggerEventsLost = "events-lost"
+	triggerRetry      = "retry"
 )
 
-var triggers = []string{triggerStart, triggerTimer, triggerChange, triggerGrace, triggerNewFlow, triggerEventsLost}
+var triggers = []string{triggerStart, triggerTimer, triggerChange, triggerGrace, triggerNewFlow, triggerEventsLost, triggerRetry}
+
+// maxRetry bounds how long a degraded agent waits before it looks again.
+const maxRetry = 30 * time.Second
 
 func signal(c chan struct{}) {
 	select {
@@ -251,57 +307,64 @@ func (a *Agent) followEvents(ctx context.Context) {
 	}
 }
 
-// newFlowsToJudge reports whether flows were created since the last audit
-// to a backend that was no endpoint then: a connection opened through a
-// rule kube-proxy has not yet removed.
+// newFlowsToJudge reports whether flows created since the last audit are
+// ones the rules would judge, by the last complete audit's filter: a
+// connection opened through a rule kube-proxy has not yet removed. Their
+// backends become suspects; the others are forgotten.
 func (a *Agent) newFlowsToJudge() bool {
-	if a.cfg.FlowEvents == nil {
+	if a.cfg.FlowEvents == nil || a.lastKeep == nil {
 		return false
 	}
-	a.index.mu.Lock()
-	defer a.index.mu.Unlock()
-	for b := range a.index.dirty {
-		if !a.facts.endpoints[netip.AddrFrom16(b).Unmap()] {
-			return true
+	found := false
+	for _, b := range a.index.takeDirty() {
+		for _, f := range a.index.flowsTo([]netip.Addr{b}) {
+			if a.lastKeep(&f) {
+				a.suspects = append(a.suspects, b)
+				found = true
+				break
+			}
 		}
-		delete(a.index.dirty, b)
 	}
-	return false
+	return found
 }
 
-// auditOnce runs one audit and, on complete evidence, the remedy. It
-// reports whether findings are waiting out their grace period.
-func (a *Agent) auditOnce(ctx context.Context, trigger string) (pending bool) {
+// auditOnce runs one audit and, on complete evidence, the remedies. It
+// returns how long until the first finding waiting out its grace period is
+// due, or 0 when none waits.
+func (a *Agent) auditOnce(ctx context.Context, trigger string) (wait time.Duration) {
 	cfg := a.cfg
 	m := cfg.Metrics
-	now := cfg.Now()
-	if err := cfg.Informers.Stale(now, cfg.StaleWindow); err != nil {
+	a.cached = nil
+	if err := cfg.Informers.Stale(cfg.Now(), cfg.StaleWindow); err != nil {
+		if m != nil {
+			m.Sources([]snapshot.SourceStatus{{Name: kube.Name, Status: snapshot.StatusError}})
+		}
 		a.degrade(trigger, reasonCacheStale, err)
-		return false
+		return 0
 	}
+	// Taken before the cluster is read: a change that lands in between is
+	// judged now and again at the next audit, never missed.
+	changes := cfg.Informers.TakeChanges()
 	// A change is judged from the index when it can be trusted; anything
 	// else reads the whole table, and seeds the index on the way.
-	scheduled := trigger == triggerStart || trigger == triggerTimer || trigger == triggerEventsLost
+	scheduled := trigger == triggerStart || trigger == triggerTimer || trigger == triggerEventsLost || trigger == triggerRetry
 	full := cfg.FlowEvents == nil || !a.index.isValid() || scheduled
-	ct := func(keep conntrack.Keep) source.Source { return &indexSource{a: a, keep: keep} }
+	var ct source.Source
 	if full {
 		a.index.beginSeed()
-		ct = func(keep conntrack.Keep) source.Source {
-			return cfg.Conntrack(func(f *snapshot.Flow) bool {
-				a.index.seed(f)
-				return keep(f)
-			})
+		ct = cfg.Conntrack(a.index.seed)
+	} else {
+		is := &indexSource{a: a, all: changes.Frontends || !a.local || a.rejudge}
+		for addr := range changes.Addrs {
+			is.changed = append(is.changed, addr)
 		}
+		ct = is
 	}
 	res := audit.Run(ctx, audit.Config{
-		NodeName:          cfg.NodeName,
-		Kube:              &kube.APISource{Informers: cfg.Informers},
-		Conntrack:         ct,
-		NodePortAddresses: cfg.Rules.Conntrack.NodePortAddresses,
-		Rules:             []rule.Rule{rule.StaleNATFlow{Config: cfg.Rules.Conntrack}, rule.MisdeliveredFlow{Config: cfg.Rules.Conntrack}},
-		Now:               cfg.Now,
-		SuspectsOnly:      true,
-		Judge:             cfg.Rules.Conntrack,
+		NodeName: cfg.NodeName,
+		Sources:  append([]source.Source{&kube.APISource{Informers: cfg.Informers}, ct}, cfg.Sources...),
+		Rules:    cfg.Rules,
+		Now:      cfg.Now,
 	})
 	if full {
 		a.index.endSeed(res.Incomplete() == nil)
@@ -314,189 +377,166 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string) (pending bool) {
 		}
 	}
 	if m != nil {
-		for _, st := range res.Sources {
-			up := 0.0
-			if st.Status == snapshot.StatusOK {
-				up = 1
-			}
-			m.SourceUp.WithLabelValues(st.Name).Set(up)
-			m.SourceSeconds.WithLabelValues(st.Name).Set(st.Duration.Seconds())
-		}
+		m.Sources(res.Sources)
 	}
 	if err := res.Incomplete(); err != nil {
+		// The changes this audit took were not judged: the next one judges
+		// every indexed flow.
+		a.rejudge = true
 		a.degrade(trigger, reasonSourceError, err)
-		return false
+		return 0
 	}
-	if full {
-		a.facts = factsOf(res.Snapshot.Kube)
-	} else {
-		a.facts = a.nextFacts
-	}
-	a.nextFacts = nil
+	a.rejudge = false
+	a.last = res.Snapshot
+	a.lastKeep, _ = conntrack.Filter(rule.ReadersOf(cfg.Rules, conntrack.Name), res.Snapshot)
 	a.suspects = a.suspects[:0]
 	for _, f := range res.Findings {
-		if f.Flow != nil {
-			a.suspects = append(a.suspects, f.Flow.Reply.Src.Unmap())
+		if t, ok := f.Target.(*finding.FlowTarget); ok {
+			a.suspects = append(a.suspects, t.Flow.Reply.Src.Unmap())
 		}
 	}
-	a.publish(res)
-	budgetErr := false
-	if cfg.Remedy != nil && hasRule(res.Findings, rule.StaleNATFlowID) {
-		// Re-check against the caches as they are now, not as the audit
-		// read them, and only while they are still current.
-		fresh := &snapshot.Snapshot{Taken: cfg.Now(), NodeName: cfg.NodeName, Kube: cfg.Informers.Snapshot()}
-		judge := rule.NewJudge(fresh, cfg.Rules.Conntrack)
-		cfg.Remedy.Recheck = func(f *snapshot.Flow) error {
-			if err := cfg.Informers.Stale(cfg.Now(), cfg.StaleWindow); err != nil {
-				return err
-			}
-			return judge.StillStale(f)
+	if m != nil {
+		m.Publish(res.Findings)
+	}
+	var limits []string
+	for _, rem := range cfg.Remedies {
+		w, limit := a.remedy(ctx, rem, res)
+		if w > 0 && (wait == 0 || w < wait) {
+			wait = w
 		}
-		actions, err := cfg.Remedy.Apply(res.Snapshot, res.Findings)
-		var be *remedy.BudgetError
-		if errors.As(err, &be) {
-			budgetErr = true
-			cfg.Log.Warn("remedy budget exceeded: no flow deleted", "due", be.Due, "remaining", be.Remaining, "max", be.Max, "interval", be.Interval)
-		} else if err != nil {
-			cfg.Log.Warn("remedy refused", "err", err)
-		}
-		for _, act := range actions {
-			a.report(res.Snapshot, act, be)
-			if act.Result == remedy.Deleted || act.Result == remedy.Gone {
-				a.index.forget(act.Finding.Flow)
-			}
-			pending = pending || act.Result == remedy.Pending
+		if limit != "" {
+			limits = append(limits, limit)
 		}
 	}
 	if m != nil {
 		if cfg.FlowEvents != nil {
 			m.IndexFlows.Set(float64(a.index.len()))
-		} else {
-			m.IndexFlows.Set(float64(res.Snapshot.Conntrack.Matched))
+		} else if res.Snapshot.Conntrack != nil {
+			m.IndexFlows.Set(float64(len(res.Snapshot.Conntrack.Flows)))
 		}
 		m.Audits.WithLabelValues(trigger, "complete").Inc()
-		for _, r := range degradedReasons {
-			v := 0.0
-			if r == reasonBudgetExceeded && budgetErr {
-				v = 1
-			}
-			m.Degraded.WithLabelValues(r).Set(v)
-		}
+		m.setDegraded(limits...)
 	}
 	a.mu.Lock()
 	a.status.LastAudit, a.status.Degraded, a.status.Findings = cfg.Now(), "", len(res.Findings)
 	a.mu.Unlock()
-	cfg.Log.Debug("audit", "trigger", trigger, "findings", len(res.Findings), "flows", len(res.Snapshot.Conntrack.Flows))
-	return pending
+	kept := 0
+	if res.Snapshot.Conntrack != nil {
+		kept = len(res.Snapshot.Conntrack.Flows)
+	}
+	cfg.Log.Debug("audit", "trigger", trigger, "findings", len(res.Findings), "flows", kept)
+	return wait
 }
 
-func hasRule(fs []finding.Finding, id string) bool {
-	for _, f := range fs {
-		if f.Rule == id {
-			return true
+// remedy runs one remedy on a complete audit's findings and reports every
+// action. It returns how long to wait before looking again at findings
+// waiting out their grace period (the whole grace period: by then every
+// pending finding is due), and the degraded reason when a limit refused
+// actions.
+func (a *Agent) remedy(ctx context.Context, rem *remedy.Remedy, res *audit.Result) (wait time.Duration, limit string) {
+	cfg := a.cfg
+	actions, err := rem.Apply(ctx, res.Snapshot, res.Findings)
+	var be *remedy.BudgetError
+	switch {
+	case errors.As(err, &be):
+		limit = reasonBudgetExceeded
+		cfg.Log.Warn("remedy budget exceeded: nothing acted on", "remedy", rem.ID(), "due", be.Due,
+			"remaining", be.Remaining, "max", be.Max, "interval", be.Interval)
+	case err != nil:
+		cfg.Log.Warn("remedy refused", "remedy", rem.ID(), "err", err)
+	}
+	for _, act := range actions {
+		a.report(rem.Rule, act)
+		var ce *remedy.CapError
+		if errors.As(act.Limit, &ce) && limit == "" {
+			limit = reasonCapExceeded
+		}
+		if t, ok := act.Finding.Target.(*finding.FlowTarget); ok && (act.Result == remedy.Done || act.Result == remedy.Gone) {
+			a.index.forget(&t.Flow)
+		}
+		if act.Result == remedy.Pending && rem.Grace > 0 {
+			wait = rem.Grace
 		}
 	}
-	return false
+	return wait, limit
 }
 
-// degrade records that the agent will not act, and why.
+// recheck is the re-check of a remedy of rule r: the informer caches must
+// still be current and still show the finding, and so must a quorum read
+// of the objects the rule names. The caches are asked too because they see
+// what a quorum read cannot select (a pod by its second address); they
+// can only refuse, never allow on their own.
+func (a *Agent) recheck(r rule.Rule) remedy.Recheck {
+	rc, _ := r.(rule.Rechecker)
+	return func(ctx context.Context, fs []finding.Finding) []error {
+		errs := make([]error, len(fs))
+		fail := func(err error) []error {
+			for i := range errs {
+				errs[i] = err
+			}
+			return errs
+		}
+		if rc == nil {
+			return fail(errors.New("the rule cannot re-check its findings"))
+		}
+		cfg := a.cfg
+		now := cfg.Now()
+		if err := cfg.Informers.Stale(now, cfg.StaleWindow); err != nil {
+			return fail(err)
+		}
+		if a.cached == nil {
+			a.cached = &snapshot.Snapshot{Taken: now, NodeName: cfg.NodeName, Kube: cfg.Informers.Snapshot()}
+		}
+		var q snapshot.KubeQuery
+		for _, f := range fs {
+			q.Add(rc.RecheckQuery(a.last, f))
+		}
+		k, err := kube.Quorum(ctx, cfg.Client, q)
+		if err != nil {
+			return fail(err)
+		}
+		fresh := &snapshot.Snapshot{Taken: now, NodeName: cfg.NodeName, Kube: k}
+		for i, f := range fs {
+			if err := rc.Recheck(a.cached, f); err != nil {
+				errs[i] = fmt.Errorf("in the informer caches: %w", err)
+			} else if err := rc.Recheck(fresh, f); err != nil {
+				errs[i] = fmt.Errorf("in a quorum read of the API server: %w", err)
+			}
+		}
+		return errs
+	}
+}
+
+// degrade records that the agent will not act, and why: every remedy's
+// grace periods start over, since evidence must hold through complete
+// passes only. The findings' metrics stay as the last complete audit left
+// them.
 func (a *Agent) degrade(trigger, reason string, err error) {
-	a.cfg.Log.Warn("audit incomplete: no action taken", "trigger", trigger, "reason", reason, "err", err)
+	for _, rem := range a.cfg.Remedies {
+		rem.Reset()
+	}
+	a.cfg.Log.Warn("audit incomplete: no action taken, grace periods start over", "trigger", trigger, "reason", reason, "err", err)
 	if m := a.cfg.Metrics; m != nil {
 		m.Audits.WithLabelValues(trigger, "degraded").Inc()
-		for _, r := range degradedReasons {
-			v := 0.0
-			if r == reason {
-				v = 1
-			}
-			m.Degraded.WithLabelValues(r).Set(v)
-		}
+		m.setDegraded(reason)
 	}
 	a.mu.Lock()
 	a.status.LastAudit, a.status.Degraded = a.cfg.Now(), fmt.Sprintf("%s: %v", reason, err)
 	a.mu.Unlock()
 }
 
-// publish sets the gauges from a complete audit.
-func (a *Agent) publish(res *audit.Result) {
-	m := a.cfg.Metrics
-	if m == nil {
+// report turns one remedy action into metrics, a log line and Events.
+func (a *Agent) report(info rule.Info, act remedy.Action) {
+	if m := a.cfg.Metrics; m != nil {
+		m.Action(act)
+	}
+	if act.Result == remedy.Pending {
 		return
 	}
-	m.Findings.Reset()
-	for _, id := range []string{rule.StaleNATFlowID, rule.MisdeliveredFlowID} {
-		for _, sev := range []finding.Severity{finding.Info, finding.Warning, finding.Critical} {
-			m.Findings.WithLabelValues(id, sev.String()).Set(0)
-		}
-	}
-	m.StaleFlows.Reset()
-	for _, f := range res.Findings {
-		m.Findings.WithLabelValues(f.Rule, f.Severity.String()).Inc()
-		if f.Rule == rule.StaleNATFlowID {
-			ref := serviceRef(f)
-			m.StaleFlows.WithLabelValues(ref.Namespace, ref.Name).Inc()
-		}
-	}
-
+	a.cfg.Log.Info("remedy", "remedy", act.Remedy, "result", act.Result, "target", act.Finding.Target.String(), "reason", act.Reason)
+	a.events.Action(info, act)
 }
 
-// report turns one remedy action into a metric, a log line and Events on
-// the Service and, when known, the client Pod.
-func (a *Agent) report(s *snapshot.Snapshot, act remedy.Action, budget *remedy.BudgetError) {
-	cfg := a.cfg
-	if m := cfg.Metrics; m != nil {
-		m.RemedyActions.WithLabelValues(act.Rule, string(act.Result)).Inc()
-		if act.Result == remedy.Deleted {
-			m.FlowsDeleted.WithLabelValues(act.Rule).Inc()
-		}
-	}
-	var typ, reason string
-	switch {
-	case act.Result == remedy.Deleted:
-		typ, reason = corev1.EventTypeNormal, "StaleFlowDeleted"
-	case act.Result == remedy.DryRun:
-		typ, reason = corev1.EventTypeNormal, "StaleFlowDeleteDryRun"
-	case act.Result == remedy.Refused && budget != nil:
-		typ, reason = corev1.EventTypeWarning, "RemedyBudgetExceeded"
-	case act.Result == remedy.Refused:
-		typ, reason = corev1.EventTypeWarning, "StaleFlowDeleteRefused"
-	case act.Result == remedy.Failed:
-		typ, reason = corev1.EventTypeWarning, "StaleFlowDeleteFailed"
-	default:
-		return // pending and gone: nothing happened worth an Event
-	}
-	cfg.Log.Info("remedy", "rule", act.Rule, "result", act.Result, "service", act.Finding.Subject.Service, "reason", act.Reason)
-	if cfg.Events == nil {
-		return
-	}
-	msg := fmt.Sprintf("node %s: %s", cfg.NodeName, act.Reason)
-	svc := serviceRef(act.Finding)
-	cfg.Events.Event(&corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: svc.Namespace, Name: svc.Name}, typ, reason, msg)
-	if p := clientPod(s, act.Finding.Flow); p != nil {
-		cfg.Events.Event(&corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name, UID: types.UID(p.UID)}, typ, reason, msg)
-	}
-}
-
-// serviceRef reads the "namespace/name" a finding's subject names.
-func serviceRef(f finding.Finding) snapshot.ObjectRef {
-	ns, name, ok := strings.Cut(f.Subject.Service, "/")
-	if !ok {
-		return snapshot.ObjectRef{Namespace: f.Subject.Namespace, Name: f.Subject.Service}
-	}
-	return snapshot.ObjectRef{Namespace: ns, Name: name}
-}
-
-// clientPod is the pod that opened the flow, when the client is a pod.
-func clientPod(s *snapshot.Snapshot, f *snapshot.Flow) *snapshot.Pod {
-	if f == nil || s.Kube == nil {
-		return nil
-	}
-	src := f.Orig.Src.Unmap()
-	for i := range s.Kube.Pods {
-		p := &s.Kube.Pods[i]
-		if !p.HostNetwork && !p.Terminal() && p.HasIP(src) {
-			return p
-		}
-	}
-	return nil
+func describeIndex(indexed, kept int) string {
+	return fmt.Sprintf("%d flows indexed, %d judged and kept for the rules", indexed, kept)
 }

@@ -1,15 +1,17 @@
 package agent
 
 import (
+	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -34,36 +36,60 @@ import (
 // conntrack table and the deleter are fakes, to pin down the safety
 // invariants one by one.
 
-// table is a fake conntrack table: a source of its flows and a deleter
-// that removes them, as the kernel would.
+// table is a fake conntrack table: a source of its flows and a table the
+// remedy reads entries back from and deletes them in, as the kernel would.
 type table struct {
 	mu        sync.Mutex
 	onCollect func()
+	// fail, when set, makes a dump fail, as a dump cut short does.
+	fail error
+	// beforeGet, when set, runs before an entry is read back: the table
+	// changes between the audit and the remedy.
+	beforeGet func(t *table)
 	collects  int // dumps of the whole table
 	flows     []snapshot.Flow
 	deleted   []snapshot.Flow
 }
 
-func (t *table) Name() string { return conntrack.Name }
-
-// filtered reads a table as the kernel source does: every flow passes
-// through keep, which may keep it or not.
-type filtered struct {
+// tableSource reads a table as the kernel source does: every flow goes to
+// observe, and passes through the filter of the rules that read it.
+type tableSource struct {
 	*table
-	keep conntrack.Keep
+	observe func(*snapshot.Flow)
+	readers []any
 }
 
-func (f filtered) Collect(ctx context.Context, s *snapshot.Snapshot) error {
-	if err := f.table.Collect(ctx, s); err != nil {
-		return err
+func (f *tableSource) Name() string         { return conntrack.Name }
+func (f *tableSource) Narrow(readers []any) { f.readers = readers }
+func (t *table) source(observe func(*snapshot.Flow)) source.Source {
+	return &tableSource{table: t, observe: observe}
+}
+
+func (f *tableSource) Collect(_ context.Context, s *snapshot.Snapshot) error {
+	f.mu.Lock()
+	hook := f.onCollect
+	f.mu.Unlock()
+	if hook != nil {
+		hook()
 	}
-	kept := s.Conntrack.Flows[:0]
-	for i := range s.Conntrack.Flows {
-		if f.keep(&s.Conntrack.Flows[i]) {
-			kept = append(kept, s.Conntrack.Flows[i])
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail != nil {
+		return f.fail
+	}
+	f.collects++
+	keep, _ := conntrack.Filter(f.readers, s)
+	var kept []snapshot.Flow
+	for i := range f.flows {
+		fl := f.flows[i]
+		if f.observe != nil {
+			f.observe(&fl)
+		}
+		if keep(&fl) {
+			kept = append(kept, fl)
 		}
 	}
-	s.Conntrack.Flows = kept
+	s.Conntrack = &snapshot.Conntrack{Flows: kept, Seen: len(f.flows)}
 	return nil
 }
 
@@ -73,19 +99,10 @@ func (t *table) setOnCollect(fn func()) {
 	t.onCollect = fn
 }
 
-func (t *table) Collect(_ context.Context, s *snapshot.Snapshot) error {
+func (t *table) setFail(err error) {
 	t.mu.Lock()
-	hook := t.onCollect
-	t.mu.Unlock()
-	if hook != nil {
-		hook()
-	}
-	t.mu.Lock()
-	t.collects++
 	defer t.mu.Unlock()
-	flows := append([]snapshot.Flow(nil), t.flows...)
-	s.Conntrack = &snapshot.Conntrack{Flows: flows, Seen: len(flows)}
-	return nil
+	t.fail = err
 }
 
 func (t *table) add(f snapshot.Flow) {
@@ -94,17 +111,41 @@ func (t *table) add(f snapshot.Flow) {
 	t.flows = append(t.flows, f)
 }
 
+// replaceLocked swaps the entry with f's tuple for f, as when a connection
+// ends and a new one reuses its tuple.
+func (t *table) replaceLocked(f snapshot.Flow) {
+	for i := range t.flows {
+		if t.flows[i].Orig == f.Orig && t.flows[i].Proto == f.Proto {
+			t.flows[i] = f
+		}
+	}
+}
+
+func (t *table) Get(f *snapshot.Flow) (snapshot.Flow, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.beforeGet != nil {
+		t.beforeGet(t)
+	}
+	for i := range t.flows {
+		if t.flows[i].Orig == f.Orig && t.flows[i].Proto == f.Proto {
+			return t.flows[i], nil
+		}
+	}
+	return snapshot.Flow{}, fmt.Errorf("get: %w", syscall.ENOENT)
+}
+
 func (t *table) Delete(f *snapshot.Flow) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for i := range t.flows {
-		if t.flows[i].Orig == f.Orig && t.flows[i].Proto == f.Proto {
+		if t.flows[i].Orig == f.Orig && t.flows[i].Proto == f.Proto && (f.ID == 0 || t.flows[i].ID == f.ID) {
 			t.flows = append(t.flows[:i], t.flows[i+1:]...)
 			t.deleted = append(t.deleted, *f)
 			return nil
 		}
 	}
-	return errors.New("no such flow")
+	return fmt.Errorf("delete: %w", syscall.ENOENT)
 }
 
 func (t *table) deletedFlows() []snapshot.Flow {
@@ -207,40 +248,52 @@ type harness struct {
 	tab    *table
 	reg    *prometheus.Registry
 	events *events
+	logs   *syncBuffer
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
 // reportOnly asks start for an agent without a remedy.
-var reportOnly = &remedy.StaleFlows{}
+var reportOnly = &remedy.Settings{}
 
-// start runs an agent against client and a fake table holding flows. rem
-// configures the remedy; nil means no grace period and a budget of 10 per
-// minute. The remedy's deleter is the table.
-func start(t *testing.T, client kubernetes.Interface, rem *remedy.StaleFlows, flows ...snapshot.Flow) *harness {
+// start runs an agent against client and a fake table holding flows. st
+// configures the remedies; nil means no grace period and a budget of 10
+// ghost IPs per minute. The remedies act on the table.
+func start(t *testing.T, client kubernetes.Interface, st *remedy.Settings, flows ...snapshot.Flow) *harness {
 	t.Helper()
-	return startWith(t, client, rem, nil, flows...)
+	return startWith(t, client, st, nil, flows...)
 }
 
 // startWith is start with a last say on the configuration.
-func startWith(t *testing.T, client kubernetes.Interface, rem *remedy.StaleFlows, configure func(*Config), flows ...snapshot.Flow) *harness {
+func startWith(t *testing.T, client kubernetes.Interface, st *remedy.Settings, configure func(*Config), flows ...snapshot.Flow) *harness {
 	t.Helper()
-	h := &harness{tab: &table{flows: flows}, clock: &clock{t: time.Now()}, reg: prometheus.NewRegistry(), events: &events{}, done: make(chan struct{})}
-	if rem == nil {
-		rem = &remedy.StaleFlows{Budget: &remedy.Budget{Max: 10, Interval: time.Minute}}
-	}
-	rem.Deleter, rem.Now = h.tab, h.clock.now
-	if rem == reportOnly {
-		rem = nil
+	h := &harness{tab: &table{flows: flows}, clock: &clock{t: time.Now()}, reg: prometheus.NewRegistry(), events: &events{},
+		logs: &syncBuffer{}, done: make(chan struct{})}
+	rules := rule.InScope(rule.All(rule.Config{}), rule.ScopeNode)
+	var rems []*remedy.Remedy
+	if st != reportOnly {
+		if st == nil {
+			st = &remedy.Settings{Budget: 10, BudgetInterval: time.Minute}
+		}
+		st.Now = h.clock.now
+		var err error
+		if rems, err = remedy.Build(rules, rule.RemedyIDs(rules), *st, &remedy.Flows{Table: h.tab}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cfg := Config{
-		NodeName:      "node-a",
-		Informers:     kube.NewInformers(client, 0),
-		Conntrack:     func(keep conntrack.Keep) source.Source { return filtered{h.tab, keep} },
+		NodeName: "node-a",
+		// Watches over a fake API server send no bookmarks: a silence is
+		// only a sign of trouble in the test that says so.
+		Informers:     kube.NewInformers(client, kube.InformerOptions{Now: h.clock.now, Silence: 24 * time.Hour}),
+		Client:        client,
+		Conntrack:     h.tab.source,
+		Rules:         rules,
+		Remedies:      rems,
 		AuditInterval: 50 * time.Millisecond,
-		Remedy:        rem,
-		Metrics:       NewMetrics(h.reg),
+		Metrics:       NewMetrics(h.reg, rules),
 		Events:        h.events,
+		Log:           slog.New(slog.NewTextHandler(h.logs, nil)),
 		Now:           h.clock.now,
 	}
 	if configure != nil {
@@ -259,6 +312,24 @@ func startWith(t *testing.T, client kubernetes.Interface, rem *remedy.StaleFlows
 	return h
 }
 
+// syncBuffer is a log destination the agent's goroutine and the test share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 func (h *harness) stop() {
 	h.cancel()
 	<-h.done
@@ -269,11 +340,12 @@ func (h *harness) actions(result remedy.Result) float64 {
 	return testutil.ToFloat64(h.agent.cfg.Metrics.RemedyActions.WithLabelValues(rule.StaleNATFlowID, string(result)))
 }
 
-// audits reads how many complete audits have run.
-func (h *harness) audits() float64 {
+// audits reads how many audits with the outcome (complete, degraded) have
+// run.
+func (h *harness) audits(outcome string) float64 {
 	var n float64
 	for _, trigger := range triggers {
-		n += testutil.ToFloat64(h.agent.cfg.Metrics.Audits.WithLabelValues(trigger, "complete"))
+		n += testutil.ToFloat64(h.agent.cfg.Metrics.Audits.WithLabelValues(trigger, outcome))
 	}
 	return n
 }
@@ -281,8 +353,15 @@ func (h *harness) audits() float64 {
 // settle waits until n more complete audits have run.
 func (h *harness) settle(t *testing.T, n float64) {
 	t.Helper()
-	target := h.audits() + n
-	waitFor(t, fmt.Sprintf("%v more audits", n), func() bool { return h.audits() >= target })
+	target := h.audits("complete") + n
+	waitFor(t, fmt.Sprintf("%v more audits", n), func() bool { return h.audits("complete") >= target })
+}
+
+// waitDegraded waits until n more degraded audits have run.
+func (h *harness) waitDegraded(t *testing.T, n float64) {
+	t.Helper()
+	target := h.audits("degraded") + n
+	waitFor(t, fmt.Sprintf("%v more degraded audits", n), func() bool { return h.audits("degraded") >= target })
 }
 
 // waitFor polls cond until it holds or the deadline passes.
@@ -308,16 +387,16 @@ func TestDeletesAStaleFlowAndReportsIt(t *testing.T) {
 	if len(evs) != 1 || !strings.HasPrefix(evs[0], "Service Normal ns/svc StaleFlowDeleted") || !strings.Contains(evs[0], "10.244.0.9:8080") {
 		t.Errorf("Events for the deletion: %q", evs)
 	}
-	if v := testutil.ToFloat64(h.agent.cfg.Metrics.FlowsDeleted.WithLabelValues("stale-nat-flow")); v != 1 {
+	if v := testutil.ToFloat64(h.agent.cfg.Metrics.RemedyCounter(rule.StaleNATFlowID).WithLabelValues("stale-nat-flow")); v != 1 {
 		t.Errorf("flows deleted metric = %v", v)
 	}
-	if v := testutil.ToFloat64(h.agent.cfg.Metrics.RemedyActions.WithLabelValues("stale-nat-flow", "deleted")); v != 1 {
+	if v := testutil.ToFloat64(h.agent.cfg.Metrics.RemedyActions.WithLabelValues("stale-nat-flow", "done")); v != 1 {
 		t.Errorf("remedy actions metric = %v", v)
 	}
 	rec := httptest.NewRecorder()
 	h.agent.Handler(h.reg).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body, _ := io.ReadAll(rec.Body)
-	for _, want := range []string{`ghostwatch_conntrack_flows_deleted_total{reason="stale-nat-flow"} 1`, `ghostwatch_source_up{source="kube"} 1`} {
+	for _, want := range []string{`ghostwatch_conntrack_flows_deleted_total{rule="stale-nat-flow"} 1`, `ghostwatch_source_up{source="kube"} 1`} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}

@@ -2,11 +2,9 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"net/netip"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,10 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/ghostwatch/ghostwatch/finding"
 	"github.com/ghostwatch/ghostwatch/remedy"
@@ -30,8 +25,8 @@ import (
 
 const grace = 30 * time.Second
 
-func graceRemedy() *remedy.StaleFlows {
-	return &remedy.StaleFlows{Grace: grace, Budget: &remedy.Budget{Max: 10, Interval: time.Minute}}
+func graceRemedy() *remedy.Settings {
+	return &remedy.Settings{Grace: grace, Budget: 10, BudgetInterval: time.Minute}
 }
 
 // flowTo is a flow from a client pod to 10.96.0.10:80, translated to
@@ -73,7 +68,7 @@ func TestRemedyIsOffUnlessConfigured(t *testing.T) {
 	if n := h.tab.count(); n != 0 {
 		t.Fatalf("deleted %d flows without a remedy configured", n)
 	}
-	if v := testutil.ToFloat64(h.agent.cfg.Metrics.StaleFlows.WithLabelValues("ns", "svc")); v != 1 {
+	if v := testutil.ToFloat64(h.agent.cfg.Metrics.RuleGauge(rule.StaleNATFlowID).WithLabelValues("ns", "svc")); v != 1 {
 		t.Errorf("conntrack_stale_entries{ns/svc} = %v", v)
 	}
 }
@@ -182,9 +177,9 @@ func TestRecheckRightBeforeDeleting(t *testing.T) {
 }
 
 func TestBudgetExceededRefusesTheWholeBatch(t *testing.T) {
-	rem := &remedy.StaleFlows{Budget: &remedy.Budget{Max: 2, Interval: time.Hour}}
+	rem := &remedy.Settings{Budget: 2, BudgetInterval: time.Hour}
 	h := start(t, fake.NewClientset(cluster()...), rem,
-		flowTo("10.244.0.9", 41000), flowTo("10.244.0.9", 41001), flowTo("10.244.0.9", 41002))
+		flowTo("10.244.0.9", 41000), flowTo("10.244.0.10", 41001), flowTo("10.244.0.11", 41002))
 	waitFor(t, "the batch to be refused", func() bool { return h.actions(remedy.Refused) >= 3 })
 	h.settle(t, 2)
 	if n := h.tab.count(); n != 0 {
@@ -194,13 +189,13 @@ func TestBudgetExceededRefusesTheWholeBatch(t *testing.T) {
 		t.Errorf("degraded{budget-exceeded} = %v", v)
 	}
 	evs := h.events.with("RemedyBudgetExceeded")
-	if len(evs) < 3 || !strings.HasPrefix(evs[0], "Service Warning ns/svc RemedyBudgetExceeded") || !strings.Contains(evs[0], "3 actions due but only 2") {
+	if len(evs) < 3 || !strings.HasPrefix(evs[0], "Service Warning ns/svc RemedyBudgetExceeded") || !strings.Contains(evs[0], "3 ghost IPs due but only 2") {
 		t.Errorf("Events: %q", evs)
 	}
 }
 
 func TestDryRunDeletesNothing(t *testing.T) {
-	rem := &remedy.StaleFlows{DryRun: true, Budget: &remedy.Budget{Max: 10, Interval: time.Minute}}
+	rem := &remedy.Settings{DryRun: true, Budget: 10, BudgetInterval: time.Minute}
 	h := start(t, fake.NewClientset(cluster()...), rem, staleFlow())
 	waitFor(t, "a dry-run action", func() bool { return h.actions(remedy.DryRun) >= 1 })
 	h.settle(t, 2)
@@ -217,41 +212,14 @@ func TestDryRunDeletesNothing(t *testing.T) {
 // must not be deleted from a cache nobody can vouch for.
 func TestWatchStaleMidRunDeletesNothing(t *testing.T) {
 	client := fake.NewClientset(cluster()...)
-	var broken atomic.Bool
-	var mu sync.Mutex
-	var watches []watch.Interface
-	client.PrependReactor("list", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if broken.Load() {
-			return true, nil, errors.New("connection refused")
-		}
-		return false, nil, nil
-	})
-	client.PrependWatchReactor("*", func(a k8stesting.Action) (bool, watch.Interface, error) {
-		if broken.Load() {
-			return true, nil, errors.New("connection refused")
-		}
-		w, err := client.Tracker().Watch(a.GetResource(), a.GetNamespace())
-		mu.Lock()
-		watches = append(watches, w)
-		mu.Unlock()
-		return true, w, err
-	})
+	api := newOutage(client)
 	h := start(t, client, nil)
 	h.settle(t, 2)
 
-	broken.Store(true)
-	mu.Lock()
-	for _, w := range watches {
-		w.Stop()
-	}
-	mu.Unlock()
+	api.begin()
 	waitFor(t, "the agent to notice", func() bool { return strings.Contains(h.agent.Status().Degraded, "connection refused") })
 	h.tab.add(staleFlow())
-	degraded := func() float64 {
-		return testutil.ToFloat64(h.agent.cfg.Metrics.Audits.WithLabelValues("timer", "degraded"))
-	}
-	target := degraded() + 3
-	waitFor(t, "more degraded audits", func() bool { return degraded() >= target })
+	h.waitDegraded(t, 3)
 	if n := h.tab.count(); n != 0 {
 		t.Fatalf("deleted %d flows while the watch was failing", n)
 	}

@@ -3,7 +3,6 @@ package audit
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"sort"
 	"strings"
 	"time"
@@ -12,101 +11,68 @@ import (
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
-	"github.com/ghostwatch/ghostwatch/source/conntrack"
 )
 
 // Config says what one audit reads and judges.
 type Config struct {
-	// NodeName is the node whose conntrack table is read.
+	// NodeName is the node the snapshot is taken on (whose conntrack table
+	// is read); empty for a cluster-wide pass.
 	NodeName string
-	// Kube reads the cluster objects.
-	Kube source.Source
-	// Conntrack returns the conntrack source, given the filter that keeps
-	// only flows to this node's service frontends. Nil skips conntrack.
-	Conntrack func(keep conntrack.Keep) source.Source
-	// NodePortAddresses is kube-proxy's --nodeport-addresses.
-	NodePortAddresses []netip.Prefix
-	// Rules to evaluate.
+	// Sources run in order, each seeing what the earlier ones collected:
+	// the cluster objects first, so that a ledger read after them can keep
+	// only what concerns them. A source that implements source.Narrower is
+	// told, before it collects, which of the Rules will read it.
+	Sources []source.Source
+	// Rules to evaluate. A rule runs only when every source it reads was
+	// collected completely; otherwise the report says why it was skipped.
 	Rules []rule.Rule
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// SuspectsOnly keeps, of the flows to a service frontend, only those a
-	// rule could report (judged as the table streams by), so that memory
-	// grows with the suspects and not with the table. The rules see no
-	// healthy flow then, which none of them needs.
-	SuspectsOnly bool
-	// Judge configures the judgement SuspectsOnly makes: it must be the
-	// conntrack rules' own configuration, or a suspect could be missed.
-	Judge rule.ConntrackConfig
 }
 
-// Result is a Report plus what produced it.
+// Result is a Report plus the snapshot that produced it.
 type Result struct {
 	finding.Report
 	Snapshot *snapshot.Snapshot
-	Skipped  []rule.Skipped
 }
 
-// Run collects and judges once. Sources run in order: kube first, so that
-// the conntrack dump keeps only the flows that address a known frontend.
+// Run collects and judges once.
 func Run(ctx context.Context, cfg Config) *Result {
 	now := cfg.Now
 	if now == nil {
 		now = time.Now
 	}
-	var srcs []source.Source
-	if cfg.Kube != nil {
-		srcs = append(srcs, cfg.Kube)
-	}
-	s := source.Collect(ctx, now, cfg.NodeName, srcs...)
-	if cfg.Conntrack != nil {
-		keep := conntrack.Keep(conntrack.KeepDNAT)
-		matched := 0
-		if s.Kube != nil {
-			match := rule.NewFrontends(s.Kube, cfg.NodeName, cfg.NodePortAddresses).Match
-			keep = func(f *snapshot.Flow) bool {
-				if !match(f) {
-					return false
-				}
-				matched++
-				return true
-			}
-			if cfg.SuspectsOnly {
-				judge := rule.NewJudge(s, cfg.Judge)
-				keep = func(f *snapshot.Flow) bool {
-					if !match(f) {
-						return false
-					}
-					matched++
-					return judge.Suspect(f)
-				}
-			}
+	s := &snapshot.Snapshot{Taken: now(), NodeName: cfg.NodeName}
+	for _, src := range cfg.Sources {
+		if n, ok := src.(source.Narrower); ok {
+			n.Narrow(rule.ReadersOf(cfg.Rules, src.Name()))
 		}
-		source.CollectInto(ctx, now, s, cfg.Conntrack(keep))
-		if s.Conntrack != nil && s.Conntrack.Matched == 0 {
-			s.Conntrack.Matched = matched
-		}
+		source.CollectInto(ctx, now, s, src)
 	}
-	describeSources(s)
-	fs, skipped := rule.Run(s, cfg.Rules)
-	sortFindings(fs)
+	return Judge(s, cfg.Rules)
+}
+
+// Judge evaluates rules on a snapshot that is already collected.
+func Judge(s *snapshot.Snapshot, rules []rule.Rule) *Result {
+	fs, skipped := rule.Run(s, rules)
+	Sort(fs)
 	if fs == nil {
 		fs = []finding.Finding{}
 	}
 	return &Result{
-		Report:   finding.Report{Findings: fs, Sources: s.Sources},
+		Report:   finding.Report{Findings: fs, Sources: s.Sources, Skipped: skipped},
 		Snapshot: s,
-		Skipped:  skipped,
 	}
 }
 
-// Incomplete returns an error naming every source that was not read
-// completely, or nil. A report with incomplete sources claims nothing about
-// the ledgers those sources read.
+// Incomplete returns an error naming every source that failed, or nil. A
+// report with a failed source claims nothing about the ledger that source
+// reads. A source whose ledger does not exist here (unsupported) is not a
+// failure; the rules that read it are skipped and say so.
 func (r *Result) Incomplete() error {
 	var bad []string
 	for _, st := range r.Sources {
-		if st.Status != snapshot.StatusOK {
+		if st.Status == snapshot.StatusError {
 			bad = append(bad, fmt.Sprintf("%s %s: %s", st.Name, st.Status, st.Detail))
 		}
 	}
@@ -116,7 +82,8 @@ func (r *Result) Incomplete() error {
 	return fmt.Errorf("%s", strings.Join(bad, "; "))
 }
 
-func sortFindings(fs []finding.Finding) {
+// Sort orders findings by rule, then worst first, then by subject.
+func Sort(fs []finding.Finding) {
 	sort.SliceStable(fs, func(i, j int) bool {
 		a, b := fs[i], fs[j]
 		if a.Rule != b.Rule {
@@ -130,21 +97,4 @@ func sortFindings(fs []finding.Finding) {
 		}
 		return a.Subject.Flow < b.Subject.Flow
 	})
-}
-
-// describeSources says what each complete source read, for reports.
-func describeSources(s *snapshot.Snapshot) {
-	for i := range s.Sources {
-		st := &s.Sources[i]
-		if st.Status != snapshot.StatusOK || st.Detail != "" {
-			continue
-		}
-		switch {
-		case st.Name == "kube" && s.Kube != nil:
-			k := s.Kube
-			st.Detail = fmt.Sprintf("%d pods, %d services, %d endpoints, %d nodes", len(k.Pods), len(k.Services), len(k.Endpoints), len(k.Nodes))
-		case st.Name == conntrack.Name && s.Conntrack != nil:
-			st.Detail = fmt.Sprintf("%d entries, %d DNATed to a service frontend of node %s", s.Conntrack.Seen, s.Conntrack.Matched, s.NodeName)
-		}
-	}
 }

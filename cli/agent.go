@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -20,17 +21,63 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 
 	"github.com/ghostwatch/ghostwatch/agent"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
 	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
-// remedies the agent knows, by the rule whose findings they act on.
-var remedies = []string{rule.StaleNATFlowID}
+// agentRules are the rules the agent runs: the registry's node rules.
+func agentRules(cfg rule.Config) []rule.Rule { return rule.InScope(rule.All(cfg), rule.ScopeNode) }
+
+// ruleList lists rules with their summaries, for help texts.
+func ruleList(rules []rule.Rule) string {
+	var b strings.Builder
+	for _, r := range rules {
+		info := r.Info()
+		b.WriteString("  " + info.ID + "\n")
+		b.WriteString(wrap(info.Summary, "      ", 80))
+	}
+	return b.String()
+}
+
+// remedyList lists the rules' remedies with what they do, for help texts.
+func remedyList(rules []rule.Rule) string {
+	var b strings.Builder
+	for _, r := range rules {
+		if rem := r.Info().Remedy; rem != nil {
+			b.WriteString("  --remedy=" + rem.ID + "\n")
+			b.WriteString(wrap(rem.Action+" (findings of "+r.Info().ID+")", "      ", 80))
+		}
+	}
+	return b.String()
+}
+
+// wrap breaks text into lines of at most width columns, each starting with
+// indent.
+func wrap(text, indent string, width int) string {
+	var b strings.Builder
+	line := indent
+	for _, w := range strings.Fields(text) {
+		if len(line) > len(indent) && len(line)+1+len(w) > width {
+			b.WriteString(line + "\n")
+			line = indent
+		}
+		if len(line) > len(indent) {
+			line += " "
+		}
+		line += w
+	}
+	if len(line) > len(indent) {
+		b.WriteString(line + "\n")
+	}
+	return b.String()
+}
 
 type agentOptions struct {
 	kubeFlags         *genericclioptions.ConfigFlags
@@ -41,6 +88,7 @@ type agentOptions struct {
 	grace             time.Duration
 	budget            int
 	budgetInterval    time.Duration
+	maxPerBackend     int
 	auditInterval     time.Duration
 	listen            string
 	logFormat         string
@@ -57,37 +105,52 @@ func newAgentCommand(streams genericiooptions.IOStreams) *cobra.Command {
 func agentCommand(streams genericiooptions.IOStreams) (*cobra.Command, *agentOptions) {
 	o := &agentOptions{kubeFlags: genericclioptions.NewConfigFlags(true)}
 	o.kubeFlags.Namespace = nil
+	rules := agentRules(rule.Config{})
+	ids := rule.RemedyIDs(rules)
+	example := ""
+	if len(ids) > 0 {
+		r, _ := rule.ByRemedy(rules, ids[0])
+		rem := r.Info().Remedy
+		example = fmt.Sprintf(`
+
+  # see what it would do, as Events, before letting it
+  ghostwatch agent --remedy=%[1]s --dry-run
+  kubectl get events -A --field-selector reason=%[2]s
+
+  # act after the grace period, on at most 20 ghost IPs a minute
+  ghostwatch agent --remedy=%[1]s --budget=20`, rem.ID, rem.Events.DryRun)
+	}
 	cmd := &cobra.Command{
 		Use:   "agent",
-		Short: "Watch this node's conntrack table and, if asked to, remove stale NAT flows",
+		Short: "Watch this node's ledgers and, if asked to, remove the ghosts found in them",
 		Long: `agent runs on every node (as a DaemonSet) until it is stopped. It watches
 Services, EndpointSlices, Pods and Nodes, audits this node's conntrack table on
 every change and every --audit-interval, and exports what it finds on /metrics.
+The rules it runs:
 
-It only reports unless --remedy=stale-nat-flow is given. Then it deletes a
-flow the kernel still translates to a backend that is gone, and only when:
+` + ruleList(rules) + `
+It only reports unless --remedy names a remedy:
+
+` + remedyList(rules) + `
+A remedy acts on a finding only when:
 
   - the API server is reachable and every watch is current (otherwise the
-    agent is degraded: /readyz fails, ghostwatch_degraded says why);
-  - the flow has been stale in every audit for --grace;
-  - a re-check against the cluster as it is right before the delete agrees;
-  - the whole batch fits in the --budget: a larger batch is refused whole,
+    agent is degraded: /readyz fails, ghostwatch_degraded says why, and
+    every grace period starts over);
+  - the finding has held in every complete audit for --grace;
+  - right before acting, a quorum read of the API server and the node's own
+    ledger (the conntrack entry, read back by its tuple) still agree;
+  - the ghost IPs due fit in the --budget: a larger batch is refused whole,
     with a Warning Event RemedyBudgetExceeded.
 
-Every action, and every refusal, is an Event on the Service (and on the client
-Pod when it is one) and a sample of ghostwatch_remedy_actions_total.
+Every action, and every refusal, is an Event on the objects the finding
+concerns (the Service; the client Pod only when it provably opened the flow)
+and a sample of ghostwatch_remedy_actions_total.
 
 The agent needs CAP_NET_ADMIN in the node's network namespace (hostNetwork)
 and nothing else; it exits with status 2 when it lacks it.`,
 		Example: `  # report only (the default): metrics, logs, /readyz
-  ghostwatch agent
-
-  # see what it would delete, as Events, before letting it
-  ghostwatch agent --remedy=stale-nat-flow --dry-run
-  kubectl get events -A --field-selector reason=StaleFlowDeleteDryRun
-
-  # delete stale flows after 30s, at most 100 a minute
-  ghostwatch agent --remedy=stale-nat-flow --grace=30s --budget=100`,
+  ghostwatch agent` + example,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), streams) },
 	}
@@ -95,11 +158,12 @@ and nothing else; it exits with status 2 when it lacks it.`,
 	o.kubeFlags.AddFlags(f)
 	f.StringVar(&o.nodeName, "node-name", "", "the Node this agent runs on (default $NODE_NAME, else the hostname)")
 	f.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "CIDRs on which NodePorts are served, as kube-proxy's --nodeport-addresses (default: the node's addresses)")
-	f.StringSliceVar(&o.remedies, "remedy", nil, "remedies to turn on: "+strings.Join(remedies, ", ")+" (default none: report only)")
-	f.BoolVar(&o.dryRun, "dry-run", false, "with --remedy, say what would be deleted (Events and metrics) and delete nothing")
-	f.DurationVar(&o.grace, "grace", 30*time.Second, "how long a flow must be stale in every audit before it is deleted")
-	f.IntVar(&o.budget, "budget", 100, "at most this many deletions per --budget-interval; a larger batch is refused whole")
-	f.DurationVar(&o.budgetInterval, "budget-interval", time.Minute, "the sliding window --budget applies to")
+	f.StringSliceVar(&o.remedies, "remedy", nil, "remedies to turn on: "+strings.Join(ids, ", ")+" (default none: report only)")
+	f.BoolVar(&o.dryRun, "dry-run", false, "with --remedy, say what would be done (Events and metrics) and do nothing")
+	f.DurationVar(&o.grace, "grace", remedy.DefaultGrace, fmt.Sprintf("how long a finding must hold in every complete audit before a remedy acts on it (at least %s)", remedy.MinGrace))
+	f.IntVar(&o.budget, "budget", remedy.DefaultBudget, "at most this many ghost IPs acted on per --budget-interval (all flows of one dead backend count once); a larger batch is refused whole")
+	f.DurationVar(&o.budgetInterval, "budget-interval", remedy.DefaultBudgetInterval, "the sliding window --budget applies to")
+	f.IntVar(&o.maxPerBackend, "max-flows-per-backend", remedy.DefaultMaxPerGroup, "refuse a ghost IP with more flows due than this: a sanity bound on one node's connections to one backend")
 	f.DurationVar(&o.auditInterval, "audit-interval", 2*time.Minute, "period of the full audit of the conntrack table that catches what events missed")
 	f.StringVar(&o.listen, "listen", ":9808", "address serving /metrics, /healthz and /readyz (empty: none)")
 	f.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
@@ -110,17 +174,20 @@ and nothing else; it exits with status 2 when it lacks it.`,
 
 // validate checks the flags and builds the logger.
 func (o *agentOptions) validate(streams genericiooptions.IOStreams) (*slog.Logger, error) {
+	ids := rule.RemedyIDs(agentRules(rule.Config{}))
 	for _, r := range o.remedies {
-		if !slices.Contains(remedies, r) {
-			return nil, fmt.Errorf("--remedy %q: the remedies are %s", r, strings.Join(remedies, ", "))
+		if !slices.Contains(ids, r) {
+			return nil, fmt.Errorf("--remedy %q: the remedies are %s", r, strings.Join(ids, ", "))
 		}
 	}
 	if o.dryRun && len(o.remedies) == 0 {
 		return nil, errors.New("--dry-run needs --remedy: without a remedy the agent deletes nothing anyway")
 	}
 	switch {
-	case o.grace < 0:
-		return nil, fmt.Errorf("--grace %s: must not be negative", o.grace)
+	case o.grace < remedy.MinGrace:
+		return nil, fmt.Errorf("--grace %s: must be at least %s, so that the API server's view has settled (see docs/agent.md)", o.grace, remedy.MinGrace)
+	case o.maxPerBackend < 1:
+		return nil, fmt.Errorf("--max-flows-per-backend %d: must be at least 1", o.maxPerBackend)
 	case o.budget < 1:
 		return nil, fmt.Errorf("--budget %d: must be at least 1 (turn the remedy off with no --remedy instead)", o.budget)
 	case o.budgetInterval <= 0:
@@ -128,18 +195,29 @@ func (o *agentOptions) validate(streams genericiooptions.IOStreams) (*slog.Logge
 	case o.auditInterval < time.Second:
 		return nil, fmt.Errorf("--audit-interval %s: must be at least 1s", o.auditInterval)
 	}
+	return newLogger(streams.ErrOut, o.logFormat, o.logLevel)
+}
+
+// newLogger builds the structured logger of long-running commands. A
+// duration reads as one ("30s"), not as a count of nanoseconds.
+func newLogger(w io.Writer, format, levelName string) (*slog.Logger, error) {
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
+	if err := level.UnmarshalText([]byte(levelName)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", levelName)
 	}
-	hopts := &slog.HandlerOptions{Level: level}
-	switch o.logFormat {
+	hopts := &slog.HandlerOptions{Level: level, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Value.Kind() == slog.KindDuration {
+			a.Value = slog.StringValue(a.Value.Duration().String())
+		}
+		return a
+	}}
+	switch format {
 	case "json":
-		return slog.New(slog.NewJSONHandler(streams.ErrOut, hopts)), nil
+		return slog.New(slog.NewJSONHandler(w, hopts)), nil
 	case "text":
-		return slog.New(slog.NewTextHandler(streams.ErrOut, hopts)), nil
+		return slog.New(slog.NewTextHandler(w, hopts)), nil
 	}
-	return nil, fmt.Errorf("--log-format %q: want json or text", o.logFormat)
+	return nil, fmt.Errorf("--log-format %q: want json or text", format)
 }
 
 func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStreams) error {
@@ -147,6 +225,8 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 	if err != nil {
 		return withCode(ExitError, err)
 	}
+	// client-go logs through klog: its lines come out in the same format.
+	klog.SetSlogLogger(log)
 	npa, err := parsePrefixes(o.nodePortAddresses)
 	if err != nil {
 		return withCode(ExitError, fmt.Errorf("--nodeport-addresses: %w", err))
@@ -182,27 +262,31 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 
+	rules := agentRules(rule.Config{Conntrack: rule.ConntrackConfig{NodePortAddresses: npa, ClockSkew: o.clockSkew}})
+	rems, err := remedy.Build(rules, o.remedies, remedy.Settings{
+		Grace: o.grace, DryRun: o.dryRun, Budget: o.budget, BudgetInterval: o.budgetInterval, MaxPerGroup: o.maxPerBackend,
+	}, &remedy.Flows{Table: conn})
+	if err != nil {
+		return withCode(ExitError, fmt.Errorf("--remedy: %w", err))
+	}
 	cfg := agent.Config{
 		NodeName:   node,
-		Informers:  kube.NewInformers(client, 0),
-		Conntrack:  func(keep conntrack.Keep) source.Source { return &conntrack.KernelSource{Keep: keep} },
+		Informers:  kube.NewInformers(client, kube.InformerOptions{}),
+		Client:     client,
+		Conntrack:  func(observe func(*snapshot.Flow)) source.Source { return &conntrack.KernelSource{Observe: observe} },
 		FlowEvents: events,
-		Rules:      rule.Config{Conntrack: rule.ConntrackConfig{NodePortAddresses: npa, ClockSkew: o.clockSkew}},
+		Rules:      rules,
+		Remedies:   rems,
 
 		AuditInterval: o.auditInterval,
-		Metrics:       agent.NewMetrics(reg),
+		Metrics:       agent.NewMetrics(reg, rules),
 		Events:        broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "ghostwatch-agent", Host: node}),
 		Log:           log,
 	}
 	mode := "report only"
-	if slices.Contains(o.remedies, rule.StaleNATFlowID) {
-		cfg.Remedy = &remedy.StaleFlows{
-			Grace:   o.grace,
-			DryRun:  o.dryRun,
-			Budget:  &remedy.Budget{Max: o.budget, Interval: o.budgetInterval},
-			Deleter: conn,
-		}
-		mode = fmt.Sprintf("remedy %s (grace %s, budget %d per %s)", rule.StaleNATFlowID, o.grace, o.budget, o.budgetInterval)
+	if len(rems) > 0 {
+		mode = fmt.Sprintf("remedies %s (grace %s, budget %d ghost IPs per %s, at most %d flows per ghost IP)",
+			strings.Join(o.remedies, ", "), o.grace, o.budget, o.budgetInterval, o.maxPerBackend)
 		if o.dryRun {
 			mode += ", dry run"
 		}

@@ -28,7 +28,7 @@ func TestAgentFlagErrors(t *testing.T) {
 		{[]string{"--remedy", "delete-everything"}, `--remedy "delete-everything": the remedies are stale-nat-flow`},
 		{[]string{"--dry-run"}, "--dry-run needs --remedy"},
 		{[]string{"--remedy", "stale-nat-flow", "--budget", "0"}, "--budget 0: must be at least 1"},
-		{[]string{"--grace", "-1s"}, "--grace -1s: must not be negative"},
+		{[]string{"--grace", "-1s"}, "--grace -1s: must be at least 1s"},
 		{[]string{"--log-format", "xml"}, `--log-format "xml"`},
 		{[]string{"--nodeport-addresses", "10.0.0.0/33"}, "--nodeport-addresses"},
 	} {
@@ -132,7 +132,8 @@ func TestAgentOnlyNetAdminAndSIGTERM(t *testing.T) {
 	}
 	waitFor("/readyz to say degraded", func() bool {
 		code, body := get("/readyz")
-		return code == http.StatusServiceUnavailable && strings.Contains(body, "degraded") && strings.Contains(body, "not synced")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "degraded") && strings.Contains(body, "not listed yet") &&
+			strings.Contains(body, "connection refused")
 	})
 	if code, body := get("/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz = %d %q while the loop runs", code, body)

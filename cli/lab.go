@@ -41,17 +41,17 @@ when namespaces with its prefix already exist.`,
 			`A client outside the cluster keeps one connection to a NodePort. The backend
 pod is replaced by a rolling update. While the old pod terminates it is draining
 (ghostwatch reports nothing); once it is deleted, the kernel still translates the
-client's connection to it, and ghostwatch reports stale-nat-flow.
+client's connection to it, and ghostwatch reports the stale NAT flow.
 
 With --reuse-ip the new pod gets the old pod's IP (a Recreate rollout on a small
 pod CIDR): the old connection now reaches a different pod, and ghostwatch reports
-misdelivered-flow.`),
+the misdelivered flow.`),
 		newScenarioCommand(streams, "conntrack-pool", lab.ConntrackPool,
 			"Seed 001: a pooled connection stays pinned to a deleted ClusterIP backend",
 			`A client pod holds one pooled, long-lived connection to a database behind a
 ClusterIP. The database pod is replaced. The pool keeps using its connection, which
 the kernel still translates to the deleted pod: every query times out, while new
-connections work. ghostwatch reports stale-nat-flow.`),
+connections work. ghostwatch reports the stale NAT flow.`),
 	)
 	return cmd
 }

@@ -42,13 +42,9 @@ func newScanCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		Use:   "scan",
 		Short: "Audit this node and the cluster once and report every ghost found",
 		Long: `scan reads the cluster objects (Services, EndpointSlices, Pods, Nodes) and this
-node's conntrack table, and reports:
+node's conntrack table, and runs every rule (--rule picks some):
 
-  stale-nat-flow     a flow the kernel still translates to a backend that is no
-                     longer an endpoint and whose IP no pod holds (draining pods,
-                     terminating but still present, are never reported)
-  misdelivered-flow  a flow whose backend IP is now held by another pod (critical)
-
+` + ruleList(rule.All(rule.Config{})) + `
 Online it talks to the API server like kubectl does (--kubeconfig, --context,
 ...) and reads the kernel table over netlink, which needs CAP_NET_ADMIN on the
 node. Offline it reads files instead: --kube-objects (what kubectl get -o yaml
@@ -115,21 +111,17 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 		}
 		kubeSrc = &kube.APISource{Client: client, Timeout: o.syncTimeout}
 	}
-	ctSrc := func(keep conntrack.Keep) source.Source {
-		if o.conntrackFile != "" {
-			return &conntrack.FileSource{Path: o.conntrackFile, Stdin: streams.In, Keep: keep}
-		}
-		return &conntrack.KernelSource{Keep: keep}
+	var ctSrc source.Source = &conntrack.KernelSource{}
+	if o.conntrackFile != "" {
+		ctSrc = &conntrack.FileSource{Path: o.conntrackFile, Stdin: streams.In}
 	}
 
+	// The cluster objects first: the conntrack dump keeps only the flows
+	// the rules judge, and which those are depends on the Services.
 	res := audit.Run(cmd.Context(), audit.Config{
-		NodeName:          node,
-		Kube:              kubeSrc,
-		Conntrack:         ctSrc,
-		NodePortAddresses: npa,
-		Rules:             rules,
-		SuspectsOnly:      true,
-		Judge:             cfg.Conntrack,
+		NodeName: node,
+		Sources:  []source.Source{kubeSrc, ctSrc},
+		Rules:    rules,
 	})
 	if err := checkNode(res, node, npa); err != nil {
 		return withCode(ExitError, err)
@@ -139,6 +131,9 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	}
 	if err := res.Incomplete(); err != nil {
 		return withCode(ExitError, fmt.Errorf("scan incomplete, no finding is claimed for what was not read: %w", err))
+	}
+	if len(res.Skipped) == len(rules) {
+		return withCode(ExitError, fmt.Errorf("no rule could run: %s", res.Skipped[0].Reason))
 	}
 	if failOn != 0 && finding.AtLeast(res.Findings, failOn) {
 		return errFindings

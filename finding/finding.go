@@ -2,6 +2,7 @@ package finding
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -67,6 +68,26 @@ type Subject struct {
 	Flow      string `json:"flow,omitempty"`
 }
 
+// Field returns the subject field named as in JSON ("ip", "service",
+// "namespace", "pod", "node", "flow"), or "" for another name.
+func (s Subject) Field(name string) string {
+	switch name {
+	case "ip":
+		return s.IP
+	case "service":
+		return s.Service
+	case "namespace":
+		return s.Namespace
+	case "pod":
+		return s.Pod
+	case "node":
+		return s.Node
+	case "flow":
+		return s.Flow
+	}
+	return ""
+}
+
 // Finding is one ghost a rule found.
 type Finding struct {
 	Rule     string         `json:"rule"`
@@ -75,9 +96,81 @@ type Finding struct {
 	Subject  Subject        `json:"subject"`
 	Evidence map[string]any `json:"evidence,omitempty"`
 
-	// Flow is the exact conntrack entry a conntrack finding is about, for
-	// remedies that must delete that entry and nothing else.
-	Flow *snapshot.Flow `json:"-"`
+	// Detail is the short reason a table row shows ("backend 10.244.3.47:8080
+	// gone, ESTABLISHED"); the Message when empty.
+	Detail string `json:"-"`
+	// Concerns are the Kubernetes objects an Event about this finding, or
+	// about an action on it, belongs on. The rule names only objects it has
+	// proven to be concerned: a client pod only when the pod that holds the
+	// client address provably opened the flow.
+	Concerns []ObjectRef `json:"-"`
+	// Target is the one thing a remedy may act on for this finding; nil
+	// when none may.
+	Target Target `json:"-"`
+}
+
+// ObjectRef names a Kubernetes object for Events.
+type ObjectRef struct {
+	Kind      string
+	Namespace string
+	Name      string
+	// UID, when known, ties the Event to this incarnation of the object.
+	UID string
+}
+
+// Target is what a remedy acts on: an exact conntrack entry, a host-local
+// reservation, a gossip member. Remedies type-switch on it; the methods are
+// what the remedy framework needs to run any of them under the same safety
+// invariants.
+type Target interface {
+	// Kind names the type of target ("conntrack-flow"); a remedy acts only
+	// on the kind its actuator handles.
+	Kind() string
+	// Key identifies the target across passes: the same ghost seen twice
+	// has the same key, so that its grace period can run.
+	Key() string
+	// Group is the unit budgets count and act on together: the ghost IP
+	// for the flows of one dead backend.
+	Group() string
+	// String describes the target for Events and logs.
+	String() string
+}
+
+// FlowKind is the Kind of a FlowTarget.
+const FlowKind = "conntrack-flow"
+
+// FlowTarget is one exact conntrack entry: its original tuple, zone and,
+// when the kernel gave it, its ID.
+type FlowTarget struct{ Flow snapshot.Flow }
+
+// Kind returns FlowKind.
+func (t *FlowTarget) Kind() string { return FlowKind }
+
+// Key identifies the entry by protocol, original tuple, zone and ID.
+func (t *FlowTarget) Key() string {
+	f := &t.Flow
+	return fmt.Sprintf("%s %s %s/%d#%d", f.Proto, netip.AddrPortFrom(f.Orig.Src, f.Orig.SrcPort),
+		netip.AddrPortFrom(f.Orig.Dst, f.Orig.DstPort), f.Zone, f.ID)
+}
+
+// Group is the backend address, the ghost IP.
+func (t *FlowTarget) Group() string { return t.Flow.Reply.Src.Unmap().String() }
+
+// String renders "tcp 10.244.1.50:45678 -> 10.96.100.50:5432 (DNAT to
+// 10.244.3.47:5432, conntrack id 7)".
+func (t *FlowTarget) String() string {
+	f := &t.Flow
+	s := f.String() + " (DNAT to " + f.Backend().String()
+	if f.ID != 0 {
+		s += fmt.Sprintf(", conntrack id %d", f.ID)
+	}
+	return s + ")"
+}
+
+// Skipped names a rule that did not run and why.
+type Skipped struct {
+	Rule   string `json:"rule"`
+	Reason string `json:"reason"`
 }
 
 // AtLeast reports whether any finding has a severity of min or worse.
@@ -95,4 +188,7 @@ func AtLeast(fs []Finding, min Severity) bool {
 type Report struct {
 	Findings []Finding               `json:"findings"`
 	Sources  []snapshot.SourceStatus `json:"sources"`
+	// Skipped are the rules that did not run because a source they read
+	// was not complete; they claim nothing.
+	Skipped []Skipped `json:"skipped,omitempty"`
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/agent"
 	"github.com/ghostwatch/ghostwatch/remedy"
+	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
 	"github.com/ghostwatch/ghostwatch/source/kube"
@@ -35,21 +37,29 @@ func (e *env) startAgent(ctx context.Context, o Options) (stop func(), err error
 	}); err != nil {
 		return nil, err
 	}
+	rules := rule.InScope(rule.All(rule.Config{}), rule.ScopeNode)
+	// Every remedy the agent can run, with the lab's grace period.
+	rems, err := remedy.Build(rules, rule.RemedyIDs(rules),
+		remedy.Settings{Grace: o.Grace, Budget: 50, BudgetInterval: time.Minute},
+		&remedy.Flows{Table: conn})
+	if err != nil {
+		sub.Close()
+		conn.Close()
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	a := agent.New(agent.Config{
 		NodeName:  labNode,
-		Informers: kube.NewInformers(e.kube(), 0),
-		Conntrack: func(keep conntrack.Keep) source.Source {
-			return inNamespace{e.node, &conntrack.KernelSource{Keep: keep}}
+		Informers: kube.NewInformers(e.kube(), kube.InformerOptions{}),
+		Client:    e.kube(),
+		Conntrack: func(observe func(*snapshot.Flow)) source.Source {
+			return &conntrack.KernelSource{Open: openIn(e.node), Observe: observe}
 		},
 		FlowEvents:    sub,
+		Rules:         rules,
+		Remedies:      rems,
 		AuditInterval: 10 * time.Second,
-		Remedy: &remedy.StaleFlows{
-			Grace:   o.Grace,
-			Budget:  &remedy.Budget{Max: 50, Interval: time.Minute},
-			Deleter: conn,
-		},
-		Events: timelineRecorder{e.tl},
+		Events:        timelineRecorder{e.tl},
 	})
 	done := make(chan struct{})
 	go func() {
@@ -58,7 +68,7 @@ func (e *env) startAgent(ctx context.Context, o Options) (stop func(), err error
 			e.tl.logf("agent", "stopped: %v", err)
 		}
 	}()
-	e.tl.logf("agent", "running: follows conntrack events, judges the flows of every backend that changes, grace %s, budget 50 deletions a minute", o.Grace)
+	e.tl.logf("agent", "running: follows conntrack events, judges the flows of every backend that changes, grace %s, budget 50 dead backends a minute", o.Grace)
 	return func() {
 		cancel()
 		<-done

@@ -17,6 +17,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 	"github.com/ghostwatch/ghostwatch/remedy"
+	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
@@ -42,6 +43,9 @@ func newTimedDeleter(conn *conntrack.Conn) *timedDeleter {
 	d.cond = sync.NewCond(&d.mu)
 	return d
 }
+
+// Get reads the entry back, as the remedy does right before each delete.
+func (d *timedDeleter) Get(f *snapshot.Flow) (snapshot.Flow, error) { return d.conn.Get(f) }
 
 func (d *timedDeleter) Delete(f *snapshot.Flow) error {
 	if err := d.conn.Delete(f); err != nil {
@@ -99,16 +103,23 @@ func benchAgent(b *testing.B, node *netbed.Node, cl *Cluster, cfg agent.Config, 
 	}); err != nil {
 		b.Fatal(err)
 	}
-	m := agent.NewMetrics(prometheus.NewRegistry())
+	rules := rule.InScope(rule.All(rule.Config{}), rule.ScopeNode)
+	m := agent.NewMetrics(prometheus.NewRegistry(), rules)
 	cfg.NodeName = labNode
-	cfg.Informers = kube.NewInformers(cl.Client, 0)
-	cfg.Conntrack = func(keep conntrack.Keep) source.Source {
-		return inNamespace{node, &conntrack.KernelSource{Keep: keep}}
+	cfg.Informers = kube.NewInformers(cl.Client, kube.InformerOptions{})
+	cfg.Client = cl.Client
+	cfg.Conntrack = func(observe func(*snapshot.Flow)) source.Source {
+		return &conntrack.KernelSource{Open: openIn(node), Observe: observe}
 	}
 	cfg.FlowEvents = sub
+	cfg.Rules = rules
 	cfg.Metrics = m
 	if del != nil {
-		cfg.Remedy = &remedy.StaleFlows{Budget: &remedy.Budget{Max: 1 << 30, Interval: time.Minute}, Deleter: del}
+		rems, err := remedy.Build(rules, rule.RemedyIDs(rules), remedy.Settings{Budget: 1 << 30, BudgetInterval: time.Minute}, &remedy.Flows{Table: del})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg.Remedies = rems
 	}
 	a := agent.New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -23,6 +23,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/audit"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
 	"github.com/ghostwatch/ghostwatch/source/kube"
@@ -87,16 +88,13 @@ func benchChildRun(mode string) (*childReport, error) {
 	if r.BaseKiB, err = procStatusKiB("VmHWM"); err != nil {
 		return nil, err
 	}
-	kernel := func(keep conntrack.Keep) source.Source { return &conntrack.KernelSource{Keep: keep} }
 	switch mode {
 	case "scan":
 		start := time.Now()
 		res := audit.Run(ctx, audit.Config{
-			NodeName:     labNode,
-			Kube:         &kube.APISource{Client: cl.Client, Timeout: 30 * time.Second},
-			Conntrack:    kernel,
-			Rules:        rule.All(rule.Config{}),
-			SuspectsOnly: true,
+			NodeName: labNode,
+			Sources:  []source.Source{&kube.APISource{Client: cl.Client, Timeout: 30 * time.Second}, &conntrack.KernelSource{}},
+			Rules:    rule.All(rule.Config{}),
 		})
 		r.ScanNS = int64(time.Since(start))
 		if err := res.Incomplete(); err != nil {
@@ -117,13 +115,16 @@ func benchChildRun(mode string) (*childReport, error) {
 			return nil, err
 		}
 		defer sub.Close()
-		m := agent.NewMetrics(prometheus.NewRegistry())
+		rules := rule.InScope(rule.All(rule.Config{}), rule.ScopeNode)
+		m := agent.NewMetrics(prometheus.NewRegistry(), rules)
 		a := agent.New(agent.Config{
-			NodeName:      labNode,
-			Informers:     kube.NewInformers(cl.Client, 0),
-			Conntrack:     kernel,
+			NodeName:  labNode,
+			Informers: kube.NewInformers(cl.Client, kube.InformerOptions{}),
+			Conntrack: func(observe func(*snapshot.Flow)) source.Source {
+				return &conntrack.KernelSource{Observe: observe}
+			},
 			FlowEvents:    sub,
-			Rules:         rule.Config{},
+			Rules:         rules,
 			AuditInterval: interval,
 			Metrics:       m,
 		})

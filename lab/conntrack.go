@@ -369,11 +369,14 @@ func (e *env) scan(ctx context.Context, why string) (*audit.Result, error) {
 		return nil, fmt.Errorf("lab scan: %w", err)
 	}
 	if len(res.Findings) == 0 {
-		n := res.Snapshot.Conntrack.Matched
+		checked := ""
+		if st, ok := res.Snapshot.Source(conntrack.Name); ok {
+			checked = st.Detail
+		}
 		if why == "" {
-			e.tl.logf("scan", "no ghosts (%d flow(s) to service frontends checked)", n)
+			e.tl.logf("scan", "no ghosts (conntrack: %s)", checked)
 		} else {
-			e.tl.logf("scan", "no ghosts (%s; %d flow(s) to service frontends checked)", why, n)
+			e.tl.logf("scan", "no ghosts (%s; conntrack: %s)", why, checked)
 		}
 	}
 	for _, f := range res.Findings {
@@ -766,23 +769,22 @@ func measure(os []Outcome) (time.Duration, int, bool) {
 func scanNode(ctx context.Context, client kubernetes.Interface, node *netbed.Node) *audit.Result {
 	return audit.Run(ctx, audit.Config{
 		NodeName: labNode,
-		Kube:     &kube.APISource{Client: client, Timeout: 30 * time.Second},
-		Conntrack: func(keep conntrack.Keep) source.Source {
-			return inNamespace{node, &conntrack.KernelSource{Keep: keep}}
+		Sources: []source.Source{
+			&kube.APISource{Client: client, Timeout: 30 * time.Second},
+			&conntrack.KernelSource{Open: openIn(node)},
 		},
-		Rules:        rule.All(rule.Config{}),
-		SuspectsOnly: true,
+		Rules: rule.All(rule.Config{}),
 	})
 }
 
-// inNamespace runs a source on a thread inside the node's network namespace.
-type inNamespace struct {
-	node *netbed.Node
-	src  source.Source
-}
-
-func (n inNamespace) Name() string { return n.src.Name() }
-
-func (n inNamespace) Collect(ctx context.Context, s *snapshot.Snapshot) error {
-	return n.node.Do(func() error { return n.src.Collect(ctx, s) })
+// openIn opens conntrack sockets in the node's network namespace: they read
+// and change that namespace's table from any thread.
+func openIn(node *netbed.Node) func() (*conntrack.Conn, error) {
+	return func() (c *conntrack.Conn, err error) {
+		err = node.Do(func() error {
+			c, err = conntrack.Open()
+			return err
+		})
+		return c, err
+	}
 }

@@ -13,11 +13,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ghostwatch/ghostwatch/audit"
+	"github.com/ghostwatch/ghostwatch/finding"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
+	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
 // The rules on the real kernel: real flows through real DNAT, read back over
@@ -119,8 +121,8 @@ func testRulesOnTheKernel(t *testing.T, proto snapshot.Proto) {
 		if err := res.Incomplete(); err != nil {
 			t.Fatal(err)
 		}
-		if got := res.Snapshot.Conntrack.Matched; got != 12 {
-			t.Fatalf("kept %d flows to the service's frontends, want 12 (3 backends x 4 frontends)", got)
+		if st, _ := res.Snapshot.Source(conntrack.Name); !strings.Contains(st.Detail, "(12 to a Service frontend of node "+labNode+")") {
+			t.Fatalf("conntrack read %q, want 12 flows to the service's frontends (3 backends x 4 frontends)", st.Detail)
 		}
 		return res
 	}
@@ -162,31 +164,51 @@ func testRulesOnTheKernel(t *testing.T, proto snapshot.Proto) {
 		t.Errorf("stale flows found:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
 
-	// The remedy deletes exactly the four reported flows, nothing else.
-	judge := rule.NewJudge(res.Snapshot, rule.ConntrackConfig{})
-	var actions []remedy.Action
-	err = node.Do(func() error {
-		c, err := conntrack.Open()
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		r := &remedy.StaleFlows{Budget: &remedy.Budget{Max: 10, Interval: time.Minute}, Deleter: c, Recheck: judge.StillStale}
-		actions, err = r.Apply(res.Snapshot, res.Findings)
-		return err
-	})
+	// The remedy deletes exactly the four reported flows, nothing else:
+	// each read back from the kernel by its tuple, re-checked against the
+	// API, deleted by tuple and ID.
+	c, err := openIn(node)()
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer c.Close()
+	rules := rule.All(rule.Config{})
+	rems, err := remedy.Build(rules, rule.RemedyIDs(rules), remedy.Settings{Budget: 10, BudgetInterval: time.Minute}, &remedy.Flows{Table: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale, _ := rule.Find(rules, rems[0].Rule.ID)
+	rems[0].Recheck = func(ctx context.Context, fs []finding.Finding) []error {
+		rc := stale.(rule.Rechecker)
+		var q snapshot.KubeQuery
+		for _, f := range fs {
+			q.Add(rc.RecheckQuery(res.Snapshot, f))
+		}
+		k, err := kube.Quorum(ctx, cl.Client, q)
+		errs := make([]error, len(fs))
+		for i, f := range fs {
+			if errs[i] = err; err == nil {
+				errs[i] = rc.Recheck(&snapshot.Snapshot{NodeName: labNode, Kube: k}, f)
+			}
+		}
+		return errs
+	}
+	actions, err := rems[0].Apply(ctx, res.Snapshot, res.Findings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(actions) != 4 {
+		t.Errorf("%d actions for 4 findings", len(actions))
+	}
 	for _, a := range actions {
-		if a.Result != remedy.Deleted {
+		if a.Result != remedy.Done {
 			t.Errorf("action %s: %s", a.Result, a.Reason)
 		}
 	}
 	after := scanNode(ctx, cl.Client, node)
-	if len(after.Findings) != 0 || after.Snapshot.Conntrack.Matched != 8 {
-		t.Errorf("after the remedy: %d findings, %d flows to frontends; want 0 and the 8 live and draining ones%s",
-			len(after.Findings), after.Snapshot.Conntrack.Matched, describe(after))
+	if st, _ := after.Snapshot.Source(conntrack.Name); len(after.Findings) != 0 || !strings.Contains(st.Detail, "(8 to a Service frontend") {
+		t.Errorf("after the remedy: %d findings, conntrack read %q; want 0 and the 8 live and draining flows to frontends%s",
+			len(after.Findings), st.Detail, describe(after))
 	}
 	for _, f := range after.Snapshot.Conntrack.Flows {
 		if b := f.Reply.Src; b == backends[2].v4 || b == backends[2].v6 {

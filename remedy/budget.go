@@ -6,10 +6,10 @@ import (
 	"time"
 )
 
-// Budget caps how many actions may be taken in any sliding window of
-// Interval. The zero value allows nothing.
+// Budget caps how many groups (ghost IPs) may be acted on in any sliding
+// window of Interval. The zero value allows nothing.
 type Budget struct {
-	// Max actions per Interval.
+	// Max groups per Interval.
 	Max int
 	// Interval is the window the cap applies to.
 	Interval time.Duration
@@ -18,12 +18,12 @@ type Budget struct {
 	spent []time.Time
 }
 
-// BudgetError is returned when acting on every due finding would exceed the
+// BudgetError is returned when acting on every due group would exceed the
 // budget. Nothing of the batch is done: a batch larger than the budget is
 // the signature of a broken view of the world (an emptied cache, a
 // misread table), and a partial clean-up would hide it.
 type BudgetError struct {
-	Rule      string
+	Remedy    string
 	Due       int
 	Remaining int
 	Max       int
@@ -31,11 +31,26 @@ type BudgetError struct {
 }
 
 func (e *BudgetError) Error() string {
-	return fmt.Sprintf("%s: %d actions due but only %d of %d per %s left in the budget: none taken",
-		e.Rule, e.Due, e.Remaining, e.Max, e.Interval)
+	return fmt.Sprintf("%s: %d ghost IPs due but only %d of %d per %s left in the budget: none acted on",
+		e.Remedy, e.Due, e.Remaining, e.Max, e.Interval)
 }
 
-// remaining returns how many actions the window still allows at now.
+// CapError refuses one group whose targets outnumber the cap on targets
+// per group: a backend with more flows than any node should hold is more
+// likely a misread than a ghost.
+type CapError struct {
+	Remedy string
+	Group  string
+	Due    int
+	Max    int
+}
+
+func (e *CapError) Error() string {
+	return fmt.Sprintf("%s: %d targets due for %s, more than the cap of %d per ghost IP: none acted on",
+		e.Remedy, e.Due, e.Group, e.Max)
+}
+
+// remaining returns how many groups the window still allows at now.
 func (b *Budget) remaining(now time.Time) int {
 	if b == nil {
 		return 0
@@ -46,7 +61,7 @@ func (b *Budget) remaining(now time.Time) int {
 	return b.Max - len(b.spent)
 }
 
-// take records one action at now; it reports false when none is left.
+// take records one group at now; it reports false when none is left.
 func (b *Budget) take(now time.Time) bool {
 	if b == nil {
 		return false

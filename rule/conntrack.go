@@ -1,11 +1,15 @@
 package rule
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"sort"
+	"strings"
+	"sync"
 	"time"
 
+	"github.com/ghostwatch/ghostwatch/finding"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
@@ -163,6 +167,9 @@ func newFlowIndex(s *snapshot.Snapshot, cfg ConntrackConfig) *flowIndex {
 		holders:   map[netip.Addr][]*snapshot.Pod{},
 		nodeAddrs: map[netip.Addr]string{},
 		skew:      cfg.clockSkew(),
+	}
+	if k == nil {
+		return ix
 	}
 	for i := range k.Endpoints {
 		ep := &k.Endpoints[i]
@@ -330,41 +337,151 @@ func (ix *flowIndex) currentBackends(svc snapshot.ObjectRef, max int) []string {
 	return out
 }
 
-// Judge re-judges single flows against one view of the cluster, for
-// remedies that must re-check a finding right before acting on it.
-type Judge struct{ ix *flowIndex }
+// conntrackRules is the judgement the conntrack rules share: one index of
+// the cluster per snapshot and one flow filter, so that a flow streaming by
+// is judged once however many of these rules read the table.
+type conntrackRules struct {
+	cfg ConntrackConfig
 
-// NewJudge indexes the snapshot's cluster objects for s.NodeName.
-func NewJudge(s *snapshot.Snapshot, cfg ConntrackConfig) *Judge {
-	return &Judge{ix: newFlowIndex(s, cfg)}
+	mu     sync.Mutex
+	kube   *snapshot.Kube
+	node   string
+	ix     *flowIndex
+	filter *suspectFilter
 }
 
-// Suspect reports whether f could be a finding of a conntrack rule: a
-// DNATed flow to a frontend whose backend is not a current endpoint of the
-// service. Healthy flows and flows that address no frontend are not. A
-// collector that keeps only suspects holds a handful of flows where the
-// table holds a million.
-func (j *Judge) Suspect(f *snapshot.Flow) bool {
-	switch j.ix.judge(f).verdict {
-	case notService, healthy:
+func newConntrackRules(cfg ConntrackConfig) *conntrackRules { return &conntrackRules{cfg: cfg} }
+
+// index returns the index of s's cluster objects, built once per snapshot.
+// Snapshots are immutable, so the Kube pointer and the node name identify
+// what the index was built from; holding the last one keeps its address
+// from being reused.
+func (c *conntrackRules) index(s *snapshot.Snapshot) *flowIndex {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.indexLocked(s)
+}
+
+func (c *conntrackRules) indexLocked(s *snapshot.Snapshot) *flowIndex {
+	if c.ix == nil || c.kube != s.Kube || c.node != s.NodeName {
+		c.kube, c.node, c.ix, c.filter = s.Kube, s.NodeName, newFlowIndex(s, c.cfg), nil
+	}
+	return c.ix
+}
+
+// flowFilter is the FlowFilter of every conntrack rule: the flows to a
+// Service frontend whose backend is not a current endpoint. The same
+// filter is returned for the same snapshot.
+func (c *conntrackRules) flowFilter(s *snapshot.Snapshot) snapshot.FlowFilter {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ix := c.indexLocked(s)
+	if c.filter == nil {
+		c.filter = &suspectFilter{ix: ix, node: s.NodeName, kube: s.Kube != nil}
+	}
+	return c.filter
+}
+
+// suspectFilter keeps the flows a conntrack rule could report: DNATed to a
+// frontend, to a backend that is not a current endpoint of the service.
+// Healthy flows and flows that address no frontend are dropped. Without
+// cluster objects no conntrack rule can run, so it keeps nothing.
+type suspectFilter struct {
+	ix      *flowIndex
+	node    string
+	kube    bool
+	matched int
+}
+
+// Keep judges one flow.
+func (f *suspectFilter) Keep(fl *snapshot.Flow) bool {
+	if !f.kube {
 		return false
 	}
+	switch f.ix.judge(fl).verdict {
+	case notService:
+		return false
+	case healthy:
+		f.matched++
+		return false
+	}
+	f.matched++
 	return true
 }
 
-// StillStale returns nil when f is still a stale-nat-flow, and otherwise an
-// error saying what the flow is now.
-func (j *Judge) StillStale(f *snapshot.Flow) error {
-	switch v := j.ix.judge(f); v.verdict {
-	case stale:
+// String says how many flows addressed a frontend, for the source's report.
+func (f *suspectFilter) String() string {
+	return fmt.Sprintf("%d to a Service frontend of node %s", f.matched, f.node)
+}
+
+// stillStale returns nil when f is still a stale flow to svc in ix, and
+// otherwise an error saying what the flow is now.
+func (ix *flowIndex) stillStale(f *snapshot.Flow, svc snapshot.ObjectRef) error {
+	switch v := ix.judge(f); {
+	case v.verdict == notService:
+		return errors.New("the flow no longer addresses a frontend of " + svc.String())
+	case v.frontend.Service.Ref() != svc:
+		return fmt.Errorf("the flow now addresses %s, not %s", v.frontend.Service.Ref(), svc)
+	case v.verdict == stale:
 		return nil
-	case notService:
-		return fmt.Errorf("the flow no longer addresses a service frontend")
-	case healthy:
-		return fmt.Errorf("%s is an endpoint of %s again", f.Backend(), v.frontend.Service.Ref())
-	case draining:
+	case v.verdict == healthy:
+		return fmt.Errorf("%s is an endpoint of %s again", f.Backend(), svc)
+	case v.verdict == draining:
 		return fmt.Errorf("%s is draining: its pod is terminating but still exists", f.Backend())
 	default:
 		return fmt.Errorf("%s is held by pod %s", f.Reply.Src, v.holder.Ref())
 	}
+}
+
+// clientPod returns the pod that provably opened f: the one pod that holds
+// its source address, and that held it before the flow started (by more
+// than the clock skew). A pod that merely holds the address now may have
+// inherited it: then the client is named by its address only.
+func (ix *flowIndex) clientPod(f *snapshot.Flow) *snapshot.Pod {
+	if f.Start.IsZero() {
+		return nil
+	}
+	var found *snapshot.Pod
+	for _, p := range ix.holders[f.Orig.Src.Unmap()] {
+		if p.HostNetwork {
+			return nil
+		}
+		if found != nil {
+			return nil // two pods report the address: neither is proven
+		}
+		found = p
+	}
+	if found == nil || found.Since().IsZero() || !found.Since().Before(f.Start.Add(-ix.skew)) {
+		return nil
+	}
+	return found
+}
+
+// concerns lists the objects an Event about f belongs on: the Service, and
+// the client pod when it is proven.
+func (ix *flowIndex) concerns(f *snapshot.Flow, svc *snapshot.Service) []finding.ObjectRef {
+	out := []finding.ObjectRef{{Kind: "Service", Namespace: svc.Namespace, Name: svc.Name}}
+	if p := ix.clientPod(f); p != nil {
+		out = append(out, finding.ObjectRef{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID})
+	}
+	return out
+}
+
+// serviceOf returns the Service a conntrack finding concerns.
+func serviceOf(f finding.Finding) (snapshot.ObjectRef, bool) {
+	for _, o := range f.Concerns {
+		if o.Kind == "Service" {
+			return snapshot.ObjectRef{Namespace: o.Namespace, Name: o.Name}, true
+		}
+	}
+	ns, name, ok := strings.Cut(f.Subject.Service, "/")
+	return snapshot.ObjectRef{Namespace: ns, Name: name}, ok
+}
+
+func flowOf(f finding.Finding) (*snapshot.Flow, bool) {
+	t, ok := f.Target.(*finding.FlowTarget)
+	if !ok {
+		return nil, false
+	}
+	return &t.Flow, true
 }

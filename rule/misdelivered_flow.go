@@ -19,13 +19,30 @@ const MisdeliveredFlowID = "misdelivered-flow"
 // The proof is one of two facts: the flow started (conntrack timestamp)
 // before the current holder of the IP existed; or, without a start time, the
 // holder is not a backend of the Service the flow addressed.
-type MisdeliveredFlow struct{ Config ConntrackConfig }
+type MisdeliveredFlow struct{ ct *conntrackRules }
+
+// NewMisdeliveredFlow returns the rule on its own; All shares one judgement
+// between the conntrack rules.
+func NewMisdeliveredFlow(cfg ConntrackConfig) *MisdeliveredFlow {
+	return &MisdeliveredFlow{newConntrackRules(cfg)}
+}
+
+// FlowFilter keeps the flows this rule could report (snapshot.FlowReader).
+func (r *MisdeliveredFlow) FlowFilter(s *snapshot.Snapshot) snapshot.FlowFilter {
+	return r.ct.flowFilter(s)
+}
+
+// BackendLocal marks the judgement as depending only on the frontends and
+// on what the cluster says about the flow's backend (snapshot.BackendLocal).
+func (*MisdeliveredFlow) BackendLocal() {}
 
 // Info describes the rule.
-func (MisdeliveredFlow) Info() Info {
+func (*MisdeliveredFlow) Info() Info {
 	return Info{
 		ID:      MisdeliveredFlowID,
 		Sources: []string{"kube", "conntrack"},
+		Scope:   ScopeNode,
+		Columns: []string{"service", "flow", "ip"},
 		Summary: "a connection opened to one pod now reaches another pod that reuses its IP: data of one workload is delivered to another",
 		Fix:     "delete the flow so the client reconnects through the Service; enable net.netfilter.nf_conntrack_timestamp=1 so reuse is provable",
 		Runbook: "docs/runbooks/misdelivered-flow.md",
@@ -33,11 +50,11 @@ func (MisdeliveredFlow) Info() Info {
 }
 
 // Evaluate returns one finding per misdelivered flow.
-func (r MisdeliveredFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
+func (r *MisdeliveredFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 	if s.Kube == nil || s.Conntrack == nil {
 		return nil
 	}
-	ix := newFlowIndex(s, r.Config)
+	ix := r.ct.index(s)
 	var out []finding.Finding
 	for i := range s.Conntrack.Flows {
 		f := &s.Conntrack.Flows[i]
@@ -75,7 +92,9 @@ func (r MisdeliveredFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 				Flow:      f.String(),
 			},
 			Evidence: ev,
-			Flow:     copyFlow(f),
+			Detail:   "now held by " + h.Ref().String() + " (" + ev["proof"].(string) + ")",
+			Concerns: append(ix.concerns(f, svc), finding.ObjectRef{Kind: "Pod", Namespace: h.Namespace, Name: h.Name, UID: h.UID}),
+			Target:   &finding.FlowTarget{Flow: *f},
 		})
 	}
 	return out

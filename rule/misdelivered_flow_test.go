@@ -91,7 +91,7 @@ func TestMisdeliveredFlowNamesHolder(t *testing.T) {
 	k := base()
 	k.Pods = append(k.Pods, pod("payments", "ledger", "uid-ledger", "10.244.3.47", t0.Add(time.Minute)))
 	f := started(flow(tcp, "10.244.1.50:45678", "10.96.100.50:5432", "10.244.3.47:5432"), t0)
-	got := MisdeliveredFlow{}.Evaluate(snap(k, f))
+	got := NewMisdeliveredFlow(ConntrackConfig{}).Evaluate(snap(k, f))
 	if len(got) != 1 {
 		t.Fatalf("got %d findings, want 1", len(got))
 	}

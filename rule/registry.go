@@ -11,12 +11,14 @@ type Config struct {
 	Conntrack ConntrackConfig
 }
 
-// All returns every rule, in catalog order. This is the one place rules are
-// registered.
+// All returns every rule, in catalog order. This is the one place rules and
+// their remedies are registered: scan, the agent and the controller take
+// them from here, and nothing outside this package names a rule.
 func All(cfg Config) []Rule {
+	ct := newConntrackRules(cfg.Conntrack)
 	return []Rule{
-		StaleNATFlow{Config: cfg.Conntrack},
-		MisdeliveredFlow{Config: cfg.Conntrack},
+		&StaleNATFlow{ct},
+		&MisdeliveredFlow{ct},
 	}
 }
 
@@ -27,20 +29,66 @@ func Select(cfg Config, ids []string) ([]Rule, error) {
 	if len(ids) == 0 {
 		return all, nil
 	}
-	byID := map[string]Rule{}
-	var known []string
-	for _, r := range all {
-		byID[r.Info().ID] = r
-		known = append(known, r.Info().ID)
-	}
-	sort.Strings(known)
 	var out []Rule
 	for _, id := range ids {
-		r, ok := byID[id]
+		r, ok := Find(all, id)
 		if !ok {
-			return nil, fmt.Errorf("unknown rule %q (known rules: %s)", id, strings.Join(known, ", "))
+			return nil, fmt.Errorf("unknown rule %q (known rules: %s)", id, strings.Join(IDs(all), ", "))
 		}
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// Find returns the rule with the given ID.
+func Find(rules []Rule, id string) (Rule, bool) {
+	for _, r := range rules {
+		if r.Info().ID == id {
+			return r, true
+		}
+	}
+	return nil, false
+}
+
+// IDs returns the rules' IDs, sorted.
+func IDs(rules []Rule) []string {
+	var out []string
+	for _, r := range rules {
+		out = append(out, r.Info().ID)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// InScope returns the rules that run in the given scope, in catalog order.
+func InScope(rules []Rule, scope Scope) []Rule {
+	var out []Rule
+	for _, r := range rules {
+		if r.Info().Scope == scope {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// ByRemedy returns the rule whose remedy has the given ID.
+func ByRemedy(rules []Rule, id string) (Rule, bool) {
+	for _, r := range rules {
+		if rem := r.Info().Remedy; rem != nil && rem.ID == id {
+			return r, true
+		}
+	}
+	return nil, false
+}
+
+// RemedyIDs returns the IDs of the rules' remedies, sorted.
+func RemedyIDs(rules []Rule) []string {
+	var out []string
+	for _, r := range rules {
+		if rem := r.Info().Remedy; rem != nil {
+			out = append(out, rem.ID)
+		}
+	}
+	sort.Strings(out)
+	return out
 }

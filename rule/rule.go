@@ -7,7 +7,8 @@ import (
 
 // Rule judges one kind of ghost.
 type Rule interface {
-	// Info describes the rule: its stable ID and runbook text.
+	// Info describes the rule: its stable ID, what it reads, and what
+	// reports, metrics, Events and remedies need to know about it.
 	Info() Info
 	// Evaluate returns the rule's findings. It is only called when every
 	// source in Info().Sources is ready in the snapshot, and it must not do
@@ -15,16 +16,100 @@ type Rule interface {
 	Evaluate(s *snapshot.Snapshot) []finding.Finding
 }
 
-// Info describes a rule for reports and docs.
+// Rechecker is implemented by a rule whose findings a remedy may act on.
+// Right before acting, the remedy reads the objects RecheckQuery names
+// afresh from the API server (quorum reads, not the caches that produced
+// the finding) and asks Recheck whether the finding still holds on them
+// alone. A rule that does not implement it cannot be remedied.
+type Rechecker interface {
+	RecheckQuery(s *snapshot.Snapshot, f finding.Finding) snapshot.KubeQuery
+	// Recheck returns nil when f still holds in fresh, and otherwise an
+	// error saying what changed.
+	Recheck(fresh *snapshot.Snapshot, f finding.Finding) error
+}
+
+// Scope says where a rule can run.
+type Scope string
+
+const (
+	// ScopeNode rules judge the ledgers of one node (its conntrack table,
+	// its host-local files) against the cluster: the node agent runs them,
+	// and so does a scan on a node.
+	ScopeNode Scope = "node"
+	// ScopeCluster rules judge cluster-wide ledgers (every pod IP, Calico
+	// blocks, gossip members): the controller runs them, and so does a
+	// scan.
+	ScopeCluster Scope = "cluster"
+)
+
+// Info describes a rule for reports, metrics, Events and remedies. Sinks
+// and the agent know rules only through it.
 type Info struct {
-	// ID is stable: it names metrics, remedies and runbook pages.
+	// ID is stable: it names metrics, Events, remedies and runbook pages.
 	ID string
-	// Sources the rule reads; all must be ready for it to run.
+	// Sources the rule reads; all must be ready for it to run, or it is
+	// skipped with the reason in the report.
 	Sources []string
+	// Scope says where the rule runs.
+	Scope Scope
 	// Summary is a one-line "why this matters".
 	Summary string
 	// Fix is the one-line first fix from the runbook.
 	Fix string
 	// Runbook is the path of the rule's runbook in the repository docs.
 	Runbook string
+	// Columns names the Subject fields (as in JSON: "service", "flow",
+	// "ip", "pod", "node", "namespace") a table shows for each finding,
+	// between its severity and its detail.
+	Columns []string
+	// Gauge, when set, is a gauge a metrics sink exports beside the count
+	// of findings, counting the findings by its labels.
+	Gauge *Gauge
+	// Remedy, when set, is the remedy that may act on the rule's findings.
+	Remedy *RemedyInfo
+}
+
+// Gauge describes a per-rule Prometheus gauge. Its label values must never
+// be IPs or tuples: a series per ghost would grow without bound.
+type Gauge struct {
+	// Name without the ghostwatch_ prefix.
+	Name string
+	Help string
+	// Labels are the label names; Values returns a finding's values, in
+	// the same order.
+	Labels []string
+	Values func(f finding.Finding) []string
+}
+
+// RemedyInfo describes the remedy of a rule.
+type RemedyInfo struct {
+	// ID names the remedy in --remedy.
+	ID string
+	// Action says what it does, for help texts.
+	Action string
+	// Verb and Past say it of one target, in Events and logs: "delete",
+	// "deleted" (followed by the target).
+	Verb, Past string
+	// Target is the finding.Target kind it acts on; an actuator for that
+	// kind does the work.
+	Target string
+	// Events are the Event reasons, by outcome.
+	Events RemedyEvents
+	// Counter, when set, counts the targets acted on, by rule.
+	Counter *Counter
+}
+
+// RemedyEvents are the CamelCase reasons of the Events a remedy emits.
+type RemedyEvents struct {
+	// Done: the action was taken. DryRun: it would have been.
+	Done, DryRun string
+	// Refused: a safety check said no. Failed: the ledger refused it.
+	Refused, Failed string
+}
+
+// Counter describes a Prometheus counter.
+type Counter struct {
+	// Name without the ghostwatch_ prefix.
+	Name string
+	Help string
 }

@@ -1,7 +1,9 @@
 package rule
 
 import (
+	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/ghostwatch/ghostwatch/finding"
@@ -15,18 +17,53 @@ const StaleNATFlowID = "stale-nat-flow"
 // to a backend that is no longer an endpoint of that Service and whose IP no
 // pod holds (seeds 001 and 004). A backend whose pod is terminating but
 // still exists is draining and never a finding.
-type StaleNATFlow struct{ Config ConntrackConfig }
+type StaleNATFlow struct{ ct *conntrackRules }
+
+// NewStaleNATFlow returns the rule on its own; All shares one judgement
+// between the conntrack rules.
+func NewStaleNATFlow(cfg ConntrackConfig) *StaleNATFlow { return &StaleNATFlow{newConntrackRules(cfg)} }
 
 // Info describes the rule.
-func (StaleNATFlow) Info() Info {
+func (*StaleNATFlow) Info() Info {
 	return Info{
 		ID:      StaleNATFlowID,
 		Sources: []string{"kube", "conntrack"},
+		Scope:   ScopeNode,
 		Summary: "the kernel still translates this connection to a pod that no longer exists: packets go nowhere until the entry expires",
 		Fix:     "delete exactly this flow (conntrack -D with its original tuple), never by port or address; bound client connection lifetimes",
 		Runbook: "docs/runbooks/stale-nat-flow.md",
+		Columns: []string{"service", "flow", "ip"},
+		Gauge: &Gauge{
+			Name:   "conntrack_stale_entries",
+			Help:   "Conntrack entries on this node that still translate a Service to a backend that is gone, by Service.",
+			Labels: []string{"namespace", "service"},
+			Values: func(f finding.Finding) []string {
+				svc, _ := serviceOf(f)
+				return []string{svc.Namespace, svc.Name}
+			},
+		},
+		Remedy: &RemedyInfo{
+			ID:     StaleNATFlowID,
+			Action: "delete exactly the conntrack entry each finding names (its original tuple, zone and ID), never a flow by address or port",
+			Verb:   "delete",
+			Past:   "deleted",
+			Target: finding.FlowKind,
+			Events: RemedyEvents{Done: "StaleFlowDeleted", DryRun: "StaleFlowDeleteDryRun",
+				Refused: "StaleFlowDeleteRefused", Failed: "StaleFlowDeleteFailed"},
+			Counter: &Counter{Name: "conntrack_flows_deleted_total",
+				Help: "Conntrack entries the agent deleted, by the rule that named them."},
+		},
 	}
 }
+
+// FlowFilter keeps the flows this rule could report (snapshot.FlowReader).
+func (r *StaleNATFlow) FlowFilter(s *snapshot.Snapshot) snapshot.FlowFilter {
+	return r.ct.flowFilter(s)
+}
+
+// BackendLocal marks the judgement as depending only on the frontends and
+// on what the cluster says about the flow's backend (snapshot.BackendLocal).
+func (*StaleNATFlow) BackendLocal() {}
 
 // closingStates are TCP states in which a new SYN from the same source port
 // re-opens the entry with a fresh DNAT lookup, so the ghost cannot capture
@@ -34,11 +71,11 @@ func (StaleNATFlow) Info() Info {
 var closingStates = map[string]bool{"TIME_WAIT": true, "CLOSE": true}
 
 // Evaluate returns one finding per stale flow.
-func (r StaleNATFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
+func (r *StaleNATFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 	if s.Kube == nil || s.Conntrack == nil {
 		return nil
 	}
-	ix := newFlowIndex(s, r.Config)
+	ix := r.ct.index(s)
 	var out []finding.Finding
 	for i := range s.Conntrack.Flows {
 		f := &s.Conntrack.Flows[i]
@@ -55,10 +92,15 @@ func (r StaleNATFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 		ev["current_backends"] = ix.currentBackends(svc.Ref(), 10)
 		msg := fmt.Sprintf("%s flow to %s %s still goes to %s, which is no longer a backend and which no pod holds",
 			f.Proto, j.frontend.Kind, svc.Ref(), f.Backend())
+		detail := "backend " + f.Backend().String() + " gone"
+		if f.State != "" {
+			detail += ", " + f.State
+		}
 		if j.hostNode != "" {
 			ev["backend_node"] = j.hostNode
 			msg = fmt.Sprintf("%s flow to %s %s still goes to %s on node %s (hostNetwork), which is no longer a backend",
 				f.Proto, j.frontend.Kind, svc.Ref(), f.Backend(), j.hostNode)
+			detail += ", hostNetwork on " + j.hostNode
 		}
 		out = append(out, finding.Finding{
 			Rule:     StaleNATFlowID,
@@ -72,10 +114,48 @@ func (r StaleNATFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 				Flow:      f.String(),
 			},
 			Evidence: ev,
-			Flow:     copyFlow(f),
+			Detail:   detail,
+			Concerns: ix.concerns(f, svc),
+			Target:   &finding.FlowTarget{Flow: *f},
 		})
 	}
 	return out
+}
+
+// RecheckQuery names what proves the flow stale: the Service it addressed
+// with its EndpointSlices, the pods that hold the backend address, and the
+// node whose addresses are NodePort frontends (and the backend's node when
+// it is a node address).
+func (r *StaleNATFlow) RecheckQuery(s *snapshot.Snapshot, f finding.Finding) snapshot.KubeQuery {
+	var q snapshot.KubeQuery
+	fl, ok := flowOf(f)
+	svc, sok := serviceOf(f)
+	if !ok || !sok {
+		return q
+	}
+	q.Services = []snapshot.ObjectRef{svc}
+	q.PodIPs = []netip.Addr{fl.Reply.Src.Unmap()}
+	if s.NodeName != "" {
+		q.Nodes = append(q.Nodes, s.NodeName)
+	}
+	if n, ok := f.Evidence["backend_node"].(string); ok && n != s.NodeName {
+		q.Nodes = append(q.Nodes, n)
+	}
+	return q
+}
+
+// Recheck judges the flow again on fresh, which holds only what
+// RecheckQuery named.
+func (r *StaleNATFlow) Recheck(fresh *snapshot.Snapshot, f finding.Finding) error {
+	fl, ok := flowOf(f)
+	svc, sok := serviceOf(f)
+	if !ok || !sok {
+		return errors.New("the finding names no conntrack flow of a Service")
+	}
+	if fresh.Kube == nil {
+		return errors.New("no fresh view of the cluster")
+	}
+	return newFlowIndex(fresh, r.ct.cfg).stillStale(fl, svc)
 }
 
 // flowEvidence records the facts of a flow a finding relies on.
@@ -102,9 +182,4 @@ func flowEvidence(f *snapshot.Flow, j judgement, now time.Time) map[string]any {
 		ev["zone"] = f.Zone
 	}
 	return ev
-}
-
-func copyFlow(f *snapshot.Flow) *snapshot.Flow {
-	c := *f
-	return &c
 }

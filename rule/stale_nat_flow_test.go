@@ -1,6 +1,7 @@
 package rule
 
 import (
+	"fmt"
 	"net/netip"
 	"sort"
 	"strings"
@@ -68,8 +69,15 @@ func runCases(t *testing.T, cases []ruleCase) {
 			var gotW []want
 			for _, f := range got {
 				gotW = append(gotW, want{f.Rule, f.Subject.IP, f.Severity})
-				if f.Flow == nil || f.Subject.Flow == "" || f.Message == "" || f.Subject.Service == "" {
-					t.Errorf("finding lacks flow, message or service: %+v", f)
+				if f.Target == nil || f.Subject.Flow == "" || f.Message == "" || f.Subject.Service == "" || f.Detail == "" {
+					t.Errorf("finding lacks target, message, detail or service: %+v", f)
+				}
+				// The filter a collector keeps flows by must keep every
+				// flow a finding is made of.
+				fl := f.Target.(*finding.FlowTarget).Flow
+				r, _ := Find(All(Config{Conntrack: tc.cfg}), f.Rule)
+				if !r.(snapshot.FlowReader).FlowFilter(s).Keep(&fl) {
+					t.Errorf("%s finding on a flow its FlowFilter drops: %s", f.Rule, fl.String())
 				}
 			}
 			sortWants(gotW)
@@ -304,7 +312,7 @@ func TestRunSkipsRulesOnIncompleteEvidence(t *testing.T) {
 func TestStaleNATFlowEvidence(t *testing.T) {
 	f := started(flow(tcp, "10.244.1.50:45678", "10.96.100.50:5432", "10.244.3.47:5432"), t0.Add(-time.Minute))
 	f.ID = 42
-	got := StaleNATFlow{}.Evaluate(snap(base(), f))
+	got := NewStaleNATFlow(ConntrackConfig{}).Evaluate(snap(base(), f))
 	if len(got) != 1 {
 		t.Fatalf("got %d findings, want 1", len(got))
 	}
@@ -322,32 +330,90 @@ func TestStaleNATFlowEvidence(t *testing.T) {
 	if cb, _ := g.Evidence["current_backends"].([]string); len(cb) != 1 || cb[0] != "10.244.3.48" {
 		t.Errorf("current_backends = %v", g.Evidence["current_backends"])
 	}
-	if *g.Flow != f {
-		t.Errorf("finding names flow %+v, want %+v", *g.Flow, f)
+	if ft, ok := g.Target.(*finding.FlowTarget); !ok || ft.Flow != f {
+		t.Errorf("finding targets %+v, want flow %+v", g.Target, f)
+	}
+	if ft := g.Target; ft.Group() != "10.244.3.47" || ft.Kind() != finding.FlowKind {
+		t.Errorf("target group %q kind %q", ft.Group(), ft.Kind())
 	}
 }
 
-func TestJudgeStillStale(t *testing.T) {
-	k := base()
-	k.Pods = append(k.Pods, deleting(pod("db", "postgres-old", "uid-old", "10.244.3.60", t0)))
-	k.Pods = append(k.Pods, pod("payments", "ledger", "uid-l", "10.244.3.61", t0))
-	j := NewJudge(snap(k), ConntrackConfig{})
+// The re-check judges the finding again on a fresh view that holds only
+// what RecheckQuery named: the Service, its endpoints, the pods at the
+// backend address, the node.
+func TestStaleNATFlowRecheck(t *testing.T) {
+	r := NewStaleNATFlow(ConntrackConfig{})
+	f := flow(tcp, "10.244.1.50:1", "10.96.100.50:5432", "10.244.3.47:5432")
+	f.ID = 9
+	s := snap(base(), f)
+	fs := r.Evaluate(s)
+	if len(fs) != 1 {
+		t.Fatalf("got %d findings, want 1", len(fs))
+	}
+	q := r.RecheckQuery(s, fs[0])
+	if len(q.Services) != 1 || q.Services[0] != (snapshot.ObjectRef{Namespace: "db", Name: "postgres"}) ||
+		len(q.PodIPs) != 1 || q.PodIPs[0] != ip("10.244.3.47") || len(q.Nodes) != 1 || q.Nodes[0] != "node-a" {
+		t.Fatalf("query = %+v", q)
+	}
+	pg := base().Services[0]
 	for _, tc := range []struct {
-		backend, want string
+		name string
+		kube snapshot.Kube
+		want string
 	}{
-		{"10.244.3.47:5432", ""},
-		{"10.244.3.48:5432", "endpoint of db/postgres again"},
-		{"10.244.3.60:5432", "draining"},
-		{"10.244.3.61:5432", "held by pod payments/ledger"},
+		{"still stale", snapshot.Kube{Services: []snapshot.Service{pg}}, ""},
+		{"back in the slice", snapshot.Kube{Services: []snapshot.Service{pg},
+			Endpoints: []snapshot.Endpoint{ep("db", "postgres", "pg-1", "10.244.3.47", true, false)}}, "endpoint of db/postgres again"},
+		{"its pod terminating", snapshot.Kube{Services: []snapshot.Service{pg},
+			Pods: []snapshot.Pod{deleting(pod("db", "postgres-old", "uid-old", "10.244.3.47", t0))}}, "draining"},
+		{"another pod holds it", snapshot.Kube{Services: []snapshot.Service{pg},
+			Pods: []snapshot.Pod{pod("payments", "ledger", "uid-l", "10.244.3.47", t0)}}, "held by pod payments/ledger"},
+		{"the Service is gone", snapshot.Kube{}, "no longer addresses a frontend of db/postgres"},
 	} {
-		f := flow(tcp, "10.244.1.50:1", "10.96.100.50:5432", tc.backend)
-		err := j.StillStale(&f)
+		fresh := &snapshot.Snapshot{NodeName: "node-a", Kube: &tc.kube}
+		err := r.Recheck(fresh, fs[0])
 		if (err == nil) != (tc.want == "") || (err != nil && !strings.Contains(err.Error(), tc.want)) {
-			t.Errorf("%s: %v, want %q", tc.backend, err, tc.want)
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
 	}
-	f := flow(tcp, "10.244.1.50:1", "10.96.100.99:5432", "10.244.3.47:5432")
-	if err := j.StillStale(&f); err == nil || !strings.Contains(err.Error(), "no longer addresses") {
-		t.Errorf("flow to no frontend: %v", err)
+}
+
+// An Event names the client pod only when the pod that holds the client
+// address provably opened the flow: it held the address before the flow
+// started. Otherwise the address may have been inherited.
+func TestStaleNATFlowConcernsClientOnlyWhenProven(t *testing.T) {
+	client := "10.244.1.50:45678" // app/client, started at t0
+	for _, tc := range []struct {
+		name   string
+		start  time.Time
+		kube   func(k *snapshot.Kube)
+		client bool
+	}{
+		{"flow started after the client pod", t0.Add(time.Minute), nil, true},
+		{"no start time: no proof", time.Time{}, nil, false},
+		{"flow older than the pod holding the address", t0.Add(-time.Minute), nil, false},
+		{"within the clock skew", t0.Add(time.Second), nil, false},
+		{"two pods report the address", t0.Add(time.Minute), func(k *snapshot.Kube) {
+			k.Pods = append(k.Pods, pod("other", "dup", "uid-dup", "10.244.1.50", t0))
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := base()
+			if tc.kube != nil {
+				tc.kube(&k)
+			}
+			f := started(flow(tcp, client, "10.96.100.50:5432", "10.244.3.47:5432"), tc.start)
+			fs := NewStaleNATFlow(ConntrackConfig{}).Evaluate(snap(k, f))
+			if len(fs) != 1 {
+				t.Fatalf("got %d findings", len(fs))
+			}
+			want := []finding.ObjectRef{{Kind: "Service", Namespace: "db", Name: "postgres"}}
+			if tc.client {
+				want = append(want, finding.ObjectRef{Kind: "Pod", Namespace: "app", Name: "client", UID: "uid-client"})
+			}
+			if fmt.Sprint(fs[0].Concerns) != fmt.Sprint(want) {
+				t.Errorf("concerns = %v, want %v", fs[0].Concerns, want)
+			}
+		})
 	}
 }

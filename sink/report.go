@@ -88,7 +88,7 @@ func Table(w io.Writer, r *finding.Report, catalog []rule.Rule) error {
 	}
 	sort.SliceStable(order, func(i, j int) bool { return worst[order[i]] > worst[order[j]] })
 	ew := &errWriter{w: w}
-	complete := true
+	complete := len(r.Skipped) == 0
 	for _, s := range r.Sources {
 		complete = complete && s.Status == snapshot.StatusOK
 	}
@@ -115,14 +115,36 @@ func Table(w io.Writer, r *finding.Report, catalog []rule.Rule) error {
 			ew.printf("  runbook: %s\n", info.Runbook)
 		}
 		ew.printf("\n")
+		cols := info.Columns
+		if len(cols) == 0 {
+			cols = []string{"ip"}
+		}
 		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "  SEVERITY\tSERVICE\tFLOW\tGHOST IP\tDETAIL")
+		head := []string{"SEVERITY"}
+		for _, c := range cols {
+			head = append(head, header(c))
+		}
+		fmt.Fprintln(tw, "  "+strings.Join(append(head, "DETAIL"), "\t"))
 		for _, f := range fs {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", f.Severity, dash(f.Subject.Service), dash(f.Subject.Flow),
-				dash(f.Subject.IP), detail(f))
+			row := []string{f.Severity.String()}
+			for _, c := range cols {
+				row = append(row, dash(f.Subject.Field(c)))
+			}
+			d := f.Detail
+			if d == "" {
+				d = f.Message
+			}
+			fmt.Fprintln(tw, "  "+strings.Join(append(row, d), "\t"))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+		ew.printf("\n")
+	}
+	if len(r.Skipped) > 0 {
+		ew.printf("Not judged (a source they read was not complete):\n")
+		for _, sk := range r.Skipped {
+			ew.printf("  %s: %s\n", sk.Rule, sk.Reason)
 		}
 		ew.printf("\n")
 	}
@@ -137,25 +159,14 @@ func Table(w io.Writer, r *finding.Report, catalog []rule.Rule) error {
 	return ew.err
 }
 
-// detail is the short per-row reason: what the backend became.
-func detail(f finding.Finding) string {
-	switch f.Rule {
-	case rule.StaleNATFlowID:
-		d := "backend " + str(f.Evidence["backend"]) + " gone"
-		if s, ok := f.Evidence["state"]; ok {
-			d += ", " + str(s)
-		}
-		if n, ok := f.Evidence["backend_node"]; ok {
-			d += ", hostNetwork on " + str(n)
-		}
-		return d
-	case rule.MisdeliveredFlowID:
-		return "now held by " + f.Subject.Pod + " (" + str(f.Evidence["proof"]) + ")"
+// header is a column's title: the subject field in capitals, the ghost IP
+// named as such.
+func header(field string) string {
+	if field == "ip" {
+		return "GHOST IP"
 	}
-	return f.Message
+	return strings.ToUpper(field)
 }
-
-func str(v any) string { return fmt.Sprint(v) }
 
 func dash(s string) string {
 	if s == "" {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ghostwatch/ghostwatch/finding"
@@ -20,10 +21,12 @@ func sample() *finding.Report {
 		Findings: []finding.Finding{
 			{Rule: rule.MisdeliveredFlowID, Severity: finding.Critical, Message: "tcp flow to ClusterIP db/postgres is delivered to 10.244.3.47:5432, now held by another pod",
 				Subject:  finding.Subject{IP: "10.244.3.47", Service: "db/postgres", Namespace: "db", Pod: "payments/ledger", Node: "node-a", Flow: "tcp 10.244.1.50:45679 -> 10.96.100.50:5432"},
-				Evidence: map[string]any{"backend": "10.244.3.47:5432", "proof": "flow started before the holder existed"}},
+				Evidence: map[string]any{"backend": "10.244.3.47:5432", "proof": "flow started before the holder existed"},
+				Detail:   "now held by payments/ledger (flow started before the holder existed)"},
 			{Rule: rule.StaleNATFlowID, Severity: finding.Warning, Message: "tcp flow to NodePort web/api still goes to 10.244.1.100:8080, which is no longer a backend and which no pod holds",
 				Subject:  finding.Subject{IP: "10.244.1.100", Service: "web/api", Namespace: "web", Node: "node-a", Flow: "tcp 203.0.113.10:40000 -> 192.168.50.1:30080"},
-				Evidence: map[string]any{"backend": "10.244.1.100:8080", "state": "FIN_WAIT", "timeout_seconds": 117}},
+				Evidence: map[string]any{"backend": "10.244.1.100:8080", "state": "FIN_WAIT", "timeout_seconds": 117},
+				Detail:   "backend 10.244.1.100:8080 gone, FIN_WAIT"},
 		},
 		Sources: []snapshot.SourceStatus{{Name: "kube", Status: snapshot.StatusOK}, {Name: "conntrack", Status: snapshot.StatusOK}},
 	}
@@ -52,6 +55,25 @@ func TestTableGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	golden(t, "report.table", b.Bytes())
+}
+
+// A rule skipped for want of a source is said to be, and the table does
+// not claim that nothing was found.
+func TestTableSaysWhichRulesWereNotJudged(t *testing.T) {
+	var b bytes.Buffer
+	r := &finding.Report{
+		Sources: []snapshot.SourceStatus{{Name: "kube", Status: snapshot.StatusOK}, {Name: "conntrack", Status: snapshot.StatusUnsupported, Detail: "no nf_conntrack_netlink"}},
+		Skipped: []finding.Skipped{{Rule: rule.StaleNATFlowID, Reason: "sources not ready (conntrack: unsupported)"}},
+	}
+	if err := Table(&b, r, rule.All(rule.Config{})); err != nil {
+		t.Fatal(err)
+	}
+	got := b.String()
+	for _, want := range []string{"No ghosts found in what could be read", "Not judged", "stale-nat-flow: sources not ready (conntrack: unsupported)"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("table lacks %q:\n%s", want, got)
+		}
+	}
 }
 
 func TestTableNoFindings(t *testing.T) {

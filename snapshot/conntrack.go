@@ -105,12 +105,9 @@ func (f *Flow) String() string {
 
 // Conntrack is the part of the node's conntrack table the rules need.
 type Conntrack struct {
-	// Flows holds the entries the collector kept (by default, the DNATed
-	// ones).
+	// Flows holds the entries the collector kept: those the rules that
+	// read them asked for (see FlowReader).
 	Flows []Flow
 	// Seen is how many entries the table held in all.
 	Seen int
-	// Matched is how many of them addressed a service frontend of the
-	// node, kept or not; 0 when the collector did not count.
-	Matched int
 }

@@ -22,6 +22,22 @@ type Source interface {
 	Collect(ctx context.Context, s *snapshot.Snapshot) error
 }
 
+// Narrower is a Source that can keep less than its whole ledger. Before
+// each Collect it is given the rules that will read what it collects (as
+// rule.ReadersOf returns them); it keeps what their opt-in contracts ask
+// for (snapshot.FlowReader for conntrack) and everything when one of them
+// asks for nothing in particular. A source that keeps everything need not
+// implement it.
+type Narrower interface {
+	Narrow(readers []any)
+}
+
+// Describer is a Source that can say what a complete collection read, in a
+// few words for reports ("120 pods, 14 services").
+type Describer interface {
+	Describe(s *snapshot.Snapshot) string
+}
+
 // Collect runs each source in order into a new snapshot taken at now. Every
 // source runs even if an earlier one failed; the outcome of each is recorded
 // in Snapshot.Sources.
@@ -43,6 +59,10 @@ func CollectInto(ctx context.Context, now func() time.Time, s *snapshot.Snapshot
 			st.Status, st.Detail = snapshot.StatusUnsupported, err.Error()
 		case err != nil:
 			st.Status, st.Detail = snapshot.StatusError, err.Error()
+		default:
+			if d, ok := src.(Describer); ok {
+				st.Detail = d.Describe(s)
+			}
 		}
 		s.Sources = append(s.Sources, st)
 	}

@@ -18,26 +18,26 @@ type FileSource struct {
 	Path string
 	// Stdin is read when Path is "-"; nil means os.Stdin.
 	Stdin io.Reader
-	// Keep selects the flows to keep; nil means KeepDNAT.
-	Keep Keep
 	// Now returns when the listing was captured: delta-time= fields count
 	// back from it. nil means the file's modification time for a regular,
 	// non-empty file (a saved listing), and the current time otherwise
 	// (Stdin, a pipe, /proc/net/nf_conntrack).
 	Now func() time.Time
+
+	readers
 }
 
 // Name returns Name ("conntrack").
 func (f *FileSource) Name() string { return Name }
 
+// Describe says how many entries the last collection read and kept.
+func (f *FileSource) Describe(s *snapshot.Snapshot) string { return f.describe(s) }
+
 // Collect reads the whole listing and sets s.Conntrack to the kept flows
 // and the number of entries read. On any error (no such file, an entry that
 // does not parse, a listing cut short) it leaves s untouched.
 func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
-	keep := f.Keep
-	if keep == nil {
-		keep = KeepDNAT
-	}
+	keep := f.keep(s)
 	var (
 		r    io.Reader
 		name string

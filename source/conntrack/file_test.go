@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -66,6 +67,7 @@ func TestFileSourcePath(t *testing.T) {
 	if src.Name() != Name {
 		t.Errorf("Name() = %q, want %q", src.Name(), Name)
 	}
+	src.Narrow([]any{readerOf((*snapshot.Flow).DNAT)})
 	s := collectFile(t, src)
 	if s.Conntrack.Seen != 3 {
 		t.Errorf("Seen %d, want 3", s.Conntrack.Seen)
@@ -115,8 +117,8 @@ func TestFileSourceNow(t *testing.T) {
 func TestFileSourceStdin(t *testing.T) {
 	t.Parallel()
 	s := collectFile(t, &FileSource{Path: "-", Stdin: bytes.NewReader([]byte(fileListing))})
-	if s.Conntrack.Seen != 3 || len(s.Conntrack.Flows) != 2 {
-		t.Errorf("seen %d, kept %d; want 3 and 2", s.Conntrack.Seen, len(s.Conntrack.Flows))
+	if s.Conntrack.Seen != 3 || len(s.Conntrack.Flows) != 3 {
+		t.Errorf("seen %d, kept %d; want 3 and 3", s.Conntrack.Seen, len(s.Conntrack.Flows))
 	}
 	// Errors name stdin.
 	err := (&FileSource{Path: "-", Stdin: strings.NewReader("\nnonsense\n")}).Collect(context.Background(), &snapshot.Snapshot{})
@@ -125,32 +127,59 @@ func TestFileSourceStdin(t *testing.T) {
 	}
 }
 
+// keepFunc is a FlowFilter; readerOf a rule that reads flows through it.
+type keepFunc struct {
+	fn    func(*snapshot.Flow) bool
+	calls int
+}
+
+func (k *keepFunc) Keep(f *snapshot.Flow) bool { k.calls++; return k.fn(f) }
+
+type flowReader struct{ f snapshot.FlowFilter }
+
+func (r flowReader) FlowFilter(*snapshot.Snapshot) snapshot.FlowFilter { return r.f }
+
+func readerOf(fn func(*snapshot.Flow) bool) flowReader { return flowReader{&keepFunc{fn: fn}} }
+
+// The source keeps what its readers' filters keep: the union of them, all
+// of the table when a reader has no filter, nothing without readers.
 func TestFileSourceKeep(t *testing.T) {
 	t.Parallel()
 	path := writeListing(t, fileListing)
+	udp := func(f *snapshot.Flow) bool { return f.Proto == snapshot.ProtoUDP }
+	id7 := func(f *snapshot.Flow) bool { return f.ID == 7 }
+	shared := readerOf(udp)
 	tests := []struct {
-		name string
-		keep Keep
-		want []uint32
+		name    string
+		readers []any
+		narrow  bool
+		want    []uint32
 	}{
-		{"all", func(*snapshot.Flow) bool { return true }, []uint32{7, 8, 9}},
-		{"none", func(*snapshot.Flow) bool { return false }, nil},
-		{"udp", func(f *snapshot.Flow) bool { return f.Proto == snapshot.ProtoUDP }, []uint32{8, 9}},
-		{"default", nil, []uint32{7, 9}},
+		{"never narrowed: all", nil, false, []uint32{7, 8, 9}},
+		{"no reader: none", nil, true, nil},
+		{"one filter", []any{readerOf(udp)}, true, []uint32{8, 9}},
+		{"the union of two", []any{readerOf(udp), readerOf(id7)}, true, []uint32{7, 8, 9}},
+		{"a reader without a filter: all", []any{readerOf(id7), "a rule that does not say"}, true, []uint32{7, 8, 9}},
+		{"a nil filter: all", []any{flowReader{}}, true, []uint32{7, 8, 9}},
+		{"one filter shared by two rules", []any{shared, shared}, true, []uint32{8, 9}},
 	}
 	for _, tc := range tests {
-		s := collectFile(t, &FileSource{Path: path, Keep: tc.keep})
+		src := &FileSource{Path: path}
+		if tc.narrow {
+			src.Narrow(tc.readers)
+		}
+		s := collectFile(t, src)
 		got := flowIDs(s.Conntrack.Flows)
-		if len(got) != len(tc.want) || s.Conntrack.Seen != 3 {
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) || s.Conntrack.Seen != 3 {
 			t.Errorf("%s: kept %v of %d, want %v of 3", tc.name, got, s.Conntrack.Seen, tc.want)
-			continue
 		}
-		for i := range got {
-			if got[i] != tc.want[i] {
-				t.Errorf("%s: kept %v, want %v", tc.name, got, tc.want)
-				break
-			}
+		if d := src.Describe(s); !strings.HasPrefix(d, fmt.Sprintf("3 entries read, %d kept", len(tc.want))) {
+			t.Errorf("%s: Describe = %q", tc.name, d)
 		}
+	}
+	// A filter two rules share is asked once per flow.
+	if n := shared.f.(*keepFunc).calls; n != 3 {
+		t.Errorf("shared filter asked %d times for 3 flows", n)
 	}
 }
 
@@ -210,9 +239,14 @@ func TestFileSourceCanceled(t *testing.T) {
 func TestFileSourceInCollect(t *testing.T) {
 	t.Parallel()
 	now := func() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
-	s := source.Collect(context.Background(), now, "n1", &FileSource{Path: writeListing(t, fileListing)})
+	src := &FileSource{Path: writeListing(t, fileListing)}
+	src.Narrow([]any{readerOf((*snapshot.Flow).DNAT)})
+	s := source.Collect(context.Background(), now, "n1", src)
 	if err := s.Ready(Name); err != nil || s.Conntrack == nil || len(s.Conntrack.Flows) != 2 {
 		t.Errorf("ready: %v, conntrack %+v", err, s.Conntrack)
+	}
+	if st, _ := s.Source(Name); st.Detail != "3 entries read, 2 kept for the rules" {
+		t.Errorf("detail %q", st.Detail)
 	}
 	s = source.Collect(context.Background(), now, "n1", &FileSource{Path: filepath.Join(t.TempDir(), "gone")})
 	if st, _ := s.Source(Name); st.Status != snapshot.StatusError || !strings.Contains(st.Detail, "does not exist") || s.Conntrack != nil {
@@ -252,7 +286,6 @@ func TestFileSourceKeepsEveryField(t *testing.T) {
 		"dccp 33 5 PARTOPEN src=10.0.0.1 dst=10.0.0.2 sport=1 dport=2 src=10.0.0.2 dst=10.0.0.1 sport=2 dport=1\n" +
 		"tcp 6 5 SYN_SENT3 src=10.0.0.1 dst=10.0.0.2 sport=3 dport=2 src=10.0.0.2 dst=10.0.0.1 sport=2 dport=3 delta-time=12\n"
 	files = append(files, writeListing(t, good+odd+good))
-	all := func(*snapshot.Flow) bool { return true }
 	for _, path := range files {
 		if strings.HasSuffix(path, "-save.txt") {
 			continue
@@ -265,7 +298,7 @@ func TestFileSourceKeepsEveryField(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := collectFile(t, &FileSource{Path: path, Keep: all, Now: func() time.Time { return textNow }})
+		s := collectFile(t, &FileSource{Path: path, Now: func() time.Time { return textNow }})
 		got := s.Conntrack.Flows
 		if len(got) != len(want) || s.Conntrack.Seen != len(want) {
 			t.Fatalf("%s: kept %d of %d, want all %d", path, len(got), s.Conntrack.Seen, len(want))

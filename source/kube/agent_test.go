@@ -3,19 +3,160 @@ package kube
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
-func TestOnChangeAndStale(t *testing.T) {
+// manual is a clock that moves only when told.
+type manual struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *manual) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *manual) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func startSynced(t *testing.T, inf *Informers) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	inf.Start(ctx)
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	if err := inf.WaitForSync(wctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Errors are stamped with the informers' clock, and say what failed.
+func TestStaleOnErrorsByTheInjectedClock(t *testing.T) {
+	clk := &manual{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	inf := NewInformers(fake.NewClientset(), InformerOptions{Now: clk.now})
+	if err := inf.Stale(clk.now(), time.Minute); err == nil || !strings.Contains(err.Error(), "not listed yet") {
+		t.Fatalf("before start: %v, want not listed yet", err)
+	}
+	startSynced(t, inf)
+	if err := inf.Stale(clk.now(), time.Minute); err != nil {
+		t.Fatalf("after sync: %v", err)
+	}
+	inf.failed(inf.watched[0], errors.New("dial tcp 127.0.0.1:6443: connect: connection refused"))
+	clk.advance(30 * time.Second)
+	if err := inf.Stale(clk.now(), time.Minute); err == nil || !strings.Contains(err.Error(), "pods: dial tcp 127.0.0.1:6443: connect: connection refused (30s ago)") {
+		t.Fatalf("after a watch error: %v", err)
+	}
+	clk.advance(31 * time.Second)
+	if err := inf.Stale(clk.now(), time.Minute); err != nil {
+		t.Fatalf("an old error must not keep the caches stale: %v", err)
+	}
+}
+
+// Before the first list succeeds, Stale says why it has not: the error of
+// the last attempt, not only "not synced".
+func TestStaleSaysWhyNotListed(t *testing.T) {
 	client := fake.NewClientset()
-	inf := NewInformers(client, 0)
-	changed := make(chan struct{}, 16)
+	client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("dial tcp 10.0.0.1:443: connect: connection refused")
+	})
+	inf := NewInformers(client, InformerOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	inf.Start(ctx)
+	waitUntil(t, "the list error", func() bool { return inf.watched[0].err() != nil })
+	err := inf.Stale(time.Now(), time.Minute)
+	if err == nil || !strings.Contains(err.Error(), "pods: not listed yet: ") || !strings.HasSuffix(err.Error(), "dial tcp 10.0.0.1:443: connect: connection refused") {
+		t.Fatalf("Stale = %v", err)
+	}
+}
+
+// A watch that stays silent, without an error, longer than the API server
+// ever leaves it without a bookmark is stuck: the caches are not trusted.
+// Any event of the watch, a bookmark included, is a sign of life.
+func TestStaleWhenTheWatchFallsSilent(t *testing.T) {
+	clk := &manual{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	client := fake.NewClientset()
+	var mu sync.Mutex
+	watches := map[string]*watch.FakeWatcher{}
+	client.PrependWatchReactor("*", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		w := watch.NewFake()
+		mu.Lock()
+		watches[a.GetResource().Resource] = w
+		mu.Unlock()
+		return true, w, nil
+	})
+	inf := NewInformers(client, InformerOptions{Now: clk.now, Silence: 2 * time.Minute})
+	startSynced(t, inf)
+	waitUntil(t, "four watches", func() bool { mu.Lock(); defer mu.Unlock(); return len(watches) == 4 })
+	clk.advance(90 * time.Second)
+	if err := inf.Stale(clk.now(), time.Minute); err != nil {
+		t.Fatalf("90s of quiet is normal: %v", err)
+	}
+	// Bookmarks on every watch but the nodes'.
+	bookmark := metav1.ObjectMeta{ResourceVersion: "7"}
+	mu.Lock()
+	watches["pods"].Action(watch.Bookmark, &corev1.Pod{ObjectMeta: bookmark})
+	watches["services"].Action(watch.Bookmark, &corev1.Service{ObjectMeta: bookmark})
+	watches["endpointslices"].Action(watch.Bookmark, &discoveryv1.EndpointSlice{ObjectMeta: bookmark})
+	mu.Unlock()
+	waitUntil(t, "the bookmarks", func() bool {
+		for _, w := range inf.watched {
+			w.mu.Lock()
+			h := w.heardAt
+			w.mu.Unlock()
+			if w.resource != "nodes" && !h.Equal(clk.now()) {
+				return false
+			}
+		}
+		return true
+	})
+	clk.advance(60 * time.Second)
+	err := inf.Stale(clk.now(), time.Minute)
+	if err == nil || !strings.Contains(err.Error(), "nodes: nothing heard from the API server for 2m30s") || strings.Contains(err.Error(), "pods:") {
+		t.Fatalf("after 150s without a word on the nodes' watch: %v", err)
+	}
+}
+
+// Changes name the addresses that changed Pods and EndpointSlices mention,
+// before and after, and say when a Service or Node changed.
+func TestChanges(t *testing.T) {
+	ready := true
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"},
+		Status: corev1.PodStatus{PodIP: "10.244.0.5", PodIPs: []corev1.PodIP{{IP: "10.244.0.5"}, {IP: "fd00::5"}}}}
+	client := fake.NewClientset(pod)
+	inf := NewInformers(client, InformerOptions{})
+	changed := make(chan struct{}, 64)
 	if err := inf.OnChange(func() {
 		select {
 		case changed <- struct{}{}:
@@ -24,36 +165,97 @@ func TestOnChangeAndStale(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	if err := inf.Stale(now, time.Minute); err == nil || !strings.Contains(err.Error(), "not synced") {
-		t.Fatalf("before start: %v, want not synced", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	inf.Start(ctx)
-	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
-	defer wcancel()
-	if err := inf.WaitForSync(wctx); err != nil {
+	startSynced(t, inf)
+	waitUntil(t, "the initial pod", func() bool { return len(inf.TakeChanges().Addrs) > 0 })
+	inf.TakeChanges()
+
+	ctx := context.Background()
+	pod.Status.PodIP, pod.Status.PodIPs = "10.244.0.6", []corev1.PodIP{{IP: "10.244.0.6"}}
+	if _, err := client.CoreV1().Pods("ns").Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := inf.Stale(time.Now(), time.Minute); err != nil {
-		t.Fatalf("after sync: %v", err)
-	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}}
-	if _, err := client.CoreV1().Pods("ns").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s",
+		Labels: map[string]string{discoveryv1.LabelServiceName: "svc"}}, AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.9"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}}}
+	if _, err := client.DiscoveryV1().EndpointSlices("ns").Create(ctx, slice, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	want := map[netip.Addr]struct{}{}
+	for _, a := range []string{"10.244.0.5", "fd00::5", "10.244.0.6", "10.244.0.9"} {
+		want[netip.MustParseAddr(a)] = struct{}{}
+	}
+	got := map[netip.Addr]struct{}{}
+	waitUntil(t, "both changes", func() bool {
+		for a := range inf.TakeChanges().Addrs {
+			got[a] = struct{}{}
+		}
+		return len(got) == len(want)
+	})
+	for a := range want {
+		if _, ok := got[a]; !ok {
+			t.Errorf("changes lack %s: %v", a, got)
+		}
+	}
+	if _, err := client.CoreV1().Services("ns").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "svc"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	frontends := false
+	waitUntil(t, "the service change", func() bool { frontends = frontends || inf.TakeChanges().Frontends; return frontends })
 	select {
 	case <-changed:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no change notified for a new pod")
+	default:
+		t.Error("OnChange's function was not called")
 	}
-	// A watch error makes the caches stale for the window, not after.
-	inf.failed(inf.watched[0], errors.New("connection refused"))
-	if err := inf.Stale(time.Now(), time.Minute); err == nil || !strings.Contains(err.Error(), "connection refused") {
-		t.Fatalf("after a watch error: %v", err)
+}
+
+func TestQuorum(t *testing.T) {
+	ready := true
+	objs := []runtime.Object{
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Spec: corev1.NodeSpec{PodCIDRs: []string{"10.244.0.0/24", "fd00::/64"}},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.1.10"}}}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "svc"}, Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10",
+			Ports: []corev1.ServicePort{{Port: 80}}}},
+		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "svc-1",
+			Labels: map[string]string{discoveryv1.LabelServiceName: "svc"}}, AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.5"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}}},
+		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "other-1",
+			Labels: map[string]string{discoveryv1.LabelServiceName: "other"}}, AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.7"}}}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p5", UID: "u5"},
+			Status: corev1.PodStatus{PodIP: "10.244.0.5", PodIPs: []corev1.PodIP{{IP: "10.244.0.5"}}}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p6", UID: "u6"},
+			Status: corev1.PodStatus{PodIP: "10.244.0.6", PodIPs: []corev1.PodIP{{IP: "10.244.0.6"}}}},
 	}
-	if err := inf.Stale(time.Now().Add(2*time.Minute), time.Minute); err != nil {
-		t.Fatalf("an old error must not keep the caches stale: %v", err)
+	client := fake.NewClientset(objs...)
+	var selectors []string
+	client.PrependReactor("list", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		selectors = append(selectors, a.(k8stesting.ListAction).GetListRestrictions().Fields.String())
+		return false, nil, nil
+	})
+	ctx := context.Background()
+	q := snapshot.KubeQuery{Services: []snapshot.ObjectRef{{Namespace: "ns", Name: "svc"}, {Namespace: "ns", Name: "gone"}},
+		PodIPs: []netip.Addr{netip.MustParseAddr("10.244.0.5")}, Nodes: []string{"node-a", "node-gone"}}
+	k, err := Quorum(ctx, client, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(k.Services) != 1 || k.Services[0].Name != "svc" || len(k.Endpoints) != 1 || k.Endpoints[0].Address != netip.MustParseAddr("10.244.0.5") ||
+		len(k.Nodes) != 1 || len(k.Pods) != 1 || k.Pods[0].UID != "u5" {
+		t.Fatalf("quorum read %+v", k)
+	}
+	if len(selectors) != 1 || selectors[0] != "status.podIP=10.244.0.5" {
+		t.Errorf("pod lists selected by %q", selectors)
+	}
+	// An address of the cluster's second family cannot be looked up.
+	q.PodIPs = []netip.Addr{netip.MustParseAddr("fd00::5")}
+	if _, err := Quorum(ctx, client, q); err == nil || !strings.Contains(err.Error(), "second address family") {
+		t.Errorf("second-family address: %v", err)
+	}
+	// A failed read is an error that names what was read.
+	client.PrependReactor("list", "services", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("connection refused")
+	})
+	if _, err := Quorum(ctx, client, q); err == nil || !strings.Contains(err.Error(), "quorum read of service ns/svc: connection refused") {
+		t.Errorf("failed read: %v", err)
 	}
 }

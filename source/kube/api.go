@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"reflect"
@@ -21,10 +22,10 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	coreinformers "k8s.io/client-go/informers/core/v1"
-	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -64,6 +65,25 @@ func Watched() []schema.GroupResource {
 	}
 }
 
+// InformerOptions tunes Informers. The zero value is usable.
+type InformerOptions struct {
+	// Resync is the informers' resync period; 0 for none.
+	Resync time.Duration
+	// Now is the clock that stamps list and watch errors and what was last
+	// heard from the API server; nil means time.Now.
+	Now func() time.Time
+	// Silence is how long a watch may stay silent (no event, no bookmark,
+	// no list) before the caches are no longer trusted. The API server
+	// sends a bookmark on every watch about once a minute (and 2s before
+	// the watch times out) even when nothing changes, so a longer silence
+	// means the watch is stuck without having returned an error. Default
+	// 2m30s: one bookmark may be late or lost.
+	Silence time.Duration
+}
+
+// DefaultSilence is InformerOptions.Silence when it is zero.
+const DefaultSilence = 150 * time.Second
+
 // Informers watches Pods (trimmed by TrimPod), Services, EndpointSlices that
 // belong to a Service, and Nodes (trimmed to their addresses) in every
 // namespace, and converts what they hold into a snapshot.Kube on demand. It
@@ -74,9 +94,17 @@ type Informers struct {
 	wake    chan struct{}
 	once    sync.Once
 	started atomic.Bool
+	now     func() time.Time
+	silence time.Duration
+
+	// changes, once OnChange is called, gathers what changed.
+	tracking atomic.Bool
+	chMu     sync.Mutex
+	changes  Changes
 }
 
-// watched is one informer and the last error its reflector reported.
+// watched is one informer, the last error its reflector reported, and when
+// the API server was last heard from about its resource.
 type watched struct {
 	resource string
 	informer cache.SharedIndexInformer
@@ -84,31 +112,104 @@ type watched struct {
 	mu      sync.Mutex
 	lastErr error
 	errAt   time.Time
+	heardAt time.Time
 }
 
 // NewInformers sets up the informers; nothing is requested from the API
-// server until Start. resync is the informers' resync period (0 for none).
-func NewInformers(client kubernetes.Interface, resync time.Duration) *Informers {
+// server until Start.
+func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers {
+	i := &Informers{wake: make(chan struct{}, 1), now: opts.Now, silence: opts.Silence}
+	if i.now == nil {
+		i.now = time.Now
+	}
+	if i.silence <= 0 {
+		i.silence = DefaultSilence
+	}
 	idx := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	onlyServices := func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName }
-	i := &Informers{wake: make(chan struct{}, 1)}
+	core, disc := client.CoreV1(), client.DiscoveryV1()
 	for _, w := range []struct {
 		resource  string
-		informer  cache.SharedIndexInformer
+		object    runtime.Object
+		list      func(context.Context, metav1.ListOptions) (runtime.Object, error)
+		watch     func(context.Context, metav1.ListOptions) (watch.Interface, error)
+		indexers  cache.Indexers
 		transform cache.TransformFunc
 	}{
-		{resPods, coreinformers.NewPodInformer(client, metav1.NamespaceAll, resync, idx), TrimPod},
-		{resServices, coreinformers.NewServiceInformer(client, metav1.NamespaceAll, resync, idx), trimMeta},
-		{resEndpointSlices, discoveryinformers.NewFilteredEndpointSliceInformer(client, metav1.NamespaceAll, resync, idx, onlyServices), trimMeta},
-		{resNodes, coreinformers.NewNodeInformer(client, resync, cache.Indexers{}), trimNode},
+		{resPods, &corev1.Pod{},
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return core.Pods("").List(ctx, o)
+			},
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return core.Pods("").Watch(ctx, o)
+			},
+			idx, TrimPod},
+		{resServices, &corev1.Service{},
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return core.Services("").List(ctx, o)
+			},
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return core.Services("").Watch(ctx, o)
+			},
+			idx, trimMeta},
+		{resEndpointSlices, &discoveryv1.EndpointSlice{},
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				onlyServices(&o)
+				return disc.EndpointSlices("").List(ctx, o)
+			},
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				onlyServices(&o)
+				return disc.EndpointSlices("").Watch(ctx, o)
+			},
+			idx, trimMeta},
+		{resNodes, &corev1.Node{},
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return core.Nodes().List(ctx, o)
+			},
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return core.Nodes().Watch(ctx, o)
+			},
+			cache.Indexers{}, trimNode},
 	} {
-		wd := &watched{resource: w.resource, informer: w.informer}
+		wd := &watched{resource: w.resource}
+		list, watchFn := w.list, w.watch
+		lw := &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				obj, err := list(ctx, o)
+				if err == nil {
+					wd.heard(i.now())
+				}
+				return obj, err
+			},
+			// Every event of the watch, bookmarks included, is a sign of
+			// life: the informers hide bookmarks, so they are seen here.
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				wi, err := watchFn(ctx, o)
+				if err != nil {
+					return nil, err
+				}
+				wd.heard(i.now())
+				return watch.Filter(wi, func(e watch.Event) (watch.Event, bool) {
+					wd.heard(i.now())
+					return e, true
+				}), nil
+			},
+		}
+		wd.informer = cache.NewSharedIndexInformer(lw, w.object, opts.Resync, w.indexers)
 		// Neither call can fail before the informer runs.
-		_ = w.informer.SetTransform(w.transform)
-		_ = w.informer.SetWatchErrorHandler(func(_ *cache.Reflector, err error) { i.failed(wd, err) })
+		_ = wd.informer.SetTransform(w.transform)
+		_ = wd.informer.SetWatchErrorHandler(func(_ *cache.Reflector, err error) { i.failed(wd, err) })
 		i.watched = append(i.watched, wd)
 	}
 	return i
+}
+
+func (w *watched) heard(at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if at.After(w.heardAt) {
+		w.heardAt = at
+	}
 }
 
 // failed records a list or watch error. A watch that merely ended, or whose
@@ -118,7 +219,7 @@ func (i *Informers) failed(w *watched, err error) {
 		return
 	}
 	w.mu.Lock()
-	w.lastErr, w.errAt = err, time.Now()
+	w.lastErr, w.errAt = err, i.now()
 	w.mu.Unlock()
 	select {
 	case i.wake <- struct{}{}:
@@ -190,17 +291,26 @@ func isPermanent(err error) bool {
 	return err != nil && (apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) || apierrors.IsNotFound(err))
 }
 
-// OnChange calls fn after any Pod or EndpointSlice is added, updated or
-// deleted: the events that can turn a flow into a ghost. fn must not block.
+// Changes is what changed in the cluster between two calls of TakeChanges:
+// the addresses that the changed Pods and EndpointSlices mention, before
+// and after the change, and whether a Service or a Node changed (then any
+// flow may address another frontend).
+type Changes struct {
+	Addrs     map[netip.Addr]struct{}
+	Frontends bool
+}
+
+// OnChange calls fn after any Pod, Service, EndpointSlice or Node is added,
+// updated or deleted, and from then on gathers the Changes that
+// TakeChanges returns. fn must not block.
 func (i *Informers) OnChange(fn func()) error {
-	h := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { fn() },
-		UpdateFunc: func(any, any) { fn() },
-		DeleteFunc: func(any) { fn() },
-	}
+	i.tracking.Store(true)
 	for _, w := range i.watched {
-		if w.resource != resPods && w.resource != resEndpointSlices {
-			continue
+		resource := w.resource
+		h := cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { i.changed(resource, nil, obj); fn() },
+			UpdateFunc: func(old, obj any) { i.changed(resource, old, obj); fn() },
+			DeleteFunc: func(obj any) { i.changed(resource, obj, nil); fn() },
 		}
 		if _, err := w.informer.AddEventHandler(h); err != nil {
 			return fmt.Errorf("watching %s: %w", w.resource, err)
@@ -209,23 +319,75 @@ func (i *Informers) OnChange(fn func()) error {
 	return nil
 }
 
-// Stale returns an error when an informer has not synced, or reported a
-// list or watch error within the last window (reflectors retry at least
-// every 30 seconds while the API server is unreachable, so errors keep
-// coming as long as the cache is not being kept up to date). Nil means the
-// caches may be trusted.
+// changed records what a change of one object mentions.
+func (i *Informers) changed(resource string, objs ...any) {
+	i.chMu.Lock()
+	defer i.chMu.Unlock()
+	if i.changes.Addrs == nil {
+		i.changes.Addrs = map[netip.Addr]struct{}{}
+	}
+	add := func(s string) {
+		if a, ok := parseIP(s); ok {
+			i.changes.Addrs[a.Unmap()] = struct{}{}
+		}
+	}
+	for _, obj := range objs {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		switch o := obj.(type) {
+		case *corev1.Pod:
+			add(o.Status.PodIP)
+			for _, ip := range o.Status.PodIPs {
+				add(ip.IP)
+			}
+		case *discoveryv1.EndpointSlice:
+			for _, ep := range o.Endpoints {
+				for _, a := range ep.Addresses {
+					add(a)
+				}
+			}
+		case *corev1.Service, *corev1.Node:
+			i.changes.Frontends = true
+		}
+	}
+}
+
+// TakeChanges returns what changed since the last call, and forgets it.
+// Take the changes before the Snapshot they are to be judged against: a
+// change that lands in between is then both in the snapshot and in the
+// next changes, never in neither.
+func (i *Informers) TakeChanges() Changes {
+	i.chMu.Lock()
+	defer i.chMu.Unlock()
+	c := i.changes
+	i.changes = Changes{}
+	return c
+}
+
+// Stale returns an error when an informer has not synced, reported a list
+// or watch error within the last window (reflectors retry at least every
+// 30 seconds while the API server is unreachable, so errors keep coming as
+// long as the cache is not being kept up to date), or has heard nothing
+// from the API server for longer than the silence allowed (a watch stuck
+// without an error). Nil means the caches may be trusted. The error names
+// each resource and the cause.
 func (i *Informers) Stale(now time.Time, window time.Duration) error {
 	var bad []string
 	for _, w := range i.watched {
-		if !w.informer.HasSynced() {
-			bad = append(bad, w.resource+": not synced")
-			continue
-		}
 		w.mu.Lock()
-		err, at := w.lastErr, w.errAt
+		err, at, heard := w.lastErr, w.errAt, w.heardAt
 		w.mu.Unlock()
-		if err != nil && now.Sub(at) < window {
-			bad = append(bad, fmt.Sprintf("%s: %v (%s ago)", w.resource, err, now.Sub(at).Round(time.Second)))
+		switch {
+		case !w.informer.HasSynced() && err != nil:
+			bad = append(bad, fmt.Sprintf("%s: not listed yet: %s", w.resource, describe(err, w.resource)))
+		case !w.informer.HasSynced():
+			bad = append(bad, w.resource+": not listed yet: no answer from the API server")
+		case err != nil && now.Sub(at) < window:
+			bad = append(bad, fmt.Sprintf("%s: %s (%s ago)", w.resource, describe(err, w.resource), now.Sub(at).Round(time.Second)))
+		case now.Sub(heard) > i.silence:
+			bad = append(bad, fmt.Sprintf("%s: nothing heard from the API server for %s (no event, no bookmark): the watch is stuck",
+				w.resource, now.Sub(heard).Round(time.Second)))
 		}
 	}
 	if len(bad) > 0 {
@@ -430,7 +592,7 @@ func (a *APISource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	}
 	inf := a.Informers
 	if inf == nil {
-		inf = NewInformers(a.Client, 0)
+		inf = NewInformers(a.Client, InformerOptions{})
 		inf.Start(ctx) // stopped by cancel
 	}
 	if err := inf.WaitForSync(ctx); err != nil {

@@ -68,7 +68,7 @@ func cluster() ([]runtime.Object, *snapshot.Kube) {
 
 func TestInformersFake(t *testing.T) {
 	objs, want := cluster()
-	inf := NewInformers(fake.NewClientset(objs...), 0)
+	inf := NewInformers(fake.NewClientset(objs...), InformerOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if inf.HasSynced() {
@@ -116,7 +116,7 @@ func TestInformersFake(t *testing.T) {
 }
 
 func TestWaitForSyncNotStarted(t *testing.T) {
-	inf := NewInformers(fake.NewClientset(), 0)
+	inf := NewInformers(fake.NewClientset(), InformerOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := inf.WaitForSync(ctx); err == nil || err.Error() != "the informers were not started" {
@@ -141,7 +141,7 @@ func TestAPISourceFake(t *testing.T) {
 
 func TestAPISourceSharedInformers(t *testing.T) {
 	objs, want := cluster()
-	inf := NewInformers(fake.NewClientset(objs...), time.Hour)
+	inf := NewInformers(fake.NewClientset(objs...), InformerOptions{Resync: time.Hour})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	inf.Start(ctx)

@@ -1,0 +1,339 @@
+package remedy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/snapshot"
+)
+
+// Result is what became of one finding.
+type Result string
+
+// Results, as they appear in metrics and Events.
+const (
+	// Done: the action was taken (the flow deleted, the IP reserved).
+	Done Result = "done"
+	// DryRun: the action would have been taken.
+	DryRun Result = "dry-run"
+	// Pending: the evidence has not held for the grace period yet.
+	Pending Result = "pending"
+	// Refused: a safety check said no (re-check, budget, cap).
+	Refused Result = "refused"
+	// Gone: the target no longer existed when the remedy came to it.
+	Gone Result = "gone"
+	// Failed: the ledger refused the action.
+	Failed Result = "failed"
+)
+
+// Results lists every Result, for metrics that are set up in advance.
+var Results = []Result{Done, DryRun, Pending, Refused, Gone, Failed}
+
+// Action reports what was done, or not, about one finding, and why.
+type Action struct {
+	// Remedy is the remedy's ID; Rule the rule whose finding it is.
+	Remedy, Rule string
+	Result       Result
+	Reason       string
+	Finding      finding.Finding
+	// Limit is a *BudgetError or *CapError when a limit refused the
+	// action, nil otherwise.
+	Limit error
+}
+
+// ErrIncompleteEvidence is returned when a source the rule used is not
+// ready: nothing is done, and every grace period starts over.
+var ErrIncompleteEvidence = errors.New("evidence incomplete")
+
+// ErrGone is wrapped by an Actuator's error when the target no longer
+// exists: there is nothing left to act on.
+var ErrGone = errors.New("target gone")
+
+// Actuator performs one kind of action on one kind of finding.Target.
+type Actuator interface {
+	// Kind is the finding.Target kind it acts on.
+	Kind() string
+	// Verify re-reads the target from its own ledger right before the
+	// action: nil when it is still exactly what the finding named, an error
+	// wrapping ErrGone when it no longer exists.
+	Verify(ctx context.Context, t finding.Target) error
+	// Act performs the action on exactly the target. An error wrapping
+	// ErrGone means it no longer existed.
+	Act(ctx context.Context, t finding.Target) error
+}
+
+// Recheck re-judges the findings of one group against evidence read afresh
+// from the source of truth (quorum reads of the API server, never the
+// caches that produced them). It returns one error per finding: nil when
+// the finding still holds.
+type Recheck func(ctx context.Context, fs []finding.Finding) []error
+
+// Remedy acts on the findings of one rule under the safety invariants:
+// complete evidence only, evidence that has held through every complete
+// pass for the grace period, a re-check against the source of truth and
+// against the target's own ledger right before acting, a budget of groups
+// (ghost IPs) per interval and a cap on targets per group, a batch beyond
+// the budget refused whole, and only the exact target a finding names.
+type Remedy struct {
+	// Rule describes the rule whose findings are acted on; Rule.Remedy
+	// must be set.
+	Rule rule.Info
+	// Grace is how long a target must have been reported, in every
+	// consecutive complete pass, before it is acted on.
+	Grace time.Duration
+	// DryRun reports what would be done and does nothing.
+	DryRun bool
+	// Budget caps how many groups are acted on per interval; nil allows
+	// none (dry-run still reports).
+	Budget *Budget
+	// MaxPerGroup caps the targets of one group acted on together: a
+	// sanity bound, not a rate. Zero means no cap.
+	MaxPerGroup int
+	// Actuator does the work.
+	Actuator Actuator
+	// Recheck re-judges each group right before acting; nil refuses all.
+	Recheck Recheck
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+
+	firstSeen map[string]time.Time
+}
+
+// ID is the remedy's ID.
+func (r *Remedy) ID() string { return r.Rule.Remedy.ID }
+
+// Reset forgets every grace period. Call it after a pass that was degraded
+// or incomplete: evidence must hold through complete passes only.
+func (r *Remedy) Reset() { r.firstSeen = nil }
+
+func (r *Remedy) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// Apply acts on the rule's findings of one complete pass over s. Findings
+// of other rules, and findings without a target of the actuator's kind, are
+// ignored. It returns one Action per finding it considered; the error is
+// ErrIncompleteEvidence or a *BudgetError when nothing could be done at
+// all.
+func (r *Remedy) Apply(ctx context.Context, s *snapshot.Snapshot, fs []finding.Finding) ([]Action, error) {
+	t := r.now()
+	if err := s.Ready(r.Rule.Sources...); err != nil {
+		r.Reset()
+		return nil, fmt.Errorf("%w: %v", ErrIncompleteEvidence, err)
+	}
+	seen := map[string]time.Time{}
+	var actions []Action
+	var due []int
+	for _, f := range fs {
+		if f.Rule != r.Rule.ID || f.Target == nil || f.Target.Kind() != r.Actuator.Kind() {
+			continue
+		}
+		k := f.Target.Key()
+		first, ok := r.firstSeen[k]
+		if !ok {
+			first = t
+		}
+		seen[k] = first
+		a := Action{Remedy: r.ID(), Rule: f.Rule, Finding: f}
+		if held := t.Sub(first); held < r.Grace {
+			a.Result, a.Reason = Pending, fmt.Sprintf("reported for %s of the %s grace period", held.Round(time.Millisecond), r.Grace)
+		} else {
+			due = append(due, len(actions))
+		}
+		actions = append(actions, a)
+	}
+	// Targets no longer reported start their grace period over.
+	r.firstSeen = seen
+	if len(due) == 0 {
+		return actions, nil
+	}
+
+	groups, order := map[string][]int{}, []string(nil)
+	for _, i := range due {
+		g := actions[i].Finding.Target.Group()
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	var admitted []string
+	for _, g := range order {
+		if r.MaxPerGroup > 0 && len(groups[g]) > r.MaxPerGroup {
+			err := &CapError{Remedy: r.ID(), Group: g, Due: len(groups[g]), Max: r.MaxPerGroup}
+			for _, i := range groups[g] {
+				actions[i].Result, actions[i].Reason, actions[i].Limit = Refused, err.Error(), err
+			}
+			continue
+		}
+		admitted = append(admitted, g)
+	}
+	if !r.DryRun && len(admitted) > 0 {
+		left := r.Budget.remaining(t)
+		if len(admitted) > left {
+			err := &BudgetError{Remedy: r.ID(), Due: len(admitted), Remaining: left}
+			if r.Budget != nil {
+				err.Max, err.Interval = r.Budget.Max, r.Budget.Interval
+			}
+			for _, g := range admitted {
+				for _, i := range groups[g] {
+					actions[i].Result, actions[i].Reason, actions[i].Limit = Refused, err.Error(), err
+				}
+			}
+			return actions, err
+		}
+	}
+	for _, g := range admitted {
+		r.actOnGroup(ctx, t, actions, groups[g])
+	}
+	return actions, nil
+}
+
+// actOnGroup re-checks one group and acts on what survives the re-check.
+func (r *Remedy) actOnGroup(ctx context.Context, t time.Time, actions []Action, idx []int) {
+	refuse := func(i int, why string) {
+		actions[i].Result, actions[i].Reason = Refused, why
+		delete(r.firstSeen, actions[i].Finding.Target.Key())
+	}
+	if r.Recheck == nil {
+		for _, i := range idx {
+			refuse(i, "no re-check configured")
+		}
+		return
+	}
+	fs := make([]finding.Finding, len(idx))
+	for n, i := range idx {
+		fs[n] = actions[i].Finding
+	}
+	errs := r.Recheck(ctx, fs)
+	var act []int
+	for n, i := range idx {
+		var err error
+		if n < len(errs) {
+			err = errs[n]
+		} else {
+			err = errors.New("the re-check gave no answer")
+		}
+		if err != nil {
+			refuse(i, "re-check: "+err.Error())
+			continue
+		}
+		tg := actions[i].Finding.Target
+		switch err := r.Actuator.Verify(ctx, tg); {
+		case errors.Is(err, ErrGone):
+			actions[i].Result, actions[i].Reason = Gone, err.Error()
+			delete(r.firstSeen, tg.Key())
+		case err != nil:
+			refuse(i, "re-check: "+err.Error())
+		default:
+			act = append(act, i)
+		}
+	}
+	if len(act) == 0 {
+		return
+	}
+	if r.DryRun {
+		for _, i := range act {
+			actions[i].Result, actions[i].Reason = DryRun, "would "+r.Rule.Remedy.Verb+" "+actions[i].Finding.Target.String()
+		}
+		return
+	}
+	if !r.Budget.take(t) {
+		for _, i := range act {
+			refuse(i, "budget exhausted")
+		}
+		return
+	}
+	for _, i := range act {
+		tg := actions[i].Finding.Target
+		switch err := r.Actuator.Act(ctx, tg); {
+		case err == nil:
+			actions[i].Result, actions[i].Reason = Done, r.Rule.Remedy.Past+" "+tg.String()
+			delete(r.firstSeen, tg.Key())
+		case errors.Is(err, ErrGone):
+			actions[i].Result, actions[i].Reason = Gone, err.Error()
+			delete(r.firstSeen, tg.Key())
+		default:
+			actions[i].Result, actions[i].Reason = Failed, err.Error()
+		}
+	}
+}
+
+// Defaults of the settings, as the agent's flags have them.
+const (
+	// DefaultGrace and MinGrace: how long evidence must hold through
+	// complete passes before a remedy acts, and the least the agent
+	// accepts. docs/agent.md says how they were measured.
+	DefaultGrace = 30 * time.Second
+	MinGrace     = time.Second
+	// DefaultBudget ghost IPs per DefaultBudgetInterval: a rolling deploy
+	// kills a few backends a minute; a broken view of the world kills them
+	// all at once.
+	DefaultBudget         = 20
+	DefaultBudgetInterval = time.Minute
+	// DefaultMaxPerGroup is far more connections than one node holds to
+	// one backend in practice (the busiest backend of the benchmarks has
+	// 266): beyond it, a misread is likelier than a ghost.
+	DefaultMaxPerGroup = 10000
+)
+
+// Settings are what every remedy of one process shares.
+type Settings struct {
+	Grace  time.Duration
+	DryRun bool
+	// Budget and BudgetInterval: at most Budget groups (ghost IPs) per
+	// BudgetInterval, for each remedy.
+	Budget         int
+	BudgetInterval time.Duration
+	// MaxPerGroup caps the targets of one group; 0 means no cap.
+	MaxPerGroup int
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Build returns the remedies named by ids, each for the rule of rules whose
+// remedy it is, acting through the actuator of its target kind. An unknown
+// ID, or a remedy whose target no actuator handles, is an error that says
+// which remedies there are.
+func Build(rules []rule.Rule, ids []string, st Settings, actuators ...Actuator) ([]*Remedy, error) {
+	var out []*Remedy
+	for _, id := range ids {
+		r, ok := rule.ByRemedy(rules, id)
+		if !ok {
+			return nil, fmt.Errorf("unknown remedy %q (the remedies are: %s)", id, joinOr(rule.RemedyIDs(rules)))
+		}
+		info := r.Info()
+		var act Actuator
+		for _, a := range actuators {
+			if a.Kind() == info.Remedy.Target {
+				act = a
+			}
+		}
+		if act == nil {
+			return nil, fmt.Errorf("remedy %q acts on %s, which nothing here can act on", id, info.Remedy.Target)
+		}
+		out = append(out, &Remedy{
+			Rule: info, Grace: st.Grace, DryRun: st.DryRun,
+			Budget:      &Budget{Max: st.Budget, Interval: st.BudgetInterval},
+			MaxPerGroup: st.MaxPerGroup, Actuator: act, Now: st.Now,
+		})
+	}
+	return out, nil
+}
+
+func joinOr(ids []string) string {
+	if len(ids) == 0 {
+		return "none"
+	}
+	s := ids[0]
+	for _, id := range ids[1:] {
+		s += ", " + id
+	}
+	return s
+}

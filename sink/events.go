@@ -1,0 +1,71 @@
+package sink
+
+import (
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/ghostwatch/ghostwatch/remedy"
+	"github.com/ghostwatch/ghostwatch/rule"
+)
+
+// Event reasons no single remedy owns.
+const (
+	// ReasonBudgetExceeded: a batch was refused whole because it would
+	// exceed the remedy's budget.
+	ReasonBudgetExceeded = "RemedyBudgetExceeded"
+	// ReasonCapExceeded: a ghost IP was refused because it had more targets
+	// than the cap per ghost IP.
+	ReasonCapExceeded = "RemedyCapExceeded"
+)
+
+// Events records a Kubernetes Event for every remedy action taken or
+// refused, on each object the finding concerns. Pending and gone targets
+// make none: nothing happened.
+type Events struct {
+	Recorder record.EventRecorder
+	// Node is where the actions are taken; every message starts with it.
+	Node string
+}
+
+// Action records the Events of one action of the remedy of rule info.
+func (e *Events) Action(info rule.Info, a remedy.Action) {
+	if e == nil || e.Recorder == nil || info.Remedy == nil {
+		return
+	}
+	typ, reason := Reason(info, a)
+	if reason == "" {
+		return
+	}
+	msg := fmt.Sprintf("node %s: %s", e.Node, a.Reason)
+	for _, o := range a.Finding.Concerns {
+		ref := &corev1.ObjectReference{Kind: o.Kind, APIVersion: "v1", Namespace: o.Namespace, Name: o.Name, UID: types.UID(o.UID)}
+		e.Recorder.Event(ref, typ, reason, msg)
+	}
+}
+
+// Reason returns the Event type and reason of an action, or "" when it
+// deserves no Event.
+func Reason(info rule.Info, a remedy.Action) (typ, reason string) {
+	ev := info.Remedy.Events
+	var be *remedy.BudgetError
+	var ce *remedy.CapError
+	switch {
+	case a.Result == remedy.Done:
+		return corev1.EventTypeNormal, ev.Done
+	case a.Result == remedy.DryRun:
+		return corev1.EventTypeNormal, ev.DryRun
+	case a.Result == remedy.Refused && errors.As(a.Limit, &be):
+		return corev1.EventTypeWarning, ReasonBudgetExceeded
+	case a.Result == remedy.Refused && errors.As(a.Limit, &ce):
+		return corev1.EventTypeWarning, ReasonCapExceeded
+	case a.Result == remedy.Refused:
+		return corev1.EventTypeWarning, ev.Refused
+	case a.Result == remedy.Failed:
+		return corev1.EventTypeWarning, ev.Failed
+	}
+	return "", ""
+}

@@ -1,0 +1,80 @@
+package snapshot
+
+import "net/netip"
+
+// FlowFilter picks the conntrack flows a rule needs while the table streams
+// by, so that a collector keeps a handful of flows where the table holds a
+// million. Keep is called with a Flow that is reused for the next entry: it
+// must not retain the pointer. Filters are compared with ==, so that rules
+// sharing one judgement share one filter and each flow is judged once: make
+// them pointers.
+type FlowFilter interface {
+	Keep(f *Flow) bool
+}
+
+// FlowReader is implemented by a rule that reads the conntrack ledger and
+// can say, from what earlier sources collected (the Services and Nodes in
+// s.Kube), which flows it could report. Implementing it is a promise: the
+// filter keeps every flow the rule's Evaluate could turn into a finding. A
+// collector keeps the flows any of its readers' filters keeps; a rule that
+// reads conntrack without implementing FlowReader, or returns nil, makes it
+// keep every flow.
+type FlowReader interface {
+	FlowFilter(s *Snapshot) FlowFilter
+}
+
+// BackendLocal is implemented by a FlowReader whose filter's verdict on a
+// flow depends only on the Services, the Nodes, and the cluster objects
+// that mention the flow's backend address (its reply source): the pods that
+// hold it and the endpoints that list it. After a change in the cluster, a
+// long-running collector that keeps flows by backend then needs to judge
+// again only the flows whose backend a changed object mentions (all of
+// them when a Service or Node changed). The promise is tested against the
+// rule's own judgement.
+type BackendLocal interface {
+	FlowReader
+	BackendLocal()
+}
+
+// KubeQuery names the cluster objects to read afresh from the source of
+// truth before a remedy acts: each Service with its EndpointSlices, the
+// pods that hold each address, and each Node. A re-check reads exactly
+// these, with quorum reads, and judges the finding on them alone.
+type KubeQuery struct {
+	Services []ObjectRef
+	PodIPs   []netip.Addr
+	Nodes    []string
+}
+
+// Add merges q2 into q, without duplicates.
+func (q *KubeQuery) Add(q2 KubeQuery) {
+	for _, s := range q2.Services {
+		if !contains(q.Services, s) {
+			q.Services = append(q.Services, s)
+		}
+	}
+	for _, a := range q2.PodIPs {
+		if !contains(q.PodIPs, a.Unmap()) {
+			q.PodIPs = append(q.PodIPs, a.Unmap())
+		}
+	}
+	for _, n := range q2.Nodes {
+		if !contains(q.Nodes, n) {
+			q.Nodes = append(q.Nodes, n)
+		}
+	}
+}
+
+// Empty reports whether q names nothing.
+func (q KubeQuery) Empty() bool {
+	return len(q.Services) == 0 && len(q.PodIPs) == 0 && len(q.Nodes) == 0
+}
+
+func contains[T comparable](s []T, v T) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
