@@ -2,7 +2,6 @@ package finding
 
 import (
 	"fmt"
-	"net/netip"
 	"strings"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -127,8 +126,9 @@ type Target interface {
 	// on the kind its actuator handles.
 	Kind() string
 	// Key identifies the target across passes: the same ghost seen twice
-	// has the same key, so that its grace period can run.
-	Key() string
+	// has the same key, so that its grace period can run. It is
+	// comparable.
+	Key() any
 	// Group is the unit budgets count and act on together: the ghost IP
 	// for the flows of one dead backend.
 	Group() string
@@ -146,11 +146,13 @@ type FlowTarget struct{ Flow snapshot.Flow }
 // Kind returns FlowKind.
 func (t *FlowTarget) Kind() string { return FlowKind }
 
-// Key identifies the entry by protocol, original tuple, zone and ID.
-func (t *FlowTarget) Key() string {
-	f := &t.Flow
-	return fmt.Sprintf("%s %s %s/%d#%d", f.Proto, netip.AddrPortFrom(f.Orig.Src, f.Orig.SrcPort),
-		netip.AddrPortFrom(f.Orig.Dst, f.Orig.DstPort), f.Zone, f.ID)
+// Key identifies the entry by what identifies it to the kernel (protocol,
+// original tuple, zone: snapshot.FlowKey) and its ID.
+func (t *FlowTarget) Key() any { return flowTargetKey{t.Flow.Key(), t.Flow.ID} }
+
+type flowTargetKey struct {
+	snapshot.FlowKey
+	id uint32
 }
 
 // Group is the backend address, the ghost IP.

@@ -100,7 +100,7 @@ type Remedy struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 
-	firstSeen map[string]time.Time
+	firstSeen map[any]time.Time
 }
 
 // ID is the remedy's ID.
@@ -128,7 +128,7 @@ func (r *Remedy) Apply(ctx context.Context, s *snapshot.Snapshot, fs []finding.F
 		r.Reset()
 		return nil, fmt.Errorf("%w: %v", ErrIncompleteEvidence, err)
 	}
-	seen := map[string]time.Time{}
+	seen := map[any]time.Time{}
 	var actions []Action
 	var due []int
 	for _, f := range fs {
