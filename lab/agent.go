@@ -68,7 +68,8 @@ func (e *env) startAgent(ctx context.Context, o Options) (stop func(), err error
 			e.tl.logf("agent", "stopped: %v", err)
 		}
 	}()
-	e.tl.logf("agent", "running: follows conntrack events, judges the flows of every backend that changes, grace %s, budget 50 dead backends a minute", o.Grace)
+	e.tl.logf("agent", "running: follows conntrack events, judges the flows of every backend that changes; grace %s (the lab's: the agent ships with %s and accepts no less than %s), budget 50 dead backends a minute",
+		o.Grace, remedy.DefaultGrace, remedy.MinGrace)
 	return func() {
 		cancel()
 		<-done

@@ -21,14 +21,20 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
+	"github.com/ghostwatch/ghostwatch/remedy"
 )
 
 // How long a run without the agent is watched for a recovery that must not
-// come, and the most a client may suffer with the agent.
+// come, and the most a client may suffer with the agent: the smallest grace
+// period the agent accepts (the tests run it with that one, --grace below),
+// and a second to react.
 const (
 	realObserve   = 5 * time.Second
-	realMaxWindow = time.Second
+	realMaxWindow = remedy.MinGrace + time.Second
 )
+
+// minGraceFlag gives the agent the smallest grace period it accepts.
+var minGraceFlag = "--grace=" + remedy.MinGrace.String()
 
 // keepAlive starts the lab's pooled client in host h against fe: one
 // connection, a request every 100ms, 300ms to answer.
@@ -117,7 +123,7 @@ func TestRealSeed004NodePortRollingUpdate(t *testing.T) {
 
 			// With the agent.
 			newIP := e.endpointIP(t, "web", "api", "api-v2")
-			logs := e.realAgent(t, "--remedy=stale-nat-flow", "--grace=0s")
+			logs := e.realAgent(t, "--remedy=stale-nat-flow", minGraceFlag)
 			ctx, cancel = context.WithCancel(context.Background())
 			defer cancel()
 			c = keepAlive(ctx, client, fe)
@@ -207,7 +213,7 @@ func TestRealSeed004CrossNode(t *testing.T) {
 	}
 
 	newIP := e.endpointIP(t, "web", "api", "api-v2")
-	logs := e.realAgent(t, "--remedy=stale-nat-flow", "--grace=0s")
+	logs := e.realAgent(t, "--remedy=stale-nat-flow", minGraceFlag)
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
 	c = keepAlive(ctx, client, fe)
@@ -244,7 +250,7 @@ func TestRealSeed001PooledClusterIP(t *testing.T) {
 	fe := netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80)
 	for _, withAgent := range []bool{false, true} {
 		if withAgent {
-			e.realAgent(t, "--remedy=stale-nat-flow", "--grace=0s")
+			e.realAgent(t, "--remedy=stale-nat-flow", minGraceFlag)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		k := e.killPinned(t, keepAlive(ctx, app, fe), "db", "pg", 1, metav1.DeleteOptions{})
@@ -269,7 +275,8 @@ func TestRealSeed001PooledClusterIP(t *testing.T) {
 }
 
 // A terminating pod still serves during its grace period: the agent, with
-// its remedy on and no grace of its own, must leave its flows alone.
+// its remedy on and the smallest grace period of its own, must leave its
+// flows alone.
 func TestRealDrainingPodKeepsItsFlows(t *testing.T) {
 	e := newRealEnv(t, controlplane.ProxyIPTables)
 	e.service(t, "web", "api", 30080)
@@ -278,7 +285,7 @@ func TestRealDrainingPodKeepsItsFlows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.realAgent(t, "--remedy=stale-nat-flow", "--grace=0s")
+	e.realAgent(t, "--remedy=stale-nat-flow", minGraceFlag)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c := keepAlive(ctx, client, netip.AddrPortFrom(realNodeIP, 30080))
@@ -361,7 +368,7 @@ func TestRealIPReuseIsMisdelivered(t *testing.T) {
 	}
 	// The agent, remedy on, reports it but never deletes it: a misdelivered
 	// flow reaches a live pod, and only stale-nat-flow is remedied.
-	e.realAgent(t, "--remedy=stale-nat-flow", "--grace=0s")
+	e.realAgent(t, "--remedy=stale-nat-flow", minGraceFlag)
 	if got := e.flowsTo(t, ip); len(got) != 1 {
 		t.Errorf("the agent touched the misdelivered flow: %v", got)
 	}
@@ -546,7 +553,7 @@ func TestRealUDPPinnedToDeletedBackend(t *testing.T) {
 	fe := netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 53)
 	for _, withAgent := range []bool{false, true} {
 		if withAgent {
-			e.realAgent(t, "--remedy=stale-nat-flow", "--grace=0s")
+			e.realAgent(t, "--remedy=stale-nat-flow", minGraceFlag)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		k := e.killPinned(t, udpClient(ctx, t, app, fe), "kube-dns", "dns", 3, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
