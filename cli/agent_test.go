@@ -183,3 +183,21 @@ func TestDeployedAgentArgsAreValid(t *testing.T) {
 		t.Errorf("deploy/agent/daemonset.yaml turns on remedies %v: the shipped agent must only report", o.remedies)
 	}
 }
+
+// The agent's logs read durations as durations, in JSON and in text.
+func TestLogDurations(t *testing.T) {
+	for _, format := range []string{"json", "text"} {
+		var b bytes.Buffer
+		log, err := newLogger(&b, format, "info")
+		if err != nil {
+			t.Fatal(err)
+		}
+		log.Info("agent starting", "grace", 30*time.Second, "auditInterval", 2*time.Minute)
+		if !strings.Contains(b.String(), "30s") || !strings.Contains(b.String(), "2m0s") || strings.Contains(b.String(), "30000000000") {
+			t.Errorf("%s: %s", format, b.String())
+		}
+	}
+	if _, err := newLogger(io.Discard, "xml", "info"); err == nil {
+		t.Error("--log-format xml accepted")
+	}
+}
