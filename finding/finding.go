@@ -95,9 +95,6 @@ type Finding struct {
 	Subject  Subject        `json:"subject"`
 	Evidence map[string]any `json:"evidence,omitempty"`
 
-	// Detail is the short reason a table row shows ("backend 10.244.3.47:8080
-	// gone, ESTABLISHED"); the Message when empty.
-	Detail string `json:"-"`
 	// Concerns are the Kubernetes objects an Event about this finding, or
 	// about an action on it, belongs on. The rule names only objects it has
 	// proven to be concerned: a client pod only when the pod that holds the

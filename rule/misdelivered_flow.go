@@ -43,6 +43,9 @@ func (*MisdeliveredFlow) Info() Info {
 		Sources: []string{"kube", "conntrack"},
 		Scope:   ScopeNode,
 		Columns: []string{"service", "flow", "ip"},
+		Detail: func(f finding.Finding) string {
+			return fmt.Sprintf("now held by %s (%v)", f.Subject.Pod, f.Evidence["proof"])
+		},
 		Summary: "a connection opened to one pod now reaches another pod that reuses its IP: data of one workload is delivered to another",
 		Fix:     "delete the flow so the client reconnects through the Service; enable net.netfilter.nf_conntrack_timestamp=1 so reuse is provable",
 		Runbook: "docs/runbooks/misdelivered-flow.md",
@@ -92,7 +95,6 @@ func (r *MisdeliveredFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 				Flow:      f.String(),
 			},
 			Evidence: ev,
-			Detail:   "now held by " + h.Ref().String() + " (" + ev["proof"].(string) + ")",
 			Concerns: append(ix.concerns(f, svc), finding.ObjectRef{Kind: "Pod", Namespace: h.Namespace, Name: h.Name, UID: h.UID}),
 			Target:   &finding.FlowTarget{Flow: *f},
 		})

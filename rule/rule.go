@@ -62,6 +62,11 @@ type Info struct {
 	// "ip", "pod", "node", "namespace") a table shows for each finding,
 	// between its severity and its detail.
 	Columns []string
+	// Detail, when set, is the short reason a table row shows for a
+	// finding ("backend 10.244.3.47:8080 gone, ESTABLISHED"); the Message
+	// otherwise. It is called only when a table is written: a long-running
+	// process holding thousands of findings pays nothing for it.
+	Detail func(f finding.Finding) string
 	// Gauge, when set, is a gauge a metrics sink exports beside the count
 	// of findings, counting the findings by its labels.
 	Gauge *Gauge

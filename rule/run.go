@@ -10,15 +10,28 @@ import (
 // run on partial data: an unreachable API server must not look like "every
 // backend is gone".
 func Run(s *snapshot.Snapshot, rules []Rule) ([]finding.Finding, []finding.Skipped) {
-	var out []finding.Finding
+	var each [][]finding.Finding
 	var skipped []finding.Skipped
+	n := 0
 	for _, r := range rules {
 		info := r.Info()
 		if err := s.Ready(info.Sources...); err != nil {
 			skipped = append(skipped, finding.Skipped{Rule: info.ID, Reason: err.Error()})
 			continue
 		}
-		out = append(out, r.Evaluate(s)...)
+		fs := r.Evaluate(s)
+		each = append(each, fs)
+		n += len(fs)
+	}
+	if len(each) == 1 {
+		return each[0], skipped
+	}
+	var out []finding.Finding
+	if n > 0 {
+		out = make([]finding.Finding, 0, n)
+	}
+	for _, fs := range each {
+		out = append(out, fs...)
 	}
 	return out, skipped
 }

@@ -33,6 +33,7 @@ func (*StaleNATFlow) Info() Info {
 		Fix:     "delete exactly this flow (conntrack -D with its original tuple), never by port or address; bound client connection lifetimes",
 		Runbook: "docs/runbooks/stale-nat-flow.md",
 		Columns: []string{"service", "flow", "ip"},
+		Detail:  staleDetail,
 		Gauge: &Gauge{
 			Name:   "conntrack_stale_entries",
 			Help:   "Conntrack entries on this node that still translate a Service to a backend that is gone, by Service.",
@@ -76,7 +77,17 @@ func (r *StaleNATFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 		return nil
 	}
 	ix := r.ct.index(s)
-	var out []finding.Finding
+	// Counted first, so that thousands of findings are allocated once.
+	n := 0
+	for i := range s.Conntrack.Flows {
+		if ix.judge(&s.Conntrack.Flows[i]).verdict == stale {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]finding.Finding, 0, n)
 	for i := range s.Conntrack.Flows {
 		f := &s.Conntrack.Flows[i]
 		j := ix.judge(f)
@@ -92,15 +103,10 @@ func (r *StaleNATFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 		ev["current_backends"] = ix.currentBackends(svc.Ref(), 10)
 		msg := fmt.Sprintf("%s flow to %s %s still goes to %s, which is no longer a backend and which no pod holds",
 			f.Proto, j.frontend.Kind, svc.Ref(), f.Backend())
-		detail := "backend " + f.Backend().String() + " gone"
-		if f.State != "" {
-			detail += ", " + f.State
-		}
 		if j.hostNode != "" {
 			ev["backend_node"] = j.hostNode
 			msg = fmt.Sprintf("%s flow to %s %s still goes to %s on node %s (hostNetwork), which is no longer a backend",
 				f.Proto, j.frontend.Kind, svc.Ref(), f.Backend(), j.hostNode)
-			detail += ", hostNetwork on " + j.hostNode
 		}
 		out = append(out, finding.Finding{
 			Rule:     StaleNATFlowID,
@@ -114,12 +120,23 @@ func (r *StaleNATFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 				Flow:      f.String(),
 			},
 			Evidence: ev,
-			Detail:   detail,
 			Concerns: ix.concerns(f, svc),
 			Target:   &finding.FlowTarget{Flow: *f},
 		})
 	}
 	return out
+}
+
+// staleDetail is what became of the backend, in a table row.
+func staleDetail(f finding.Finding) string {
+	d := fmt.Sprintf("backend %v gone", f.Evidence["backend"])
+	if st, ok := f.Evidence["state"]; ok {
+		d += fmt.Sprintf(", %v", st)
+	}
+	if n, ok := f.Evidence["backend_node"]; ok {
+		d += fmt.Sprintf(", hostNetwork on %v", n)
+	}
+	return d
 }
 
 // RecheckQuery names what proves the flow stale: the Service it addressed

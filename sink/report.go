@@ -130,9 +130,9 @@ func Table(w io.Writer, r *finding.Report, catalog []rule.Rule) error {
 			for _, c := range cols {
 				row = append(row, dash(f.Subject.Field(c)))
 			}
-			d := f.Detail
-			if d == "" {
-				d = f.Message
+			d := f.Message
+			if info.Detail != nil {
+				d = info.Detail(f)
 			}
 			fmt.Fprintln(tw, "  "+strings.Join(append(row, d), "\t"))
 		}

@@ -21,12 +21,10 @@ func sample() *finding.Report {
 		Findings: []finding.Finding{
 			{Rule: rule.MisdeliveredFlowID, Severity: finding.Critical, Message: "tcp flow to ClusterIP db/postgres is delivered to 10.244.3.47:5432, now held by another pod",
 				Subject:  finding.Subject{IP: "10.244.3.47", Service: "db/postgres", Namespace: "db", Pod: "payments/ledger", Node: "node-a", Flow: "tcp 10.244.1.50:45679 -> 10.96.100.50:5432"},
-				Evidence: map[string]any{"backend": "10.244.3.47:5432", "proof": "flow started before the holder existed"},
-				Detail:   "now held by payments/ledger (flow started before the holder existed)"},
+				Evidence: map[string]any{"backend": "10.244.3.47:5432", "proof": "flow started before the holder existed"}},
 			{Rule: rule.StaleNATFlowID, Severity: finding.Warning, Message: "tcp flow to NodePort web/api still goes to 10.244.1.100:8080, which is no longer a backend and which no pod holds",
 				Subject:  finding.Subject{IP: "10.244.1.100", Service: "web/api", Namespace: "web", Node: "node-a", Flow: "tcp 203.0.113.10:40000 -> 192.168.50.1:30080"},
-				Evidence: map[string]any{"backend": "10.244.1.100:8080", "state": "FIN_WAIT", "timeout_seconds": 117},
-				Detail:   "backend 10.244.1.100:8080 gone, FIN_WAIT"},
+				Evidence: map[string]any{"backend": "10.244.1.100:8080", "state": "FIN_WAIT", "timeout_seconds": 117}},
 		},
 		Sources: []snapshot.SourceStatus{{Name: "kube", Status: snapshot.StatusOK}, {Name: "conntrack", Status: snapshot.StatusOK}},
 	}
