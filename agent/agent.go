@@ -117,9 +117,6 @@ type Agent struct {
 	// rejudge asks the next audit driven by a change to judge every
 	// indexed flow: changes were taken by an audit that did not complete.
 	rejudge bool
-	// cached is the informer caches as a snapshot, made at most once per
-	// audit, for re-checks.
-	cached *snapshot.Snapshot
 
 	mu     sync.Mutex
 	status Status
@@ -334,7 +331,6 @@ func (a *Agent) newFlowsToJudge() bool {
 func (a *Agent) auditOnce(ctx context.Context, trigger string) (wait time.Duration) {
 	cfg := a.cfg
 	m := cfg.Metrics
-	a.cached = nil
 	if err := cfg.Informers.Stale(cfg.Now(), cfg.StaleWindow); err != nil {
 		if m != nil {
 			m.Sources([]snapshot.SourceStatus{{Name: kube.Name, Status: snapshot.StatusError}})
@@ -462,15 +458,13 @@ func (a *Agent) remedy(ctx context.Context, rem *remedy.Remedy, res *audit.Resul
 }
 
 // recheck is the re-check of a remedy of rule r: the informer caches must
-// still be current and still show the finding, and so must a quorum read
-// of the objects the rule names. The caches are asked too because they see
-// what a quorum read cannot select (a pod by its second address); they
-// can only refuse, never allow on their own.
+// still be current, and a quorum read of the objects the rule names must
+// still show the findings.
 func (a *Agent) recheck(r rule.Rule) remedy.Recheck {
 	rc, _ := r.(rule.Rechecker)
 	return func(ctx context.Context, fs []finding.Finding) []error {
-		errs := make([]error, len(fs))
 		fail := func(err error) []error {
+			errs := make([]error, len(fs))
 			for i := range errs {
 				errs[i] = err
 			}
@@ -484,9 +478,6 @@ func (a *Agent) recheck(r rule.Rule) remedy.Recheck {
 		if err := cfg.Informers.Stale(now, cfg.StaleWindow); err != nil {
 			return fail(err)
 		}
-		if a.cached == nil {
-			a.cached = &snapshot.Snapshot{Taken: now, NodeName: cfg.NodeName, Kube: cfg.Informers.Snapshot()}
-		}
 		var q snapshot.KubeQuery
 		for _, f := range fs {
 			q.Add(rc.RecheckQuery(a.last, f))
@@ -495,11 +486,9 @@ func (a *Agent) recheck(r rule.Rule) remedy.Recheck {
 		if err != nil {
 			return fail(err)
 		}
-		fresh := &snapshot.Snapshot{Taken: now, NodeName: cfg.NodeName, Kube: k}
-		for i, f := range fs {
-			if err := rc.Recheck(a.cached, f); err != nil {
-				errs[i] = fmt.Errorf("in the informer caches: %w", err)
-			} else if err := rc.Recheck(fresh, f); err != nil {
+		errs := rc.Recheck(&snapshot.Snapshot{Taken: now, NodeName: cfg.NodeName, Kube: k}, fs)
+		for i, err := range errs {
+			if err != nil {
 				errs[i] = fmt.Errorf("in a quorum read of the API server: %w", err)
 			}
 		}

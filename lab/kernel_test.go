@@ -185,13 +185,10 @@ func testRulesOnTheKernel(t *testing.T, proto snapshot.Proto) {
 			q.Add(rc.RecheckQuery(res.Snapshot, f))
 		}
 		k, err := kube.Quorum(ctx, cl.Client, q)
-		errs := make([]error, len(fs))
-		for i, f := range fs {
-			if errs[i] = err; err == nil {
-				errs[i] = rc.Recheck(&snapshot.Snapshot{NodeName: labNode, Kube: k}, f)
-			}
+		if err != nil {
+			t.Fatal(err)
 		}
-		return errs
+		return rc.Recheck(&snapshot.Snapshot{NodeName: labNode, Kube: k}, fs)
 	}
 	actions, err := rems[0].Apply(ctx, res.Snapshot, res.Findings)
 	if err != nil {

@@ -348,6 +348,16 @@ type conntrackRules struct {
 	node   string
 	ix     *flowIndex
 	filter *suspectFilter
+	// rechecks are the indexes of the last two snapshots re-checks judged
+	// on: a remedy re-checks group after group against the same caches
+	// and against a fresh read each.
+	rechecks [2]indexed
+}
+
+type indexed struct {
+	kube *snapshot.Kube
+	node string
+	ix   *flowIndex
 }
 
 func newConntrackRules(cfg ConntrackConfig) *conntrackRules { return &conntrackRules{cfg: cfg} }
@@ -367,6 +377,21 @@ func (c *conntrackRules) indexLocked(s *snapshot.Snapshot) *flowIndex {
 		c.kube, c.node, c.ix, c.filter = s.Kube, s.NodeName, newFlowIndex(s, c.cfg), nil
 	}
 	return c.ix
+}
+
+// recheckIndex returns the index of a snapshot a re-check judges on,
+// without disturbing the audit's.
+func (c *conntrackRules) recheckIndex(s *snapshot.Snapshot) *flowIndex {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.rechecks {
+		if e.ix != nil && e.kube == s.Kube && e.node == s.NodeName {
+			return e.ix
+		}
+	}
+	e := indexed{s.Kube, s.NodeName, newFlowIndex(s, c.cfg)}
+	c.rechecks[1], c.rechecks[0] = c.rechecks[0], e
+	return e.ix
 }
 
 // flowFilter is the FlowFilter of every conntrack rule: the flows to a

@@ -19,13 +19,13 @@ type Rule interface {
 // Rechecker is implemented by a rule whose findings a remedy may act on.
 // Right before acting, the remedy reads the objects RecheckQuery names
 // afresh from the API server (quorum reads, not the caches that produced
-// the finding) and asks Recheck whether the finding still holds on them
+// the finding) and asks Recheck whether the findings still hold on them
 // alone. A rule that does not implement it cannot be remedied.
 type Rechecker interface {
 	RecheckQuery(s *snapshot.Snapshot, f finding.Finding) snapshot.KubeQuery
-	// Recheck returns nil when f still holds in fresh, and otherwise an
-	// error saying what changed.
-	Recheck(fresh *snapshot.Snapshot, f finding.Finding) error
+	// Recheck returns, for each finding, nil when it still holds in fresh
+	// and otherwise an error saying what changed.
+	Recheck(fresh *snapshot.Snapshot, fs []finding.Finding) []error
 }
 
 // Scope says where a rule can run.

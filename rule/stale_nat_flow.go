@@ -161,18 +161,27 @@ func (r *StaleNATFlow) RecheckQuery(s *snapshot.Snapshot, f finding.Finding) sna
 	return q
 }
 
-// Recheck judges the flow again on fresh, which holds only what
+// Recheck judges the flows again on fresh, which may hold only what
 // RecheckQuery named.
-func (r *StaleNATFlow) Recheck(fresh *snapshot.Snapshot, f finding.Finding) error {
-	fl, ok := flowOf(f)
-	svc, sok := serviceOf(f)
-	if !ok || !sok {
-		return errors.New("the finding names no conntrack flow of a Service")
-	}
+func (r *StaleNATFlow) Recheck(fresh *snapshot.Snapshot, fs []finding.Finding) []error {
+	errs := make([]error, len(fs))
 	if fresh.Kube == nil {
-		return errors.New("no fresh view of the cluster")
+		for i := range errs {
+			errs[i] = errors.New("no fresh view of the cluster")
+		}
+		return errs
 	}
-	return newFlowIndex(fresh, r.ct.cfg).stillStale(fl, svc)
+	ix := r.ct.recheckIndex(fresh)
+	for i, f := range fs {
+		fl, ok := flowOf(f)
+		svc, sok := serviceOf(f)
+		if !ok || !sok {
+			errs[i] = errors.New("the finding names no conntrack flow of a Service")
+			continue
+		}
+		errs[i] = ix.stillStale(fl, svc)
+	}
+	return errs
 }
 
 // flowEvidence records the facts of a flow a finding relies on.

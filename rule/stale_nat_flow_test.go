@@ -371,7 +371,7 @@ func TestStaleNATFlowRecheck(t *testing.T) {
 		{"the Service is gone", snapshot.Kube{}, "no longer addresses a frontend of db/postgres"},
 	} {
 		fresh := &snapshot.Snapshot{NodeName: "node-a", Kube: &tc.kube}
-		err := r.Recheck(fresh, fs[0])
+		err := r.Recheck(fresh, fs)[0]
 		if (err == nil) != (tc.want == "") || (err != nil && !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}

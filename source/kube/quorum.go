@@ -2,9 +2,12 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -20,7 +23,8 @@ import (
 // and its EndpointSlices, the pods that hold each address, each Node. An
 // object that does not exist is absent from the result. It makes two
 // requests per Service, one per address and one per Node, all of them
-// lists: the permissions the informers need are all it needs.
+// lists (the permissions the informers need are all it needs), all at
+// once.
 //
 // The API server selects pods by their first IP only (field selector
 // status.podIP): in a dual-stack cluster a pod's address of the other
@@ -28,60 +32,107 @@ import (
 // is of the second family, Quorum fails rather than report that no pod
 // holds it.
 func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.KubeQuery) (*snapshot.Kube, error) {
+	// The reads are independent: they run at once, so that a re-check
+	// costs one round trip to the API server, not one per object.
+	var (
+		wg       sync.WaitGroup
+		nodes    = make([]*corev1.Node, len(q.Nodes))
+		services = make([]*corev1.Service, len(q.Services))
+		slices   = make([][]discoveryv1.EndpointSlice, len(q.Services))
+		pods     = make([][]corev1.Pod, len(q.PodIPs))
+		errs     = make([]error, len(q.Nodes)+2*len(q.Services)+len(q.PodIPs))
+	)
+	read := func(i int, fn func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn()
+		}()
+	}
+	n := 0
+	for i, name := range q.Nodes {
+		read(n, func() error {
+			l, err := client.CoreV1().Nodes().List(ctx, byName(name))
+			if err != nil {
+				return fmt.Errorf("quorum read of node %s: %s", name, describe(err, resNodes))
+			}
+			nodes[i] = named(l.Items, name)
+			return nil
+		})
+		n++
+	}
+	for i, ref := range q.Services {
+		read(n, func() error {
+			l, err := client.CoreV1().Services(ref.Namespace).List(ctx, byName(ref.Name))
+			if err != nil {
+				return fmt.Errorf("quorum read of service %s: %s", ref, describe(err, resServices))
+			}
+			services[i] = named(l.Items, ref.Name)
+			return nil
+		})
+		read(n+1, func() error {
+			sel := labels.Set{discoveryv1.LabelServiceName: ref.Name}.String()
+			l, err := client.DiscoveryV1().EndpointSlices(ref.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+			if err != nil {
+				return fmt.Errorf("quorum read of the EndpointSlices of %s: %s", ref, describe(err, resEndpointSlices))
+			}
+			slices[i] = l.Items
+			return nil
+		})
+		n += 2
+	}
+	for i, a := range q.PodIPs {
+		a = a.Unmap()
+		read(n, func() error {
+			sel := fields.OneTermEqualSelector("status.podIP", a.String()).String()
+			l, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: sel})
+			if err != nil {
+				return fmt.Errorf("quorum read of the pods holding %s: %s", a, describe(err, resPods))
+			}
+			pods[i] = l.Items
+			return nil
+		})
+		n++
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+
 	k := &snapshot.Kube{}
 	var primary *bool // whether the pod network's first family is IPv4, when a Node says
-	for _, name := range q.Nodes {
-		nodes, err := client.CoreV1().Nodes().List(ctx, byName(name))
-		if err != nil {
-			return nil, fmt.Errorf("quorum read of node %s: %s", name, describe(err, resNodes))
-		}
-		n := named(nodes.Items, name)
-		if n == nil {
+	for _, nd := range nodes {
+		if nd == nil {
 			continue
 		}
-		k.Nodes = append(k.Nodes, Node(n))
-		if primary == nil && len(n.Spec.PodCIDRs) > 0 {
-			if p, err := netip.ParsePrefix(n.Spec.PodCIDRs[0]); err == nil {
+		k.Nodes = append(k.Nodes, Node(nd))
+		if primary == nil && len(nd.Spec.PodCIDRs) > 0 {
+			if p, err := netip.ParsePrefix(nd.Spec.PodCIDRs[0]); err == nil {
 				v4 := p.Addr().Is4()
 				primary = &v4
 			}
 		}
 	}
-	for _, ref := range q.Services {
-		svcs, err := client.CoreV1().Services(ref.Namespace).List(ctx, byName(ref.Name))
-		if err != nil {
-			return nil, fmt.Errorf("quorum read of service %s: %s", ref, describe(err, resServices))
-		}
-		svc := named(svcs.Items, ref.Name)
-		if svc == nil {
+	for i, ref := range q.Services {
+		if services[i] == nil {
 			continue
 		}
-		k.Services = append(k.Services, Service(svc))
-		sel := labels.Set{discoveryv1.LabelServiceName: ref.Name}.String()
-		slices, err := client.DiscoveryV1().EndpointSlices(ref.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
-		if err != nil {
-			return nil, fmt.Errorf("quorum read of the EndpointSlices of %s: %s", ref, describe(err, resEndpointSlices))
-		}
-		for i := range slices.Items {
-			for _, ep := range Endpoints(&slices.Items[i]) {
+		k.Services = append(k.Services, Service(services[i]))
+		for j := range slices[i] {
+			for _, ep := range Endpoints(&slices[i][j]) {
 				if ep.Service == ref {
 					k.Endpoints = append(k.Endpoints, ep)
 				}
 			}
 		}
 	}
-	for _, a := range q.PodIPs {
+	for i, a := range q.PodIPs {
 		a = a.Unmap()
 		if primary != nil && a.Is4() != *primary {
 			return nil, fmt.Errorf("cannot prove from the API server which pod holds %s: pods are selected by their first address only, and %s is of the cluster's second address family", a, a)
 		}
-		sel := fields.OneTermEqualSelector("status.podIP", a.String()).String()
-		pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: sel})
-		if err != nil {
-			return nil, fmt.Errorf("quorum read of the pods holding %s: %s", a, describe(err, resPods))
-		}
-		for i := range pods.Items {
-			p := Pod(&pods.Items[i])
+		for j := range pods[i] {
+			p := Pod(&pods[i][j])
 			// Keep only what truly holds the address, whatever the server
 			// selected.
 			if p.HasIP(a) && !containsPod(k.Pods, p.UID) {
