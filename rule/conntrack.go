@@ -136,17 +136,6 @@ func (fe *Frontends) Lookup(proto snapshot.Proto, dst netip.Addr, port uint16) (
 	return Frontend{}, false
 }
 
-// Match reports whether a flow is a DNATed flow to one of the frontends. It
-// is meant as the conntrack collector's Keep filter, so that only these
-// flows are kept in memory.
-func (fe *Frontends) Match(f *snapshot.Flow) bool {
-	if !f.DNAT() {
-		return false
-	}
-	_, ok := fe.Lookup(f.Proto, f.Orig.Dst, f.Orig.DstPort)
-	return ok
-}
-
 // flowIndex is what both conntrack rules need to judge a flow.
 type flowIndex struct {
 	frontends *Frontends
