@@ -426,9 +426,8 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string) (wait time.Durati
 
 // remedy runs one remedy on a complete audit's findings and reports every
 // action. It returns how long to wait before looking again at findings
-// waiting out their grace period (the whole grace period: by then every
-// pending finding is due), and the degraded reason when a limit refused
-// actions.
+// waiting out their grace period (until the first of them is due), and the
+// degraded reason when a limit refused actions.
 func (a *Agent) remedy(ctx context.Context, rem *remedy.Remedy, res *audit.Result) (wait time.Duration, limit string) {
 	cfg := a.cfg
 	actions, err := rem.Apply(ctx, res.Snapshot, res.Findings)
@@ -450,8 +449,12 @@ func (a *Agent) remedy(ctx context.Context, rem *remedy.Remedy, res *audit.Resul
 		if t, ok := act.Finding.Target.(*finding.FlowTarget); ok && (act.Result == remedy.Done || act.Result == remedy.Gone) {
 			a.index.forget(&t.Flow)
 		}
-		if act.Result == remedy.Pending && rem.Grace > 0 {
-			wait = rem.Grace
+		if act.Result == remedy.Pending {
+			// At least a millisecond: a finding due now is looked at again
+			// right away, not never.
+			if w := max(act.Due.Sub(cfg.Now()), time.Millisecond); wait == 0 || w < wait {
+				wait = w
+			}
 		}
 	}
 	return wait, limit

@@ -43,6 +43,9 @@ type Action struct {
 	// Limit is a *BudgetError or *CapError when a limit refused the
 	// action, nil otherwise.
 	Limit error
+	// Due is when a Pending action's grace period ends, if its finding
+	// holds until then.
+	Due time.Time
 }
 
 // ErrIncompleteEvidence is returned when a source the rule used is not
@@ -144,6 +147,7 @@ func (r *Remedy) Apply(ctx context.Context, s *snapshot.Snapshot, fs []finding.F
 		a := Action{Remedy: r.ID(), Rule: f.Rule, Finding: f}
 		if held := t.Sub(first); held < r.Grace {
 			a.Result, a.Reason = Pending, fmt.Sprintf("reported for %s of the %s grace period", held.Round(time.Millisecond), r.Grace)
+			a.Due = first.Add(r.Grace)
 		} else {
 			due = append(due, len(actions))
 		}

@@ -111,6 +111,30 @@ func TestGracePeriodMustHoldContinuously(t *testing.T) {
 	}
 }
 
+// A pending action says when its own grace period ends, so that the agent
+// looks again then, not a whole grace period after the latest finding.
+func TestPendingActionsSayWhenTheyAreDue(t *testing.T) {
+	c := t0()
+	start := c.t
+	a, b := staleFinding("10.244.3.47", 1000), staleFinding("10.244.3.48", 1001)
+	r := newRemedy(c, newTable(a, b))
+	ctx := context.Background()
+	if _, err := r.Apply(ctx, ready(), []finding.Finding{a}); err != nil {
+		t.Fatal(err)
+	}
+	c.t = c.t.Add(4 * time.Second)
+	as, err := r.Apply(ctx, ready(), []finding.Finding{a, b})
+	if err != nil || results(as) != "pending,pending" {
+		t.Fatalf("%s, %v", results(as), err)
+	}
+	if want := start.Add(r.Grace); !as[0].Due.Equal(want) {
+		t.Errorf("first finding due %s, want %s (first seen + grace)", as[0].Due, want)
+	}
+	if want := c.t.Add(r.Grace); !as[1].Due.Equal(want) {
+		t.Errorf("second finding due %s, want %s", as[1].Due, want)
+	}
+}
+
 func TestIncompleteEvidenceAndResetRestartGrace(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
