@@ -70,10 +70,17 @@ func realBinaries(t *testing.T) string {
 
 func newRealEnv(t *testing.T, mode controlplane.ProxyMode) *realEnv {
 	t.Helper()
-	bin := realBinaries(t)
+	return newRealEnvWith(t, mode, controlplane.Options{})
+}
+
+// newRealEnvWith is newRealEnv with control-plane options (Bin is set
+// here).
+func newRealEnvWith(t *testing.T, mode controlplane.ProxyMode, o controlplane.Options) *realEnv {
+	t.Helper()
+	o.Bin = realBinaries(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	cp, err := controlplane.Start(ctx, controlplane.Options{Bin: bin})
+	cp, err := controlplane.Start(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -273,8 +273,16 @@ func (r *Remedy) actOnGroup(ctx context.Context, t time.Time, actions []Action, 
 const (
 	// DefaultGrace and MinGrace: how long evidence must hold through
 	// complete passes before a remedy acts, and the least the agent
-	// accepts. docs/agent.md says how they were measured.
-	DefaultGrace = 30 * time.Second
+	// accepts. On the real control plane, 200 rolling replacements with IP
+	// reuse deleted no healthy flow at any grace period down to 0
+	// (scripts/measure-grace.sh; docs/agent.md, "How the grace period was
+	// chosen"). MinGrace is the agent's new-flow interval, so that a
+	// finding holds in at least two passes that saw the API's events and
+	// the table's new flows of a whole second between them; DefaultGrace
+	// adds a margin for what one lab node cannot show (a loaded API server
+	// whose watches lag by seconds), at a cost to clients of seconds of
+	// errors instead of the minutes a ghost lasts without the agent.
+	DefaultGrace = 5 * time.Second
 	MinGrace     = time.Second
 	// DefaultBudget ghost IPs per DefaultBudgetInterval: a rolling deploy
 	// kills a few backends a minute; a broken view of the world kills them

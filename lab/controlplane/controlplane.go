@@ -66,6 +66,11 @@ type Options struct {
 	Dir string
 	// ServiceCIDR is --service-cluster-ip-range (default 10.96.0.0/16).
 	ServiceCIDR string
+	// MaxEndpointsPerSlice is the EndpointSlice controller's
+	// --max-endpoints-per-slice (default 100, as Kubernetes ships): a small
+	// value spreads a Service over several slices, and a rolling update
+	// then moves endpoints between them.
+	MaxEndpointsPerSlice int
 }
 
 // ControlPlane is etcd, kube-apiserver and kube-controller-manager on
@@ -92,6 +97,9 @@ type ControlPlane struct {
 func Start(ctx context.Context, o Options) (cp *ControlPlane, err error) {
 	if o.ServiceCIDR == "" {
 		o.ServiceCIDR = "10.96.0.0/16"
+	}
+	if o.MaxEndpointsPerSlice <= 0 {
+		o.MaxEndpointsPerSlice = 100
 	}
 	cp = &ControlPlane{Dir: o.Dir, bin: o.Bin, tokens: map[string]string{}}
 	if cp.Dir == "" {
@@ -181,7 +189,8 @@ func Start(ctx context.Context, o Options) (cp *ControlPlane, err error) {
 	if _, err := cp.start("kube-controller-manager", filepath.Join(o.Bin, "kube-controller-manager"),
 		"--kubeconfig="+kcmConfig, "--controllers=endpointslice-controller",
 		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0",
-		"--concurrent-service-endpoint-syncs=5", "--v=2"); err != nil {
+		"--concurrent-service-endpoint-syncs=5", "--max-endpoints-per-slice="+strconv.Itoa(o.MaxEndpointsPerSlice),
+		"--v=2"); err != nil {
 		return nil, err
 	}
 	return cp, nil

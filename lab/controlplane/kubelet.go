@@ -255,6 +255,14 @@ func (k *Kubelet) allocate(p *corev1.Pod) (netip.Addr, error) {
 	return netip.Addr{}, fmt.Errorf("pod CIDR %s exhausted", k.node.o.PodCIDR)
 }
 
+// Holds reports whether the stand-in still holds ip for a pod: a pod
+// asking for it (IPAnnotation) would be refused.
+func (k *Kubelet) Holds(ip netip.Addr) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.used[ip]
+}
+
 func (k *Kubelet) release(ip netip.Addr) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
