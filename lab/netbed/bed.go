@@ -321,15 +321,30 @@ func (n *namespace) HTTPClient(timeout time.Duration) *http.Client {
 
 // DeleteNamespace removes the named network namespace's mount point in
 // /var/run/netns. Another process making or entering namespaces at the
-// same moment (ip netns, a second lab) can leave the bind mount stacked
-// twice, and one unmount then leaves the file busy: every layer is
-// unmounted before the file is removed.
+// same moment (ip netns, a second lab, a parallel test) can leave the bind
+// mount stacked twice, or stack /var/run/netns again between the unmount
+// and the remove, which then fails with EBUSY: every layer is unmounted,
+// and the whole is tried again while the remove finds the file busy.
 func DeleteNamespace(name string) error {
 	path := filepath.Join(netnsDir, name)
-	for i := 0; i < 16; i++ {
+	var err error
+	for range 8 {
+		if err = unmountAll(path); err != nil {
+			return err
+		}
+		if err = os.Remove(path); !errors.Is(err, unix.EBUSY) {
+			return err
+		}
+	}
+	return err
+}
+
+// unmountAll unmounts every mount stacked on path.
+func unmountAll(path string) error {
+	for range 16 {
 		if err := unix.Unmount(path, unix.MNT_DETACH); err != nil {
 			if errors.Is(err, unix.EINVAL) {
-				break // no longer a mount point
+				return nil // no longer a mount point
 			}
 			if errors.Is(err, unix.ENOENT) {
 				return os.ErrNotExist
@@ -337,5 +352,5 @@ func DeleteNamespace(name string) error {
 			return fmt.Errorf("unmounting %s: %w", path, err)
 		}
 	}
-	return os.Remove(path)
+	return nil
 }
