@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/ghostwatch/ghostwatch/agent"
+	"github.com/ghostwatch/ghostwatch/lab/netbed"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -22,19 +23,8 @@ import (
 // node's conntrack table, deleting stale flows through a netlink socket
 // opened inside the node. It returns a function that stops it.
 func (e *env) startAgent(ctx context.Context, o Options) (stop func(), err error) {
-	var conn *conntrack.Conn
-	var sub *conntrack.Subscription
-	if err := e.node.Do(func() error {
-		var err error
-		if conn, err = conntrack.Open(); err != nil {
-			return err
-		}
-		// Subscribed before the first dump, as the agent command does.
-		if sub, err = conntrack.Subscribe(); err != nil {
-			conn.Close()
-		}
-		return err
-	}); err != nil {
+	conn, sub, err := openTable(e.node)
+	if err != nil {
 		return nil, err
 	}
 	rules := rule.InScope(rule.All(rule.Config{}), rule.ScopeNode)
@@ -76,6 +66,21 @@ func (e *env) startAgent(ctx context.Context, o Options) (stop func(), err error
 		sub.Close()
 		conn.Close()
 	}, nil
+}
+
+// openTable opens a conntrack socket in node and subscribes to its events,
+// before the agent's first dump, as the agent command does.
+func openTable(node *netbed.Node) (conn *conntrack.Conn, sub *conntrack.Subscription, err error) {
+	err = node.Do(func() error {
+		if conn, err = conntrack.Open(); err != nil {
+			return err
+		}
+		if sub, err = conntrack.Subscribe(); err != nil {
+			conn.Close()
+		}
+		return err
+	})
+	return conn, sub, err
 }
 
 // timelineRecorder prints the agent's Kubernetes Events on the timeline.

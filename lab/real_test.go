@@ -28,7 +28,6 @@ import (
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 	"github.com/ghostwatch/ghostwatch/snapshot"
-	"github.com/ghostwatch/ghostwatch/source/conntrack"
 )
 
 // The end-to-end tests run ghostwatch against the Kubernetes users run: a
@@ -314,22 +313,10 @@ func (e *realEnv) eventually(t *testing.T, deadline time.Duration, what string, 
 func (e *realEnv) flowsTo(t *testing.T, backend netip.Addr) []snapshot.Flow {
 	t.Helper()
 	var out []snapshot.Flow
-	err := e.node.Net.Do(func() error {
-		c, err := conntrack.Open()
-		if err != nil {
-			return err
+	for _, f := range e.dnatFlows(t) {
+		if f.Reply.Src == backend {
+			out = append(out, f)
 		}
-		defer c.Close()
-		_, err = c.Dump(context.Background(), func(f *snapshot.Flow) error {
-			if f.Reply.Src == backend && f.DNAT() {
-				out = append(out, *f)
-			}
-			return nil
-		})
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	return out
 }

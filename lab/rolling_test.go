@@ -236,18 +236,8 @@ func (d *deleteLog) Delete(f *snapshot.Flow) error {
 // deleting through log. It returns the agent's metrics and its log.
 func (e *realEnv) rollingAgent(t *testing.T, ctx context.Context, o rollingOptions, log *deleteLog) (*agent.Metrics, *bytes.Buffer) {
 	t.Helper()
-	var conn *conntrack.Conn
-	var sub *conntrack.Subscription
-	if err := e.node.Net.Do(func() error {
-		var err error
-		if conn, err = conntrack.Open(); err != nil {
-			return err
-		}
-		if sub, err = conntrack.Subscribe(); err != nil {
-			conn.Close()
-		}
-		return err
-	}); err != nil {
+	conn, sub, err := openTable(e.node.Net)
+	if err != nil {
 		t.Fatal(err)
 	}
 	log.FlowTable = conn
