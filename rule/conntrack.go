@@ -217,6 +217,10 @@ type judgement struct {
 	// openedBefore is true when the flow's start time proves it was opened
 	// before the current holder of its backend IP existed.
 	openedBefore bool
+	// foreign is true when the holder could never have been a backend of
+	// the Service: it lives in another namespace, and the Service's
+	// selector (the EndpointSlice controller) only picks its own.
+	foreign bool
 }
 
 // judge classifies one flow. The order of the checks is the safety argument:
@@ -280,14 +284,17 @@ func (ix *flowIndex) judge(f *snapshot.Flow) judgement {
 	case j.holder != nil && j.holder.Deleting:
 		// Gone from the slices but the pod still exists: let it drain.
 		j.verdict = draining
-	case j.holder != nil && !f.Start.IsZero():
-		// The flow started while this pod already held the IP, so it was
-		// opened to this pod, which has since left the service.
-		j.verdict = relabelled
-	case j.holder != nil:
-		// A pod that is not a backend of the service receives its traffic,
-		// and nothing shows the flow was opened to it.
+	case j.holder != nil && j.frontend.Service.HasSelector && j.holder.Namespace != j.frontend.Service.Namespace:
+		// The Service could never have sent the flow to this pod: it was
+		// opened to an earlier holder of the IP.
+		j.foreign = true
 		j.verdict = misdelivered
+	case j.holder != nil:
+		// The holder may be the very pod the flow was opened to, since
+		// left the Service (a blue/green switch, a pod relabelled out of
+		// rotation): with nothing proving otherwise, the connection still
+		// reaches its own pod.
+		j.verdict = relabelled
 	default:
 		j.verdict = stale
 	}

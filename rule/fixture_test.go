@@ -34,7 +34,7 @@ func hostNet(p snapshot.Pod) snapshot.Pod { p.HostNetwork = true; return p }
 func phase(p snapshot.Pod, ph string) snapshot.Pod { p.Phase = ph; return p }
 
 func svc(ns, name, clusterIP string, proto snapshot.Proto, port, nodePort uint16) snapshot.Service {
-	s := snapshot.Service{Namespace: ns, Name: name, Type: snapshot.ServiceClusterIP,
+	s := snapshot.Service{Namespace: ns, Name: name, Type: snapshot.ServiceClusterIP, HasSelector: true,
 		Ports: []snapshot.ServicePort{{Name: "p", Protocol: proto, Port: port, NodePort: nodePort}}}
 	if clusterIP != "" {
 		s.ClusterIPs = ips(clusterIP)

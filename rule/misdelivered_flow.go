@@ -16,9 +16,12 @@ const MisdeliveredFlowID = "misdelivered-flow"
 // connection reaches another workload (or another instance). It is a
 // security finding and always critical.
 //
-// The proof is one of two facts: the flow started (conntrack timestamp)
-// before the current holder of the IP existed; or, without a start time, the
-// holder is not a backend of the Service the flow addressed.
+// It is reported only on proof that the holder is another pod than the one
+// the flow was opened to: the flow started (conntrack timestamp) before the
+// holder existed; or the holder could never have been a backend (another
+// namespace than a Service with a selector). A pod that merely left the
+// Service (a blue/green switch, a pod relabelled out of rotation) is the
+// same pod: its flows are no finding.
 type MisdeliveredFlow struct{ ct *conntrackRules }
 
 // NewMisdeliveredFlow returns the rule on its own; All shares one judgement
@@ -78,8 +81,8 @@ func (r *MisdeliveredFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 				f.Start.UTC().Format(time.RFC3339), h.Ref(), h.Since().UTC().Format(time.RFC3339))
 			ev["proof"] = "flow started before the holder existed"
 		} else {
-			why = fmt.Sprintf("pod %s holds the IP but is not a backend of %s", h.Ref(), svc.Ref())
-			ev["proof"] = "holder is not a backend of the service"
+			why = fmt.Sprintf("pod %s holds the IP, and %s selects pods of namespace %s only: it could never have sent the flow there", h.Ref(), svc.Ref(), svc.Namespace)
+			ev["proof"] = "holder could never have been a backend of the service"
 		}
 		out = append(out, finding.Finding{
 			Rule:     MisdeliveredFlowID,

@@ -27,10 +27,28 @@ func TestMisdeliveredFlow(t *testing.T) {
 			want:  []want{{MisdeliveredFlowID, old, finding.Critical}},
 		},
 		{
-			name:  "IP reused by another workload, flow start unknown",
+			name:  "IP reused by a pod of another namespace, flow start unknown: the Service could never have picked it",
 			kube:  reuse("payments", "ledger", t0.Add(time.Minute), false),
 			flows: []snapshot.Flow{flow(tcp, client, "10.96.100.50:5432", old+":5432")},
 			want:  []want{{MisdeliveredFlowID, old, finding.Critical}},
+		},
+		{
+			name:  "blue/green switch: the pod still runs in the Service's namespace but is no longer selected, flow start unknown",
+			kube:  reuse("db", "postgres-blue", t0, false),
+			flows: []snapshot.Flow{flow(tcp, client, "10.96.100.50:5432", old+":5432")},
+		},
+		{
+			name:  "blue/green switch with a start time after the pod's: the flow was opened to it",
+			kube:  reuse("db", "postgres-blue", t0, false),
+			flows: []snapshot.Flow{started(flow(tcp, client, "10.96.100.50:5432", old+":5432"), t0.Add(time.Hour))},
+		},
+		{
+			name: "a Service without a selector (hand-made slices) may point anywhere: another namespace proves nothing",
+			kube: func(k *snapshot.Kube) {
+				k.Services[0].HasSelector = false
+				reuse("payments", "ledger", t0.Add(time.Minute), false)(k)
+			},
+			flows: []snapshot.Flow{flow(tcp, client, "10.96.100.50:5432", old+":5432")},
 		},
 		{
 			name:  "IP reused by another workload, flow older than it",

@@ -100,6 +100,10 @@ type Service struct {
 	// LoadBalancerIPs is status.loadBalancer.ingress[].ip.
 	LoadBalancerIPs []netip.Addr
 	Ports           []ServicePort
+	// HasSelector is true when spec.selector is set: the EndpointSlice
+	// controller then keeps the slices, and it only ever picks pods of
+	// the Service's own namespace.
+	HasSelector bool
 }
 
 // Ref returns the service's namespace/name.

@@ -51,6 +51,8 @@ func Service(s *corev1.Service) snapshot.Service {
 		Namespace: s.Namespace,
 		Name:      s.Name,
 		Type:      string(s.Spec.Type),
+
+		HasSelector: len(s.Spec.Selector) > 0,
 	}
 	if out.Type == "" {
 		out.Type = snapshot.ServiceClusterIP

@@ -113,13 +113,14 @@ func TestService(t *testing.T) {
 		in: corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "api"},
 			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, ClusterIP: "10.96.0.80", ClusterIPs: []string{"10.96.0.80"},
+				Selector: map[string]string{"app": "api"},
 				Ports: []corev1.ServicePort{
 					{Name: "http", Port: 80, NodePort: 30080},
 					{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53, NodePort: 30053},
 					{Name: "sctp", Protocol: corev1.ProtocolSCTP, Port: 9999},
 				}},
 		},
-		want: snapshot.Service{Namespace: "web", Name: "api", Type: "NodePort", ClusterIPs: addrs("10.96.0.80"),
+		want: snapshot.Service{Namespace: "web", Name: "api", Type: "NodePort", ClusterIPs: addrs("10.96.0.80"), HasSelector: true,
 			Ports: []snapshot.ServicePort{
 				{Name: "http", Protocol: snapshot.ProtoTCP, Port: 80, NodePort: 30080},
 				{Name: "dns", Protocol: snapshot.ProtoUDP, Port: 53, NodePort: 30053},

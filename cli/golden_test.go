@@ -1,0 +1,58 @@
+package cli
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files of TestScanGolden")
+
+// TestScanGolden scans each case under testdata/scan offline, as a user
+// would: objects.yaml (kubectl get … -A -o yaml), conntrack.txt (conntrack
+// -L), the extra arguments in args (one per line), and compares the exit
+// code, stdout and stderr with want.txt. Each case's README says what it
+// shows. go test ./cli -run TestScanGolden -update rewrites want.txt.
+func TestScanGolden(t *testing.T) {
+	dirs, err := filepath.Glob("testdata/scan/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dirs) == 0 {
+		t.Fatal("no cases under testdata/scan")
+	}
+	for _, dir := range dirs {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			args := []string{"scan", "--kube-objects", filepath.Join(dir, "objects.yaml"),
+				"--conntrack-file", filepath.Join(dir, "conntrack.txt")}
+			if b, err := os.ReadFile(filepath.Join(dir, "args")); err == nil {
+				for _, a := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+					if a = strings.TrimSpace(a); a != "" {
+						args = append(args, a)
+					}
+				}
+			} else if !os.IsNotExist(err) {
+				t.Fatal(err)
+			}
+			code, out, errOut := run(t, "", args...)
+			got := fmt.Sprintf("exit %d\n--- stdout\n%s--- stderr\n%s", code, out, errOut)
+			want := filepath.Join(dir, "want.txt")
+			if *update {
+				if err := os.WriteFile(want, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			b, err := os.ReadFile(want)
+			if err != nil {
+				t.Fatalf("%v (run with -update to write it)", err)
+			}
+			if got != string(b) {
+				t.Errorf("ghostwatch %s\ngot:\n%s\nwant:\n%s", strings.Join(args, " "), got, b)
+			}
+		})
+	}
+}
