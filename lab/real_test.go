@@ -69,12 +69,12 @@ func realBinaries(t *testing.T) string {
 
 func newRealEnv(t *testing.T, mode controlplane.ProxyMode) *realEnv {
 	t.Helper()
-	return newRealEnvWith(t, mode, controlplane.Options{})
+	return newRealEnvWith(t, mode, controlplane.Options{}, netbed.NodeOptions{ConntrackTimestamp: true})
 }
 
 // newRealEnvWith is newRealEnv with control-plane options (Bin is set
-// here).
-func newRealEnvWith(t *testing.T, mode controlplane.ProxyMode, o controlplane.Options) *realEnv {
+// here) and the node's network options.
+func newRealEnvWith(t *testing.T, mode controlplane.ProxyMode, o controlplane.Options, nodeNet netbed.NodeOptions) *realEnv {
 	t.Helper()
 	o.Bin = realBinaries(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -97,8 +97,7 @@ func newRealEnvWith(t *testing.T, mode controlplane.ProxyMode, o controlplane.Op
 	}
 	t.Cleanup(func() { bed.Close() })
 	node, err := cp.AddNode(ctx, bed, "node-1", controlplane.NodeOptions{
-		IP: realNodeIP, PodCIDR: realPodCIDR, Mode: mode,
-		NetOptions: netbed.NodeOptions{ConntrackTimestamp: true},
+		IP: realNodeIP, PodCIDR: realPodCIDR, Mode: mode, NetOptions: nodeNet,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -28,6 +28,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/agent"
 	"github.com/ghostwatch/ghostwatch/finding"
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
+	"github.com/ghostwatch/ghostwatch/lab/netbed"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -307,7 +308,8 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // every delete the agent made.
 func rollingReplacements(t *testing.T, o rollingOptions) rollingResult {
 	t.Helper()
-	e := newRealEnvWith(t, controlplane.ProxyIPTables, controlplane.Options{MaxEndpointsPerSlice: o.maxPerSlice})
+	e := newRealEnvWith(t, controlplane.ProxyIPTables, controlplane.Options{MaxEndpointsPerSlice: o.maxPerSlice},
+		netbed.NodeOptions{ConntrackTimestamp: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ledger := watchPods(ctx, e.cp.Admin)

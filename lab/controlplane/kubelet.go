@@ -205,6 +205,13 @@ func (k *Kubelet) remove(ctx context.Context, p *corev1.Pod) error {
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		err = nil
 	}
+	k.mu.Lock()
+	if unplugErr != nil && k.pods[p.UID] != rp {
+		// The Pod's deletion (grace 0) reached the informer first, which
+		// already tore the sandbox down: nothing was left to unplug.
+		unplugErr = nil
+	}
+	k.mu.Unlock()
 	k.forget(p.UID)
 	return errors.Join(unplugErr, err)
 }
