@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -101,9 +102,12 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	}
 	node := resolveNodeName(o.nodeName)
 
+	if n := stdinUses(o.kubeObjects, o.conntrackFile); n > 1 {
+		return withCode(ExitError, errors.New(`"-" (stdin) is given more than once: stdin can feed only one input; save the others to files`))
+	}
 	var kubeSrc source.Source
 	if len(o.kubeObjects) > 0 {
-		kubeSrc = &kube.FileSource{Paths: o.kubeObjects}
+		kubeSrc = &kube.FileSource{Paths: o.kubeObjects, Stdin: streams.In}
 	} else {
 		client, _, err := kube.ClientFromFlags(o.kubeFlags)
 		if err != nil {
@@ -139,6 +143,17 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 		return errFindings
 	}
 	return nil
+}
+
+// stdinUses counts the inputs that read stdin ("-").
+func stdinUses(kubeObjects []string, conntrackFile string) int {
+	n := 0
+	for _, p := range append(slices.Clone(kubeObjects), conntrackFile) {
+		if p == "-" {
+			n++
+		}
+	}
+	return n
 }
 
 // checkNode refuses a scan whose node is unknown to a cluster that lists

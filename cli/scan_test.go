@@ -140,6 +140,13 @@ func TestScanBadInput(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("tcp      6 117 FIN_WAIT src=203.0.113.10 dst=192.168.50.1 sport=40000 dport=30080 src=10.244.1.100 dst=203.0.113.10 sport=8080 dport=40000 [ASSURED]\ntcp 6 1 ESTABLISHED src=10.0.0.300 dst=1.2.3.4\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	empty, summary := filepath.Join(dir, "empty.txt"), filepath.Join(dir, "summary.txt")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(summary, []byte("conntrack v1.4.7 (conntrack-tools): 0 flow entries have been shown.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name string
 		args []string
@@ -154,6 +161,17 @@ func TestScanBadInput(t *testing.T) {
 		{"unknown output", append(offline, "-o", "xml"), []string{`-o "xml"`}},
 		{"unknown rule", append(offline, "--rule", "nope"), []string{`unknown rule "nope"`, "stale-nat-flow"}},
 		{"bad CIDR", append(offline, "--nodeport-addresses", "10.0.0.0/33"), []string{"--nodeport-addresses"}},
+		{"missing objects file has a hint", []string{"scan", "--kube-objects", filepath.Join(dir, "nope.yaml"), "--conntrack-file", "testdata/conntrack.txt"},
+			[]string{"does not exist", "kubectl get pods,services,endpointslices,nodes -A -o yaml > FILE"}},
+		// What `conntrack -L > f` leaves without root: an empty file.
+		{"empty conntrack file", []string{"scan", "--kube-objects", "testdata/objects.yaml", "--conntrack-file", empty, "--node-name", "worker-1"},
+			[]string{empty + " is empty", "the capture failed", "sudo conntrack -L"}},
+		{"conntrack summary only", []string{"scan", "--kube-objects", "testdata/objects.yaml", "--conntrack-file", summary, "--node-name", "worker-1"},
+			[]string{summary + " holds no conntrack entries", "sudo conntrack -L"}},
+		{"empty stdin", []string{"scan", "--kube-objects", "testdata/objects.yaml", "--conntrack-file", "-", "--node-name", "worker-1"},
+			[]string{"stdin is empty", "sudo conntrack -L"}},
+		{"stdin for both inputs", []string{"scan", "--kube-objects", "-", "--conntrack-file", "-", "--node-name", "worker-1"},
+			[]string{`"-" (stdin) is given more than once`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

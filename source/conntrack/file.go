@@ -3,6 +3,7 @@ package conntrack
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -71,7 +72,8 @@ func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	}
 	var kept textChunks
 	n := 0
-	seen, err := ParseText(r, name, now, func(fl *snapshot.Flow) error {
+	cr := &countingReader{r: r}
+	seen, err := ParseText(cr, name, now, func(fl *snapshot.Flow) error {
 		if keep(fl) {
 			kept.add(fl)
 		}
@@ -86,8 +88,46 @@ func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if seen == 0 {
+		return &emptyListing{name: name, empty: cr.n == 0}
+	}
 	s.Conntrack = &snapshot.Conntrack{Flows: kept.flows(), Seen: seen}
 	return nil
+}
+
+// ErrEmptyListing is wrapped by the error for a listing without a single
+// entry. A node's table is never empty while it runs pods: such a listing
+// is a capture that failed (conntrack run without root leaves an empty
+// file and prints its error on the terminal), not a clean table.
+var ErrEmptyListing = errors.New("no conntrack entries")
+
+type emptyListing struct {
+	name  string
+	empty bool // not a byte, rather than only conntrack's summary
+}
+
+func (e *emptyListing) Error() string {
+	what := "holds no conntrack entries (only conntrack's summary)"
+	if e.empty {
+		what = "is empty"
+	}
+	return fmt.Sprintf("conntrack listing %s %s: a node's table is never empty, so the capture failed "+
+		"(conntrack -L run without root writes nothing and prints its error on the terminal). "+
+		"Capture it on the node as root, in the host's network namespace: sudo conntrack -L -o extended,id > FILE", e.name, what)
+}
+
+func (e *emptyListing) Unwrap() error { return ErrEmptyListing }
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // missingListing is the error for a listing file that does not exist. It

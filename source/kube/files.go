@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"sort"
 	"strings"
@@ -258,12 +259,29 @@ func (f *FileSource) readFile(objs *Objects, path string) error {
 		return objs.Read("stdin", in)
 	}
 	file, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return &missingFile{path: path, err: err}
+	}
 	if err != nil {
 		return err
 	}
 	defer file.Close()
 	return objs.Read(path, file)
 }
+
+// missingFile is the error for an objects file that does not exist, with
+// the command that writes one. It unwraps to the error of os.Open, and so
+// to fs.ErrNotExist.
+type missingFile struct {
+	path string
+	err  error
+}
+
+func (e *missingFile) Error() string {
+	return "kube objects file " + e.path + " does not exist; save one with: kubectl get pods,services,endpointslices,nodes -A -o yaml > FILE"
+}
+
+func (e *missingFile) Unwrap() error { return e.err }
 
 // complete fails unless the objects include Pods, Services and
 // EndpointSlices.

@@ -330,7 +330,7 @@ func TestFileSource(t *testing.T) {
 		paths []string
 		want  string
 	}{
-		{"missing file", []string{pods, filepath.Join(dir, "nope.yaml")}, "open " + filepath.Join(dir, "nope.yaml") + ": no such file or directory"},
+		{"missing file", []string{pods, filepath.Join(dir, "nope.yaml")}, "kube objects file " + filepath.Join(dir, "nope.yaml") + " does not exist; save one with: kubectl get pods,services,endpointslices,nodes -A -o yaml > FILE"},
 		{"syntax error", []string{pods, bad}, bad + ":3: did not find expected node content"},
 		{"changed object", []string{pods, rest, changed}, changed + ":2: Pod ns/p appears again, with other contents (first at " + pods + ":1): give each object once"},
 		{"missing kinds", []string{pods, deploys}, pods + ", " + deploys + ": no Service, no EndpointSlice found (ignored: 1 apps/v1 Deployment); save them all with: kubectl get pods,services,endpointslices,nodes -A -o yaml"},
