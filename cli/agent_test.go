@@ -28,7 +28,9 @@ func TestAgentFlagErrors(t *testing.T) {
 		{[]string{"--remedy", "delete-everything"}, `--remedy "delete-everything": the remedies are stale-nat-flow`},
 		{[]string{"--dry-run"}, "--dry-run needs --remedy"},
 		{[]string{"--remedy", "stale-nat-flow", "--budget", "0"}, "--budget 0: must be at least 1"},
-		{[]string{"--grace", "-1s"}, "--grace -1s: must be at least 1s"},
+		{[]string{"--grace", "500ms"}, "--grace 500ms: must be at least 1s"},
+		{[]string{"--grace", "-1s"}, "--grace -1s: a duration must not be negative"},
+		{[]string{"--audit-interval", "-2m"}, "--audit-interval -2m0s: a duration must not be negative"},
 		{[]string{"--log-format", "xml"}, `--log-format "xml"`},
 		{[]string{"--nodeport-addresses", "10.0.0.0/33"}, "--nodeport-addresses"},
 	} {

@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 )
 
@@ -53,6 +55,19 @@ IPAM hands out twice, gossip members that haunt a reused address.
 Exit codes: 0 nothing found at or above --fail-on, 1 findings, 2 could not run.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// Every duration flag of every command is a length of time: a
+		// negative one is a mistake, never a way to turn something off.
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			cmd.Flags().VisitAll(func(f *pflag.Flag) {
+				if d, ok := f.Value.(interface{ Type() string }); ok && d.Type() == "duration" && err == nil {
+					if v, perr := time.ParseDuration(f.Value.String()); perr == nil && v < 0 {
+						err = withCode(ExitError, fmt.Errorf("--%s %s: a duration must not be negative", f.Name, f.Value))
+					}
+				}
+			})
+			return err
+		},
 	}
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)

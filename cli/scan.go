@@ -69,7 +69,7 @@ source was incomplete (then no finding is claimed for what it would have read).`
 	f := cmd.Flags()
 	o.kubeFlags.AddFlags(f)
 	f.StringArrayVar(&o.kubeObjects, "kube-objects", nil, "read cluster objects from this file instead of the API server (kubectl get ... -o yaml|json output; repeatable)")
-	f.StringVar(&o.conntrackFile, "conntrack-file", "", "read flows from this `conntrack -L` listing instead of the kernel (\"-\" for stdin)")
+	f.StringVar(&o.conntrackFile, "conntrack-file", "", "read flows from this `FILE`, a conntrack -L listing, instead of the kernel (\"-\" for stdin)")
 	f.StringVar(&o.nodeName, "node-name", "", "the Node this scan runs on: its addresses are the NodePort frontends (default $NODE_NAME, else the hostname)")
 	f.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "CIDRs on which NodePorts are served, as kube-proxy's --nodeport-addresses (default: the node's addresses)")
 	f.StringVar(&o.failOn, "fail-on", "warning", "exit 1 when a finding is at least this severe: info, warning, critical, or none")
@@ -77,6 +77,9 @@ source was incomplete (then no finding is claimed for what it would have read).`
 	f.StringSliceVar(&o.rules, "rule", nil, "run only these rules (default: all)")
 	f.DurationVar(&o.syncTimeout, "sync-timeout", 30*time.Second, "how long to wait for the API server to list the objects")
 	f.DurationVar(&o.clockSkew, "clock-skew", 2*time.Second, "how far the node clock may be ahead of the API server's when proving a flow predates a pod")
+	completeWith(cmd, "output", sink.Formats...)
+	completeWith(cmd, "fail-on", "info", "warning", "critical", "none")
+	completeWith(cmd, "rule", rule.IDs(rule.All(rule.Config{}))...)
 	return cmd
 }
 
@@ -205,4 +208,9 @@ func parsePrefixes(ss []string) ([]netip.Prefix, error) {
 		out = append(out, p.Masked())
 	}
 	return out, nil
+}
+
+// completeWith offers values as the shell completions of the flag name.
+func completeWith(cmd *cobra.Command, name string, values ...string) {
+	_ = cmd.RegisterFlagCompletionFunc(name, cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
 }

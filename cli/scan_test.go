@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -161,6 +162,7 @@ func TestScanBadInput(t *testing.T) {
 		{"unknown output", append(offline, "-o", "xml"), []string{`-o "xml"`}},
 		{"unknown rule", append(offline, "--rule", "nope"), []string{`unknown rule "nope"`, "stale-nat-flow"}},
 		{"bad CIDR", append(offline, "--nodeport-addresses", "10.0.0.0/33"), []string{"--nodeport-addresses"}},
+		{"negative duration", append(offline, "--clock-skew", "-2s"), []string{"--clock-skew -2s: a duration must not be negative"}},
 		{"missing objects file has a hint", []string{"scan", "--kube-objects", filepath.Join(dir, "nope.yaml"), "--conntrack-file", "testdata/conntrack.txt"},
 			[]string{"does not exist", "kubectl get pods,services,endpointslices,nodes -A -o yaml > FILE"}},
 		// What `conntrack -L > f` leaves without root: an empty file.
@@ -207,5 +209,23 @@ func TestScanUnreachableAPIServer(t *testing.T) {
 	}
 	if !strings.Contains(errOut, "connection refused") {
 		t.Errorf("stderr %q does not say why", errOut)
+	}
+}
+
+// version names the version, the commit and the Go toolchain.
+func TestVersion(t *testing.T) {
+	code, out, errOut := run(t, "", "version")
+	if code != ExitOK || !strings.HasPrefix(out, "ghostwatch ") || !strings.Contains(out, "(commit ") || !strings.Contains(out, runtime.Version()) {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+// The shell completes the values of -o, --rule and --fail-on.
+func TestScanCompletions(t *testing.T) {
+	for flag, want := range map[string]string{"-o": "json", "--rule": "stale-nat-flow", "--fail-on": "none"} {
+		code, out, errOut := run(t, "", "__complete", "scan", flag, "")
+		if code != ExitOK || !strings.Contains(out, want+"\n") {
+			t.Errorf("completing %s: exit %d, stdout %q, stderr %q; want %q offered", flag, code, out, errOut, want)
+		}
 	}
 }

@@ -17,12 +17,37 @@ func newVersionCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		Short: "Print the version",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			v := version
-			if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-				v = bi.Main.Version
-			}
-			_, err := fmt.Fprintf(streams.Out, "ghostwatch %s\n", v)
+			_, err := fmt.Fprintln(streams.Out, versionLine())
 			return err
 		},
 	}
+}
+
+// versionLine is "ghostwatch VERSION (commit COMMIT[, modified], GOVERSION)"
+// from the build: the version set at link time, else the module's version
+// (go install …@vX), else "dev"; the commit and Go version from the build
+// info.
+func versionLine() string {
+	v, commit, modified, gov := version, "unknown", false, "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			v = bi.Main.Version
+		}
+		gov = bi.GoVersion
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				commit = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+	}
+	if len(commit) > 12 {
+		commit = commit[:12]
+	}
+	if modified {
+		commit += ", modified"
+	}
+	return fmt.Sprintf("ghostwatch %s (commit %s, %s)", v, commit, gov)
 }
