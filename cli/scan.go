@@ -159,15 +159,31 @@ func stdinUses(kubeObjects []string, conntrackFile string) int {
 	return n
 }
 
-// checkNode refuses a scan whose node is unknown to a cluster that lists
-// nodes: its NodePort frontends would silently be missed.
+// checkNode refuses a scan whose node is unknown while a Service has a
+// NodePort: the node's addresses are the NodePort frontends, and without
+// them every NodePort flow would silently be missed.
 func checkNode(res *audit.Result, node string, npa []netip.Prefix) error {
 	k := res.Snapshot.Kube
-	if k == nil || len(k.Nodes) == 0 || len(npa) > 0 {
+	if k == nil || len(npa) > 0 {
 		return nil
 	}
 	if _, ok := kube.LookupNode(k, node); ok {
 		return nil
+	}
+	nodePort := ""
+	for _, s := range k.Services {
+		for _, p := range s.Ports {
+			if p.NodePort != 0 && nodePort == "" {
+				nodePort = fmt.Sprintf("%s/%s has NodePort %d", s.Namespace, s.Name, p.NodePort)
+			}
+		}
+	}
+	if nodePort == "" {
+		return nil
+	}
+	if len(k.Nodes) == 0 {
+		return fmt.Errorf("the cluster objects hold no Node, so the NodePort frontends of node %q are unknown (%s): add nodes to what kubectl saves (kubectl get pods,services,endpointslices,nodes -A -o yaml), or pass --nodeport-addresses",
+			node, nodePort)
 	}
 	var names []string
 	for _, n := range k.Nodes {
@@ -176,8 +192,8 @@ func checkNode(res *audit.Result, node string, npa []netip.Prefix) error {
 	if len(names) > 8 {
 		names = append(names[:8], "...")
 	}
-	return fmt.Errorf("node %q is not in the cluster (nodes: %s): pass --node-name, or --nodeport-addresses to match NodePorts by CIDR",
-		node, strings.Join(names, ", "))
+	return fmt.Errorf("node %q is not in the cluster (nodes: %s), so its NodePort frontends are unknown (%s): pass --node-name, or --nodeport-addresses to match NodePorts by CIDR",
+		node, strings.Join(names, ", "), nodePort)
 }
 
 func resolveNodeName(flag string) string {
