@@ -1,8 +1,10 @@
 package audit
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"net/netip"
 	"sort"
 	"strings"
 	"time"
@@ -82,10 +84,12 @@ func (r *Result) Incomplete() error {
 	return fmt.Errorf("%s", strings.Join(bad, "; "))
 }
 
-// Sort orders findings by rule, then worst first, then by subject.
+// Sort orders findings by rule, then worst first, then by subject: the
+// Service, the IP and the flow's tuple, addresses compared as addresses
+// (10.0.0.9 before 10.0.0.10).
 func Sort(fs []finding.Finding) {
 	sort.SliceStable(fs, func(i, j int) bool {
-		a, b := fs[i], fs[j]
+		a, b := &fs[i], &fs[j]
 		if a.Rule != b.Rule {
 			return a.Rule < b.Rule
 		}
@@ -95,6 +99,32 @@ func Sort(fs []finding.Finding) {
 		if a.Subject.Service != b.Subject.Service {
 			return a.Subject.Service < b.Subject.Service
 		}
+		if c := compareAddrs(a.Subject.IP, b.Subject.IP); c != 0 {
+			return c < 0
+		}
+		fa, aok := a.Target.(*finding.FlowTarget)
+		fb, bok := b.Target.(*finding.FlowTarget)
+		if aok && bok {
+			if c := compareTuples(&fa.Flow.Orig, &fb.Flow.Orig); c != 0 {
+				return c < 0
+			}
+		}
 		return a.Subject.Flow < b.Subject.Flow
 	})
+}
+
+// compareAddrs compares two addresses as addresses when both parse, and
+// as text otherwise.
+func compareAddrs(a, b string) int {
+	pa, erra := netip.ParseAddr(a)
+	pb, errb := netip.ParseAddr(b)
+	if erra == nil && errb == nil {
+		return pa.Compare(pb)
+	}
+	return strings.Compare(a, b)
+}
+
+func compareTuples(a, b *snapshot.Tuple) int {
+	return cmp.Or(a.Src.Compare(b.Src), cmp.Compare(a.SrcPort, b.SrcPort),
+		a.Dst.Compare(b.Dst), cmp.Compare(a.DstPort, b.DstPort))
 }

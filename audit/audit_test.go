@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -98,5 +99,32 @@ func TestRunIsGeneric(t *testing.T) {
 	// not exist here does not.
 	if err := res.Incomplete(); err == nil || !strings.Contains(err.Error(), "broken error") || strings.Contains(err.Error(), "absent") {
 		t.Errorf("Incomplete() = %v", err)
+	}
+}
+
+// Findings sort by address, not by text: 10.0.0.9 before 10.0.0.10, and
+// client port 999 before 1000.
+func TestSortComparesAddressesAsAddresses(t *testing.T) {
+	flowTo := func(ip string, sport uint16) finding.Finding {
+		f := snapshot.Flow{Proto: snapshot.ProtoTCP,
+			Orig:  snapshot.Tuple{Src: netip.MustParseAddr("10.244.1.5"), Dst: netip.MustParseAddr("10.96.0.1"), SrcPort: sport, DstPort: 80},
+			Reply: snapshot.Tuple{Src: netip.MustParseAddr(ip), SrcPort: 8080}}
+		return finding.Finding{Rule: "r", Severity: finding.Warning, Subject: finding.Subject{Service: "ns/s", IP: ip, Flow: f.String()},
+			Target: &finding.FlowTarget{Flow: f}}
+	}
+	fs := []finding.Finding{flowTo("10.0.0.10", 1), flowTo("10.0.0.9", 1000), flowTo("10.0.0.9", 999), flowTo("10.0.0.100", 1)}
+	Sort(fs)
+	var got []string
+	for _, f := range fs {
+		got = append(got, f.Subject.Flow+" to "+f.Subject.IP)
+	}
+	want := []string{
+		"tcp 10.244.1.5:999 -> 10.96.0.1:80 to 10.0.0.9",
+		"tcp 10.244.1.5:1000 -> 10.96.0.1:80 to 10.0.0.9",
+		"tcp 10.244.1.5:1 -> 10.96.0.1:80 to 10.0.0.10",
+		"tcp 10.244.1.5:1 -> 10.96.0.1:80 to 10.0.0.100",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("order:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -430,8 +430,12 @@ func (f *suspectFilter) Keep(fl *snapshot.Flow) bool {
 	return true
 }
 
-// String says how many flows addressed a frontend, for the source's report.
+// String says how many flows addressed a frontend, for the source's report;
+// nothing when there were no cluster objects to tell frontends by.
 func (f *suspectFilter) String() string {
+	if !f.kube {
+		return ""
+	}
 	return fmt.Sprintf("%d to a Service frontend of node %s", f.matched, f.node)
 }
 

@@ -2,6 +2,7 @@ package conntrack
 
 import (
 	"fmt"
+	"github.com/ghostwatch/ghostwatch/internal/text"
 	"strings"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -85,10 +86,10 @@ func (r *readers) describe(s *snapshot.Snapshot) string {
 	if s.Conntrack == nil {
 		return ""
 	}
-	d := fmt.Sprintf("%d entries read, %d kept for the rules", s.Conntrack.Seen, r.kept)
+	d := text.Count(s.Conntrack.Seen, "entry", "entries") + fmt.Sprintf(" read, %d kept for the rules", r.kept)
 	var more []string
 	for _, f := range r.last {
-		if st, ok := f.(fmt.Stringer); ok {
+		if st, ok := f.(fmt.Stringer); ok && st.String() != "" {
 			more = append(more, st.String())
 		}
 	}

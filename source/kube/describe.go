@@ -1,7 +1,9 @@
 package kube
 
 import (
-	"fmt"
+	"strings"
+
+	"github.com/ghostwatch/ghostwatch/internal/text"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
@@ -16,5 +18,8 @@ func describeKube(k *snapshot.Kube) string {
 	if k == nil {
 		return ""
 	}
-	return fmt.Sprintf("%d pods, %d services, %d endpoints, %d nodes", len(k.Pods), len(k.Services), len(k.Endpoints), len(k.Nodes))
+	return strings.Join([]string{
+		text.Count(len(k.Pods), "pod", "pods"), text.Count(len(k.Services), "service", "services"),
+		text.Count(len(k.Endpoints), "endpoint", "endpoints"), text.Count(len(k.Nodes), "node", "nodes"),
+	}, ", ")
 }
