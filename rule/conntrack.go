@@ -196,7 +196,9 @@ const (
 	healthy
 	// draining: the backend's pod is terminating but still exists.
 	draining
-	// stale: the backend is no longer an endpoint and no pod holds its IP.
+	// stale: no pod holds the backend's IP, and it is no longer a live
+	// endpoint: gone from the slices, or still listed but not serving for
+	// a pod that no longer exists.
 	stale
 	// misdelivered: the backend IP is held by a pod that is not the one the
 	// flow was opened to.
@@ -217,6 +219,9 @@ type judgement struct {
 	// openedBefore is true when the flow's start time proves it was opened
 	// before the current holder of its backend IP existed.
 	openedBefore bool
+	// listedDead is true when the backend is still listed in a slice, not
+	// serving, for a pod that no longer exists: the slice lags.
+	listedDead bool
 	// foreign is true when the holder could never have been a backend of
 	// the Service: it lives in another namespace, and the Service's
 	// selector (the EndpointSlice controller) only picks its own.
@@ -277,7 +282,16 @@ func (ix *flowIndex) judge(f *snapshot.Flow) judgement {
 		}
 	}
 	switch {
+	case j.endpoint != nil && j.endpoint.Pod != nil && !j.endpoint.Serving && j.holder == nil && len(hostHolders) == 0:
+		// Listed, but not serving, for a pod that no longer exists and
+		// whose IP no pod holds: the slice lags the pod's deletion (or is
+		// stuck). kube-proxy sends nothing new there, and nothing answers.
+		// An endpoint without a Pod targetRef (an address outside the pod
+		// network) stays live.
+		j.listedDead = true
+		j.verdict = stale
 	case j.endpoint != nil && j.endpoint.Terminating:
+		// Terminating while its pod still exists: draining.
 		j.verdict = draining
 	case j.endpoint != nil:
 		j.verdict = healthy

@@ -50,6 +50,14 @@ func ep(ns, svcName, slice, addr string, ready, terminating bool) snapshot.Endpo
 		Address: ip(addr), Ready: ready, Serving: ready || terminating, Terminating: terminating}
 }
 
+// podEP gives an endpoint a Pod targetRef.
+func podEP(e snapshot.Endpoint, ns, name string) snapshot.Endpoint {
+	e.Pod = &snapshot.ObjectRef{Namespace: ns, Name: name}
+	return e
+}
+
+func notServing(e snapshot.Endpoint) snapshot.Endpoint { e.Serving = false; return e }
+
 func node(name string, addrs ...string) snapshot.Node {
 	return snapshot.Node{Name: name, Addresses: ips(addrs...)}
 }

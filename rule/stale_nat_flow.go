@@ -103,6 +103,12 @@ func (r *StaleNATFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 		ev["current_backends"] = ix.currentBackends(svc.Ref(), 10)
 		msg := fmt.Sprintf("%s flow to %s %s still goes to %s, which is no longer a backend and which no pod holds",
 			f.Proto, j.frontend.Kind, svc.Ref(), f.Backend())
+		if j.listedDead {
+			ev["endpoint_slice"] = j.endpoint.Slice
+			ev["endpoint_pod"] = j.endpoint.Pod.String()
+			msg = fmt.Sprintf("%s flow to %s %s still goes to %s, listed in EndpointSlice %s but not serving, for pod %s, which no longer exists: nothing answers there",
+				f.Proto, j.frontend.Kind, svc.Ref(), f.Backend(), j.endpoint.Slice, j.endpoint.Pod)
+		}
 		if j.hostNode != "" {
 			ev["backend_node"] = j.hostNode
 			msg = fmt.Sprintf("%s flow to %s %s still goes to %s on node %s (hostNetwork), which is no longer a backend",
@@ -130,6 +136,9 @@ func (r *StaleNATFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 // staleDetail is what became of the backend, in a table row.
 func staleDetail(f finding.Finding) string {
 	d := fmt.Sprintf("backend %v gone", f.Evidence["backend"])
+	if s, ok := f.Evidence["endpoint_slice"]; ok {
+		d += fmt.Sprintf(", still listed not serving in %v", s)
+	}
 	if st, ok := f.Evidence["state"]; ok {
 		d += fmt.Sprintf(", %v", st)
 	}

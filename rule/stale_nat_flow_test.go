@@ -119,6 +119,44 @@ func TestStaleNATFlow(t *testing.T) {
 			flows: []snapshot.Flow{flow(tcp, client, "10.96.100.50:5432", "10.244.3.48:5432")},
 		},
 		{
+			name: "listed is not alive: a not-serving endpoint whose pod no longer exists (the slice lags the deletion)",
+			kube: func(k *snapshot.Kube) {
+				k.Endpoints = append(k.Endpoints, notServing(podEP(ep("db", "postgres", "postgres-abc", "10.244.3.47", false, true), "db", "postgres-0")))
+			},
+			flows: []snapshot.Flow{flow(tcp, client, "10.96.100.50:5432", "10.244.3.47:5432")},
+			want:  []want{{StaleNATFlowID, "10.244.3.47", finding.Warning}},
+		},
+		{
+			name: "terminating but still serving, pod gone: kube-proxy may still route there, left alone",
+			kube: func(k *snapshot.Kube) {
+				k.Endpoints = append(k.Endpoints, podEP(ep("db", "postgres", "postgres-abc", "10.244.3.47", false, true), "db", "postgres-0"))
+			},
+			flows: []snapshot.Flow{flow(tcp, client, "10.96.100.50:5432", "10.244.3.47:5432")},
+		},
+		{
+			name: "listed, not serving, not terminating, pod gone: a stuck slice",
+			kube: func(k *snapshot.Kube) {
+				k.Endpoints = append(k.Endpoints, podEP(ep("db", "postgres", "postgres-abc", "10.244.3.47", false, false), "db", "postgres-0"))
+			},
+			flows: []snapshot.Flow{flow(tcp, client, "10.96.100.50:5432", "10.244.3.47:5432")},
+			want:  []want{{StaleNATFlowID, "10.244.3.47", finding.Warning}},
+		},
+		{
+			name: "draining: terminating, not serving, and its pod still exists",
+			kube: func(k *snapshot.Kube) {
+				k.Endpoints = append(k.Endpoints, notServing(podEP(ep("db", "postgres", "postgres-abc", "10.244.3.47", false, true), "db", "postgres-0")))
+				k.Pods = append(k.Pods, deleting(pod("db", "postgres-0", "uid-pg0", "10.244.3.47", t0)))
+			},
+			flows: []snapshot.Flow{flow(tcp, client, "10.96.100.50:5432", "10.244.3.47:5432")},
+		},
+		{
+			name: "an endpoint without a Pod targetRef (an address outside the pod network) stays live",
+			kube: func(k *snapshot.Kube) {
+				k.Endpoints = append(k.Endpoints, ep("db", "postgres", "postgres-manual", "10.0.5.5", false, false))
+			},
+			flows: []snapshot.Flow{flow(tcp, client, "10.96.100.50:5432", "10.0.5.5:5432")},
+		},
+		{
 			name: "draining: endpoint terminating, pod still exists",
 			kube: func(k *snapshot.Kube) {
 				k.Pods = append(k.Pods, deleting(pod("db", "postgres-old", "uid-pg-old", "10.244.3.47", t0)))
