@@ -245,6 +245,9 @@ func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	if err := objs.complete(f.Paths); err != nil {
 		return err
 	}
+	if err := objs.whole(f.Paths); err != nil {
+		return err
+	}
 	k := objs.Kube
 	s.Kube = &k
 	return nil
@@ -282,6 +285,45 @@ func (e *missingFile) Error() string {
 }
 
 func (e *missingFile) Unwrap() error { return e.err }
+
+// whole fails when the objects cannot be the whole cluster, as a dump
+// saved with -n instead of -A: an IP held by a pod of a namespace left out
+// would read as held by no pod, and a real misdelivery would vanish. Two
+// signs give it away: an EndpointSlice listing a pod of a namespace that
+// has no Pod in the files, and every object in a single namespace (a
+// cluster always runs pods in kube-system).
+func (o *Objects) whole(paths []string) error {
+	podNS := map[string]bool{}
+	for _, p := range o.Kube.Pods {
+		podNS[p.Namespace] = true
+	}
+	why := ""
+	for _, e := range o.Kube.Endpoints {
+		if e.Pod != nil && !podNS[e.Pod.Namespace] {
+			why = fmt.Sprintf("an EndpointSlice of %s lists pod %s, yet they hold no Pod of namespace %s", e.Service, e.Pod, e.Pod.Namespace)
+			break
+		}
+	}
+	if why == "" {
+		nss := map[string]bool{}
+		for ns := range podNS {
+			nss[ns] = true
+		}
+		for _, s := range o.Kube.Services {
+			nss[s.Namespace] = true
+		}
+		if len(nss) == 1 {
+			for ns := range nss {
+				why = fmt.Sprintf("every Pod and Service in them is in namespace %s", ns)
+			}
+		}
+	}
+	if why == "" {
+		return nil
+	}
+	return fmt.Errorf("%s cannot be the whole cluster: %s. Saved with -n instead of -A, they leave out the pods of other namespaces, and an IP one of them holds would read as held by no pod; save them with: kubectl get pods,services,endpointslices,nodes -A -o yaml",
+		strings.Join(paths, ", "), why)
+}
 
 // complete fails unless the objects include Pods, Services and
 // EndpointSlices.

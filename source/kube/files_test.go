@@ -297,7 +297,14 @@ func TestFileSource(t *testing.T) {
 	rest := write("rest.json", `{"apiVersion":"v1","kind":"List","items":[
  {"apiVersion":"v1","kind":"Service","metadata":{"name":"s","namespace":"ns"},"spec":{"clusterIP":"10.96.0.5"}},
  {"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice","metadata":{"name":"s-1","namespace":"ns","labels":{"kubernetes.io/service-name":"s"}},"addressType":"IPv4","endpoints":[{"addresses":["10.244.0.5"]}]},
+ {"apiVersion":"v1","kind":"Service","metadata":{"name":"kube-dns","namespace":"kube-system"},"spec":{"clusterIP":"10.96.0.10"}},
  {"apiVersion":"v1","kind":"Node","metadata":{"name":"w"}}]}`)
+	// rest.json without kube-dns: everything in namespace ns.
+	oneNS := write("onens.json", `{"apiVersion":"v1","kind":"List","items":[
+ {"apiVersion":"v1","kind":"Service","metadata":{"name":"s","namespace":"ns"},"spec":{"clusterIP":"10.96.0.5"}},
+ {"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice","metadata":{"name":"s-1","namespace":"ns","labels":{"kubernetes.io/service-name":"s"}},"addressType":"IPv4","endpoints":[{"addresses":["10.244.0.5"]}]}]}`)
+	// An EndpointSlice of namespace billing, whose pods were not saved.
+	foreign := write("foreign.yaml", "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: api-1, namespace: billing, labels: {kubernetes.io/service-name: api}}\naddressType: IPv4\nendpoints:\n- addresses: [10.244.9.9]\n  targetRef: {kind: Pod, namespace: billing, name: api-0}\n")
 	again := write("again.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ns, uid: u1, resourceVersion: \"1\"}\n")
 	changed := write("changed.yaml", "\napiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ns, uid: u1, resourceVersion: \"2\"}\n")
 	deploys := write("deploys.yaml", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n")
@@ -313,7 +320,7 @@ func TestFileSource(t *testing.T) {
 			t.Fatal(err)
 		}
 		k := s.Kube
-		if k == nil || len(k.Pods) != 1 || len(k.Services) != 1 || len(k.Endpoints) != 1 || len(k.Nodes) != 1 {
+		if k == nil || len(k.Pods) != 1 || len(k.Services) != 2 || len(k.Endpoints) != 1 || len(k.Nodes) != 1 {
 			t.Fatalf("Kube = %+v", k)
 		}
 	})
@@ -335,6 +342,8 @@ func TestFileSource(t *testing.T) {
 		{"changed object", []string{pods, rest, changed}, changed + ":2: Pod ns/p appears again, with other contents (first at " + pods + ":1): give each object once"},
 		{"missing kinds", []string{pods, deploys}, pods + ", " + deploys + ": no Service, no EndpointSlice found (ignored: 1 apps/v1 Deployment); save them all with: kubectl get pods,services,endpointslices,nodes -A -o yaml"},
 		{"no paths", nil, "no kube objects file given"},
+		{"one namespace", []string{pods, oneNS}, pods + ", " + oneNS + " cannot be the whole cluster: every Pod and Service in them is in namespace ns. Saved with -n instead of -A, they leave out the pods of other namespaces, and an IP one of them holds would read as held by no pod; save them with: kubectl get pods,services,endpointslices,nodes -A -o yaml"},
+		{"a slice lists a pod of a namespace not saved", []string{pods, rest, foreign}, pods + ", " + rest + ", " + foreign + " cannot be the whole cluster: an EndpointSlice of billing/api lists pod billing/api-0, yet they hold no Pod of namespace billing. Saved with -n instead of -A, they leave out the pods of other namespaces, and an IP one of them holds would read as held by no pod; save them with: kubectl get pods,services,endpointslices,nodes -A -o yaml"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &snapshot.Snapshot{}
