@@ -94,6 +94,9 @@ type Finding struct {
 	Message  string         `json:"message"`
 	Subject  Subject        `json:"subject"`
 	Evidence map[string]any `json:"evidence,omitempty"`
+	// Remove is the command a person can copy to remove what the finding
+	// names, and nothing else, by hand; empty when there is none.
+	Remove string `json:"remove,omitempty"`
 
 	// Concerns are the Kubernetes objects an Event about this finding, or
 	// about an action on it, belongs on. The rule names only objects it has

@@ -100,6 +100,7 @@ func (r *MisdeliveredFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 			Evidence: ev,
 			Concerns: append(ix.concerns(f, svc), finding.ObjectRef{Kind: "Pod", Namespace: h.Namespace, Name: h.Name, UID: h.UID}),
 			Target:   &finding.FlowTarget{Flow: *f},
+			Remove:   f.DeleteCommand(),
 		})
 	}
 	return out

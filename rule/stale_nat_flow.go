@@ -3,6 +3,7 @@ package rule
 import (
 	"errors"
 	"fmt"
+	"github.com/ghostwatch/ghostwatch/internal/text"
 	"net/netip"
 	"time"
 
@@ -128,6 +129,7 @@ func (r *StaleNATFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 			Evidence: ev,
 			Concerns: ix.concerns(f, svc),
 			Target:   &finding.FlowTarget{Flow: *f},
+			Remove:   f.DeleteCommand(),
 		})
 	}
 	return out
@@ -144,6 +146,9 @@ func staleDetail(f finding.Finding) string {
 	}
 	if n, ok := f.Evidence["backend_node"]; ok {
 		d += fmt.Sprintf(", hostNetwork on %v", n)
+	}
+	if t, ok := f.Evidence["timeout_seconds"].(uint32); ok {
+		d += ", expires in " + text.Duration(time.Duration(t)*time.Second)
 	}
 	return d
 }
@@ -204,6 +209,9 @@ func flowEvidence(f *snapshot.Flow, j judgement, now time.Time) map[string]any {
 		ev["state"] = f.State
 	}
 	ev["timeout_seconds"] = f.Timeout
+	// When the kernel would drop the entry by itself, counted from the
+	// capture (each packet renews it).
+	ev["expires_in"] = (time.Duration(f.Timeout) * time.Second).String()
 	if f.ID != 0 {
 		ev["conntrack_id"] = f.ID
 	}

@@ -139,6 +139,7 @@ func Table(w io.Writer, r *finding.Report, catalog []rule.Rule) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		writeRemove(ew, fs)
 		ew.printf("\n")
 	}
 	if len(r.Skipped) > 0 {
@@ -197,3 +198,27 @@ func (e *errWriter) Write(p []byte) (int, error) {
 }
 
 func (e *errWriter) printf(format string, a ...any) { fmt.Fprintf(e, format, a...) }
+
+// maxRemoveLines is how many findings of one rule get their remove command
+// printed under the table; beyond, -o json has each.
+const maxRemoveLines = 10
+
+// writeRemove prints the commands that remove the findings by hand.
+func writeRemove(ew *errWriter, fs []finding.Finding) {
+	var cmds []string
+	for _, f := range fs {
+		if f.Remove != "" {
+			cmds = append(cmds, f.Remove)
+		}
+	}
+	switch {
+	case len(cmds) == 0:
+	case len(cmds) > maxRemoveLines:
+		ew.printf("\n  to remove one by hand: the \"remove\" field of each finding in -o json, e.g.\n    %s\n", cmds[0])
+	default:
+		ew.printf("\n  to remove by hand, exactly these entries:\n")
+		for _, c := range cmds {
+			ew.printf("    %s\n", c)
+		}
+	}
+}

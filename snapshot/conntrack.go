@@ -1,8 +1,10 @@
 package snapshot
 
 import (
+	"fmt"
 	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -96,6 +98,29 @@ func (f *Flow) Backend() netip.AddrPort { return netip.AddrPortFrom(f.Reply.Src,
 
 // Frontend is the address the client asked for: the original destination.
 func (f *Flow) Frontend() netip.AddrPort { return netip.AddrPortFrom(f.Orig.Dst, f.Orig.DstPort) }
+
+// DeleteCommand is the conntrack(8) command that deletes this entry and no
+// other: its original tuple, its zone, and the reply source it is
+// translated to, so that an entry of the same tuple translated elsewhere
+// since (a new connection) is left alone. (conntrack(8) cannot match the
+// entry's ID; the agent deletes by ID over netlink.)
+func (f *Flow) DeleteCommand() string {
+	var b strings.Builder
+	b.WriteString("conntrack -D")
+	if f.Orig.Src.Unmap().Is6() {
+		b.WriteString(" -f ipv6")
+	}
+	fmt.Fprintf(&b, " -p %s -s %s -d %s", f.Proto, f.Orig.Src.Unmap(), f.Orig.Dst.Unmap())
+	switch f.Proto {
+	case ProtoTCP, ProtoUDP, ProtoSCTP:
+		fmt.Fprintf(&b, " --sport %d --dport %d", f.Orig.SrcPort, f.Orig.DstPort)
+	}
+	fmt.Fprintf(&b, " -r %s", f.Reply.Src.Unmap())
+	if f.Zone != 0 {
+		fmt.Fprintf(&b, " -w %d", f.Zone)
+	}
+	return b.String()
+}
 
 // String renders "tcp 10.244.1.50:45678 -> 10.96.100.50:5432".
 func (f *Flow) String() string {

@@ -1,7 +1,10 @@
 // Package text holds the small wording helpers the reports share.
 package text
 
-import "strconv"
+import (
+	"strconv"
+	"time"
+)
 
 // Count renders n with its noun: "1 entry", "2 entries", "0 entries".
 func Count(n int, singular, plural string) string {
@@ -9,4 +12,19 @@ func Count(n int, singular, plural string) string {
 		return "1 " + singular
 	}
 	return strconv.Itoa(n) + " " + plural
+}
+
+// Duration renders a length of time the way a person reads one at a
+// glance, to the second: "4d23h", "2h5m", "1m30s", "45s".
+func Duration(d time.Duration) string {
+	s := int64(d / time.Second)
+	switch {
+	case s >= 86400:
+		return strconv.FormatInt(s/86400, 10) + "d" + strconv.FormatInt(s%86400/3600, 10) + "h"
+	case s >= 3600:
+		return strconv.FormatInt(s/3600, 10) + "h" + strconv.FormatInt(s%3600/60, 10) + "m"
+	case s >= 60:
+		return strconv.FormatInt(s/60, 10) + "m" + strconv.FormatInt(s%60, 10) + "s"
+	}
+	return strconv.FormatInt(s, 10) + "s"
 }
