@@ -26,6 +26,7 @@ type scanOptions struct {
 	kubeFlags         *genericclioptions.ConfigFlags
 	kubeObjects       []string
 	conntrackFile     string
+	capturedAt        string
 	nodeName          string
 	nodePortAddresses []string
 	failOn            string
@@ -75,6 +76,7 @@ source was incomplete (then no finding is claimed for what it would have read).`
 	f.StringVar(&o.failOn, "fail-on", "warning", "exit 1 when a finding is at least this severe: info, warning, critical, or none")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: "+strings.Join(sink.Formats, ", "))
 	f.StringSliceVar(&o.rules, "rule", nil, "run only these rules (default: all)")
+	f.StringVar(&o.capturedAt, "captured-at", "", "with --conntrack-file: when the listing was captured (RFC 3339, e.g. 2026-11-22T14:05:00Z); flow ages (delta-time=) count from it. Default: the file's modification time; for stdin, unknown")
 	f.DurationVar(&o.syncTimeout, "sync-timeout", 30*time.Second, "how long to wait for the API server to list the objects")
 	f.DurationVar(&o.clockSkew, "clock-skew", 2*time.Second, "how far the node clock may be ahead of the API server's when proving a flow predates a pod")
 	completeWith(cmd, "output", sink.Formats...)
@@ -120,7 +122,17 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	}
 	var ctSrc source.Source = &conntrack.KernelSource{}
 	if o.conntrackFile != "" {
-		ctSrc = &conntrack.FileSource{Path: o.conntrackFile, Stdin: streams.In}
+		fs := &conntrack.FileSource{Path: o.conntrackFile, Stdin: streams.In}
+		if o.capturedAt != "" {
+			t, err := time.Parse(time.RFC3339, o.capturedAt)
+			if err != nil {
+				return withCode(ExitError, fmt.Errorf("--captured-at %q: want a time as RFC 3339 writes it, e.g. 2026-11-22T14:05:00Z", o.capturedAt))
+			}
+			fs.CapturedAt = t
+		}
+		ctSrc = fs
+	} else if o.capturedAt != "" {
+		return withCode(ExitError, errors.New("--captured-at needs --conntrack-file: a live table's ages count from now"))
 	}
 
 	// The cluster objects first: the conntrack dump keeps only the flows

@@ -163,6 +163,8 @@ func TestScanBadInput(t *testing.T) {
 		{"unknown rule", append(offline, "--rule", "nope"), []string{`unknown rule "nope"`, "stale-nat-flow"}},
 		{"bad CIDR", append(offline, "--nodeport-addresses", "10.0.0.0/33"), []string{"--nodeport-addresses"}},
 		{"negative duration", append(offline, "--clock-skew", "-2s"), []string{"--clock-skew -2s: a duration must not be negative"}},
+		{"captured-at not a time", append(offline, "--captured-at", "yesterday"), []string{`--captured-at "yesterday": want a time as RFC 3339 writes it`}},
+		{"captured-at without a file", []string{"scan", "--kube-objects", "testdata/objects.yaml", "--captured-at", "2026-11-22T15:00:00Z"}, []string{"--captured-at needs --conntrack-file"}},
 		{"missing objects file has a hint", []string{"scan", "--kube-objects", filepath.Join(dir, "nope.yaml"), "--conntrack-file", "testdata/conntrack.txt"},
 			[]string{"does not exist", "kubectl get pods,services,endpointslices,nodes -A -o yaml > FILE"}},
 		// What `conntrack -L > f` leaves without root: an empty file.

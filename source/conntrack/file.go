@@ -19,20 +19,32 @@ type FileSource struct {
 	Path string
 	// Stdin is read when Path is "-"; nil means os.Stdin.
 	Stdin io.Reader
-	// Now returns when the listing was captured: delta-time= fields count
-	// back from it. nil means the file's modification time for a regular,
-	// non-empty file (a saved listing), and the current time otherwise
-	// (Stdin, a pipe, /proc/net/nf_conntrack).
+	// CapturedAt is when the listing was captured (scan --captured-at):
+	// delta-time= fields count back from it, and the rules' proofs by a
+	// flow's start time rest on it. Zero means the file's modification time
+	// for a regular, non-empty file (a saved listing); the current time for
+	// another file (a pipe, /proc/net/nf_conntrack, read live); and for
+	// Stdin, unknown: flows get no start time, and no proof rests on one.
+	CapturedAt time.Time
+	// Now, when set, replaces all of that (tests).
 	Now func() time.Time
 
 	readers
+	// clock says, after Collect, what the flows' ages count from.
+	clock string
 }
 
 // Name returns Name ("conntrack").
 func (f *FileSource) Name() string { return Name }
 
 // Describe says how many entries the last collection read and kept.
-func (f *FileSource) Describe(s *snapshot.Snapshot) string { return f.describe(s) }
+func (f *FileSource) Describe(s *snapshot.Snapshot) string {
+	d := f.describe(s)
+	if d != "" && f.clock != "" {
+		d += "; " + f.clock
+	}
+	return d
+}
 
 // Collect reads the whole listing and sets s.Conntrack to the kept flows
 // and the number of entries read. On any error (no such file, an entry that
@@ -48,10 +60,11 @@ func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	case "":
 		return errors.New("no conntrack listing file given")
 	case "-":
-		r, name, now = f.Stdin, "stdin", time.Now()
+		r, name = f.Stdin, "stdin"
 		if r == nil {
 			r = os.Stdin
 		}
+		f.clock = "stdin without --captured-at: flow ages are unknown, so no finding rests on a flow's start time"
 	default:
 		file, err := os.Open(f.Path)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -62,13 +75,19 @@ func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 		}
 		defer file.Close()
 		now = time.Now()
+		f.clock = "flow ages count from now (read live)"
 		if st, err := file.Stat(); err == nil && st.Mode().IsRegular() && st.Size() > 0 {
 			now = st.ModTime()
+			f.clock = "flow ages count from the file's modification time, " + now.UTC().Format(time.RFC3339) + " (--captured-at sets it)"
 		}
 		r, name = file, f.Path
 	}
+	if !f.CapturedAt.IsZero() {
+		now = f.CapturedAt
+		f.clock = "flow ages count from --captured-at " + now.UTC().Format(time.RFC3339)
+	}
 	if f.Now != nil {
-		now = f.Now()
+		now, f.clock = f.Now(), ""
 	}
 	var kept textChunks
 	n := 0

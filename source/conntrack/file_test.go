@@ -90,9 +90,9 @@ func TestFileSourcePath(t *testing.T) {
 	}
 }
 
-// Now overrides the file's time; without it, a listing that is not a
-// regular non-empty file (/proc/net/nf_conntrack reads as empty) counts
-// from the current time.
+// Now overrides the file's time; CapturedAt (--captured-at) too. Stdin
+// without a capture time gives no flow a start time: an age says nothing
+// of when, and no proof may rest on it.
 func TestFileSourceNow(t *testing.T) {
 	t.Parallel()
 	path := writeListing(t, fileListing)
@@ -106,11 +106,26 @@ func TestFileSourceNow(t *testing.T) {
 		t.Errorf("with Now: start %v, want %v", got, want)
 	}
 
-	before := time.Now()
-	s = collectFile(t, &FileSource{Path: "-", Stdin: strings.NewReader(fileListing)})
-	start := s.Conntrack.Flows[0].Start
-	if start.Before(before.Add(-31*time.Second)) || start.After(time.Now().Add(-29*time.Second)) {
-		t.Errorf("stdin: start %v, want 30s before %v", start, before)
+	src := &FileSource{Path: path, CapturedAt: now}
+	s = collectFile(t, src)
+	if got, want := s.Conntrack.Flows[0].Start, now.Add(-30*time.Second); !got.Equal(want) {
+		t.Errorf("with CapturedAt: start %v, want %v", got, want)
+	}
+	if d := src.Describe(s); !strings.HasSuffix(d, "flow ages count from --captured-at 2026-11-22T12:00:00Z") {
+		t.Errorf("with CapturedAt: %q", d)
+	}
+
+	src = &FileSource{Path: "-", Stdin: strings.NewReader(fileListing)}
+	s = collectFile(t, src)
+	if start := s.Conntrack.Flows[0].Start; !start.IsZero() {
+		t.Errorf("stdin without a capture time: start %v, want none", start)
+	}
+	if d := src.Describe(s); !strings.Contains(d, "stdin without --captured-at: flow ages are unknown") {
+		t.Errorf("stdin: %q", d)
+	}
+	src = &FileSource{Path: "-", Stdin: strings.NewReader(fileListing), CapturedAt: now}
+	if s = collectFile(t, src); !s.Conntrack.Flows[0].Start.Equal(now.Add(-30 * time.Second)) {
+		t.Errorf("stdin with a capture time: start %v", s.Conntrack.Flows[0].Start)
 	}
 }
 
@@ -245,7 +260,7 @@ func TestFileSourceInCollect(t *testing.T) {
 	if err := s.Ready(Name); err != nil || s.Conntrack == nil || len(s.Conntrack.Flows) != 2 {
 		t.Errorf("ready: %v, conntrack %+v", err, s.Conntrack)
 	}
-	if st, _ := s.Source(Name); st.Detail != "3 entries read, 2 kept for the rules" {
+	if st, _ := s.Source(Name); !strings.HasPrefix(st.Detail, "3 entries read, 2 kept for the rules; flow ages count from the file's modification time, ") {
 		t.Errorf("detail %q", st.Detail)
 	}
 	s = source.Collect(context.Background(), now, "n1", &FileSource{Path: filepath.Join(t.TempDir(), "gone")})

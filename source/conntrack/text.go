@@ -55,7 +55,8 @@ const maxDeltaSeconds = (1<<63 - 1) / int64(time.Second)
 // StatusSeenReply unless [UNREPLIED] (no other bit is printed); Timeout;
 // Mark; Zone from zone=, zone-orig= or zone-reply= (one entry has one zone
 // ID, whichever direction it applies to); ID from id=; and Start, now minus
-// delta-time= seconds. now is when the listing was captured.
+// delta-time= seconds. now is when the listing was captured; zero when
+// that is unknown, and then no flow gets a start time.
 //
 // Entries of every protocol are passed on. ICMP and ICMPv6 entries have
 // zero ports (their type=, code= and id= are checked but not kept); GRE
@@ -426,7 +427,10 @@ func (p *textParser) entry(line []byte, at int) error {
 			if !ok {
 				return p.errorf("invalid delta-time=%s: not a number of seconds", clipText(val))
 			}
-			f.Start = p.now.Add(-time.Duration(v) * time.Second)
+			if !p.now.IsZero() {
+				// Without the capture time, an age says nothing of when.
+				f.Start = p.now.Add(-time.Duration(v) * time.Second)
+			}
 		}
 	}
 	switch phase {
