@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -63,7 +64,9 @@ func normalize(r *finding.Report) *finding.Report {
 }
 
 // Table writes one group per rule: a header with the rule's why and fix,
-// then one row per finding; then one line per source.
+// then one row per ghost IP of a Service (its flows counted, a sample and
+// the clients named when there are several; JSON keeps every finding);
+// then one line per source.
 func Table(w io.Writer, r *finding.Report, catalog []rule.Rule) error {
 	infos := map[string]rule.Info{}
 	var order []string
@@ -125,14 +128,22 @@ func Table(w io.Writer, r *finding.Report, catalog []rule.Rule) error {
 			head = append(head, header(c))
 		}
 		fmt.Fprintln(tw, "  "+strings.Join(append(head, "DETAIL"), "\t"))
-		for _, f := range fs {
-			row := []string{f.Severity.String()}
+		for _, g := range groupByIP(fs) {
+			f := g[0]
+			row := []string{worstOf(g).String()}
 			for _, c := range cols {
-				row = append(row, dash(f.Subject.Field(c)))
+				v := f.Subject.Field(c)
+				if c == "flow" && len(g) > 1 {
+					v = summarizeFlows(g)
+				}
+				row = append(row, dash(v))
 			}
 			d := f.Message
 			if info.Detail != nil {
 				d = info.Detail(f)
+			}
+			if len(g) > 1 {
+				d += "; e.g. " + f.Subject.Flow + clients(g)
 			}
 			fmt.Fprintln(tw, "  "+strings.Join(append(row, d), "\t"))
 		}
@@ -221,4 +232,69 @@ func writeRemove(ew *errWriter, fs []finding.Finding) {
 			ew.printf("    %s\n", c)
 		}
 	}
+}
+
+// groupByIP gathers the findings of one Service and one ghost IP, in
+// their order: thousands of flows to one dead backend read as one row.
+func groupByIP(fs []finding.Finding) [][]finding.Finding {
+	type key struct{ service, ip string }
+	var out [][]finding.Finding
+	at := map[key]int{}
+	for _, f := range fs {
+		k := key{f.Subject.Service, f.Subject.IP}
+		if f.Subject.IP == "" {
+			out = append(out, []finding.Finding{f})
+			continue
+		}
+		if i, ok := at[k]; ok {
+			out[i] = append(out[i], f)
+			continue
+		}
+		at[k] = len(out)
+		out = append(out, []finding.Finding{f})
+	}
+	return out
+}
+
+func worstOf(g []finding.Finding) finding.Severity {
+	w := g[0].Severity
+	for _, f := range g[1:] {
+		w = max(w, f.Severity)
+	}
+	return w
+}
+
+// summarizeFlows says how many flows a row stands for, and of which
+// protocols: "266 flows (tcp, udp)".
+func summarizeFlows(g []finding.Finding) string {
+	var protos []string
+	for _, f := range g {
+		p, _, _ := strings.Cut(f.Subject.Flow, " ")
+		if p != "" && !slices.Contains(protos, p) {
+			protos = append(protos, p)
+		}
+	}
+	return fmt.Sprintf("%d flows (%s)", len(g), strings.Join(protos, ", "))
+}
+
+// maxClients is how many client addresses a grouped row names.
+const maxClients = 3
+
+// clients names the client addresses of a row's flows, when the findings
+// are conntrack flows.
+func clients(g []finding.Finding) string {
+	var cs []string
+	for _, f := range g {
+		ft, ok := f.Target.(*finding.FlowTarget)
+		if !ok {
+			return ""
+		}
+		if c := ft.Flow.Orig.Src.Unmap().String(); !slices.Contains(cs, c) {
+			cs = append(cs, c)
+		}
+	}
+	if len(cs) > maxClients {
+		return fmt.Sprintf(", clients %s (+%d more)", strings.Join(cs[:maxClients], ", "), len(cs)-maxClients)
+	}
+	return ", clients " + strings.Join(cs, ", ")
 }
