@@ -172,7 +172,9 @@ func TestLostEventsMakeTheNextAuditReadTheTable(t *testing.T) {
 	// A stale flow whose event is lost.
 	h.tab.add(staleFlow())
 	ev.lose <- struct{}{}
-	waitFor(t, "a full audit", func() bool { return h.tab.dumps() == 2 })
+	// At least one: an audit for another cause (an informer's re-list)
+	// may also read the table while the index is invalid.
+	waitFor(t, "a full audit", func() bool { return h.tab.dumps() >= 2 })
 	waitFor(t, "the flow to be reported", func() bool { return h.findings(finding.Warning) == 1 })
 	if v := testutil.ToFloat64(h.agent.cfg.Metrics.EventsLost); v != 1 {
 		t.Errorf("conntrack_events_lost_total = %v", v)
