@@ -59,7 +59,7 @@ source was incomplete (then no finding is claimed for what it would have read).`
 
   # offline, from saved evidence
   kubectl get pods,services,endpointslices,nodes -A -o yaml > objects.yaml
-  conntrack -L -o extended > conntrack.txt        # on the node
+  sudo conntrack -L -o extended,id > conntrack.txt   # on the node, as root
   ghostwatch scan --kube-objects objects.yaml --conntrack-file conntrack.txt --node-name worker-3
 
   # in CI or a cron job: machine-readable, fail only on critical findings

@@ -14,12 +14,7 @@ import (
 // of the same tuple translated to another backend, not one in another zone,
 // for each protocol and family.
 func TestDeleteCommandDeletesOnlyItsEntry(t *testing.T) {
-	t.Parallel()
-	if _, err := exec.LookPath("conntrack"); err != nil {
-		testenv.Unavailable(t, "conntrack(8) is not installed (apt-get install conntrack)")
-	}
-	ns := inNewNetns(t)
-	c := open(t)
+	ns, c := withConntrackTool(t)
 	flows := labFlows()
 	create(t, c, flows)
 	for i, f := range flows {
@@ -41,12 +36,7 @@ func TestDeleteCommandDeletesOnlyItsEntry(t *testing.T) {
 // A command names the reply source: an entry of the same tuple now
 // translated to another backend is not deleted.
 func TestDeleteCommandKeepsAnEntryTranslatedElsewhere(t *testing.T) {
-	t.Parallel()
-	if _, err := exec.LookPath("conntrack"); err != nil {
-		testenv.Unavailable(t, "conntrack(8) is not installed (apt-get install conntrack)")
-	}
-	ns := inNewNetns(t)
-	c := open(t)
+	ns, c := withConntrackTool(t)
 	f := labFlows()[0]
 	judged := f
 	judged.Reply.Src = tuple("10.244.9.9", "10.244.1.50", 5432, 45678).Src // the ghost it was judged on
@@ -56,4 +46,16 @@ func TestDeleteCommandKeepsAnEntryTranslatedElsewhere(t *testing.T) {
 	if _, there := dumpAll(t, c)[keyOf(&f)]; !there {
 		t.Errorf("%s deleted the entry translated to %s: %s", cmd, f.Reply.Src, out)
 	}
+}
+
+// withConntrackTool runs the test in a new network namespace with a
+// conntrack socket in it, when conntrack(8) is installed.
+func withConntrackTool(t *testing.T) (ns string, c *Conn) {
+	t.Helper()
+	t.Parallel()
+	if _, err := exec.LookPath("conntrack"); err != nil {
+		testenv.Unavailable(t, "conntrack(8) is not installed (apt-get install conntrack)")
+	}
+	ns = inNewNetns(t)
+	return ns, open(t)
 }
