@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -157,7 +158,7 @@ and nothing else; it exits with status 2 when it lacks it.`,
 	f := cmd.Flags()
 	o.kubeFlags.AddFlags(f)
 	f.StringVar(&o.nodeName, "node-name", "", "the Node this agent runs on (default $NODE_NAME, else the hostname)")
-	f.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "CIDRs on which NodePorts are served, as kube-proxy's --nodeport-addresses (default: the node's addresses)")
+	f.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "CIDRs on which NodePorts are served, as kube-proxy's --nodeport-addresses (default: the Node's addresses and, read live, every address of this host, as kube-proxy's default)")
 	f.StringSliceVar(&o.remedies, "remedy", nil, "remedies to turn on: "+strings.Join(ids, ", ")+" (default none: report only)")
 	f.BoolVar(&o.dryRun, "dry-run", false, "with --remedy, say what would be done (Events and metrics) and do nothing")
 	f.DurationVar(&o.grace, "grace", remedy.DefaultGrace, fmt.Sprintf("how long a finding must hold in every complete audit before a remedy acts on it (at least %s)", remedy.MinGrace))
@@ -262,7 +263,15 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 
-	rules := agentRules(rule.Config{Conntrack: rule.ConntrackConfig{NodePortAddresses: npa, ClockSkew: o.clockSkew}})
+	// kube-proxy's default NodePort addresses are this host's own, read
+	// once at start.
+	var local []netip.Addr
+	if len(npa) == 0 {
+		if local, err = hostAddresses(); err != nil {
+			return withCode(ExitError, fmt.Errorf("agent: %w", err))
+		}
+	}
+	rules := agentRules(rule.Config{Conntrack: rule.ConntrackConfig{NodePortAddresses: npa, LocalAddresses: local, ClockSkew: o.clockSkew}})
 	rems, err := remedy.Build(rules, o.remedies, remedy.Settings{
 		Grace: o.grace, DryRun: o.dryRun, Budget: o.budget, BudgetInterval: o.budgetInterval, MaxPerGroup: o.maxPerBackend,
 	}, &remedy.Flows{Table: conn})

@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -72,7 +73,7 @@ source was incomplete (then no finding is claimed for what it would have read).`
 	f.StringArrayVar(&o.kubeObjects, "kube-objects", nil, "read cluster objects from this file instead of the API server (kubectl get ... -o yaml|json output; repeatable)")
 	f.StringVar(&o.conntrackFile, "conntrack-file", "", "read flows from this `FILE`, a conntrack -L listing, instead of the kernel (\"-\" for stdin)")
 	f.StringVar(&o.nodeName, "node-name", "", "the Node this scan runs on: its addresses are the NodePort frontends (default $NODE_NAME, else the hostname)")
-	f.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "CIDRs on which NodePorts are served, as kube-proxy's --nodeport-addresses (default: the node's addresses)")
+	f.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "CIDRs on which NodePorts are served, as kube-proxy's --nodeport-addresses (default: the Node's addresses and, read live, every address of this host, as kube-proxy's default)")
 	f.StringVar(&o.failOn, "fail-on", "warning", "exit 1 when a finding is at least this severe: info, warning, critical, or none")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: "+strings.Join(sink.Formats, ", "))
 	f.StringSliceVar(&o.rules, "rule", nil, "run only these rules (default: all)")
@@ -100,7 +101,14 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	if err != nil {
 		return withCode(ExitError, fmt.Errorf("--nodeport-addresses: %w", err))
 	}
-	cfg := rule.Config{Conntrack: rule.ConntrackConfig{NodePortAddresses: npa, ClockSkew: o.clockSkew}}
+	// Live, kube-proxy's default NodePort addresses are this host's own.
+	var local []netip.Addr
+	if o.conntrackFile == "" && len(npa) == 0 {
+		if local, err = hostAddresses(); err != nil {
+			return withCode(ExitError, err)
+		}
+	}
+	cfg := rule.Config{Conntrack: rule.ConntrackConfig{NodePortAddresses: npa, LocalAddresses: local, ClockSkew: o.clockSkew}}
 	rules, err := rule.Select(cfg, o.rules)
 	if err != nil {
 		return withCode(ExitError, fmt.Errorf("--rule: %w", err))
@@ -142,7 +150,7 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 		Sources:  []source.Source{kubeSrc, ctSrc},
 		Rules:    rules,
 	})
-	if err := checkNode(res, node, npa); err != nil {
+	if err := checkNode(res, node, npa, local); err != nil {
 		return withCode(ExitError, err)
 	}
 	if err := sink.Write(streams.Out, o.output, &res.Report, rules); err != nil {
@@ -174,9 +182,9 @@ func stdinUses(kubeObjects []string, conntrackFile string) int {
 // checkNode refuses a scan whose node is unknown while a Service has a
 // NodePort: the node's addresses are the NodePort frontends, and without
 // them every NodePort flow would silently be missed.
-func checkNode(res *audit.Result, node string, npa []netip.Prefix) error {
+func checkNode(res *audit.Result, node string, npa []netip.Prefix, local []netip.Addr) error {
 	k := res.Snapshot.Kube
-	if k == nil || len(npa) > 0 {
+	if k == nil || len(npa) > 0 || len(local) > 0 {
 		return nil
 	}
 	if _, ok := kube.LookupNode(k, node); ok {
@@ -241,4 +249,20 @@ func parsePrefixes(ss []string) ([]netip.Prefix, error) {
 // completeWith offers values as the shell completions of the flag name.
 func completeWith(cmd *cobra.Command, name string, values ...string) {
 	_ = cmd.RegisterFlagCompletionFunc(name, cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
+}
+
+// hostAddresses are this host's own addresses (its network namespace's):
+// kube-proxy, without --nodeport-addresses, accepts NodePorts on each.
+func hostAddresses() ([]netip.Addr, error) {
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("reading this host's addresses (its NodePort frontends): %w", err)
+	}
+	var out []netip.Addr
+	for _, a := range as {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			out = append(out, p.Addr().Unmap())
+		}
+	}
+	return out, nil
 }

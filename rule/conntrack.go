@@ -19,6 +19,11 @@ type ConntrackConfig struct {
 	// these prefixes a NodePort frontend (kube-proxy's --nodeport-addresses).
 	// When empty, only the addresses of the snapshot's node are.
 	NodePortAddresses []netip.Prefix
+	// LocalAddresses are the addresses of the host whose table is read,
+	// read live from it. kube-proxy's default (no --nodeport-addresses)
+	// accepts NodePorts on every local address, not only the Node
+	// object's InternalIP and ExternalIP: each is a NodePort frontend too.
+	LocalAddresses []netip.Addr
 	// ClockSkew is how far the node's clock may be ahead of the API
 	// server's. A flow proves it was opened to an earlier holder of its
 	// backend IP only if it started more than ClockSkew before the current
@@ -61,7 +66,8 @@ type Frontend struct {
 
 // Frontends indexes the Service frontends reachable on one node: ClusterIPs,
 // externalIPs and load-balancer IPs on their service ports, and NodePorts on
-// the node's addresses (or on NodePortAddresses).
+// the node's addresses and the host's local addresses (or on
+// NodePortAddresses).
 type Frontends struct {
 	byAddr    map[frontendKey]Frontend
 	nodeAddrs map[netip.Addr]bool
@@ -71,12 +77,15 @@ type Frontends struct {
 
 // NewFrontends builds the index for the node named nodeName. Services whose
 // type is ExternalName have no frontend.
-func NewFrontends(k *snapshot.Kube, nodeName string, nodePortAddresses []netip.Prefix) *Frontends {
+func NewFrontends(k *snapshot.Kube, nodeName string, nodePortAddresses []netip.Prefix, local ...netip.Addr) *Frontends {
 	fe := &Frontends{
 		byAddr:    map[frontendKey]Frontend{},
 		nodeAddrs: map[netip.Addr]bool{},
 		nodeNets:  nodePortAddresses,
 		nodePorts: map[protoPort]Frontend{},
+	}
+	for _, a := range local {
+		fe.nodeAddrs[a.Unmap()] = true
 	}
 	if k == nil {
 		return fe
@@ -151,7 +160,7 @@ type flowIndex struct {
 func newFlowIndex(s *snapshot.Snapshot, cfg ConntrackConfig) *flowIndex {
 	k := s.Kube
 	ix := &flowIndex{
-		frontends: NewFrontends(k, s.NodeName, cfg.NodePortAddresses),
+		frontends: NewFrontends(k, s.NodeName, cfg.NodePortAddresses, cfg.LocalAddresses...),
 		backends:  map[snapshot.ObjectRef]map[netip.Addr]*snapshot.Endpoint{},
 		holders:   map[netip.Addr][]*snapshot.Pod{},
 		nodeAddrs: map[netip.Addr]string{},

@@ -215,6 +215,16 @@ func TestStaleNATFlow(t *testing.T) {
 			flows: []snapshot.Flow{flow(tcp, "203.0.113.10:54321", "192.168.1.11:30080", "10.244.1.100:8080")},
 		},
 		{
+			name:  "NodePort on a local address of the host the Node object does not list (a second NIC, a VIP)",
+			cfg:   ConntrackConfig{LocalAddresses: []netip.Addr{netip.MustParseAddr("10.0.0.10")}},
+			flows: []snapshot.Flow{flow(tcp, "203.0.113.10:54321", "10.0.0.10:30080", "10.244.1.100:8080")},
+			want:  []want{{StaleNATFlowID, "10.244.1.100", finding.Warning}},
+		},
+		{
+			name:  "the same flow read without the host's addresses (offline) is no frontend",
+			flows: []snapshot.Flow{flow(tcp, "203.0.113.10:54321", "10.0.0.10:30080", "10.244.1.100:8080")},
+		},
+		{
 			name:  "NodePort on any address with --nodeport-addresses",
 			cfg:   ConntrackConfig{NodePortAddresses: []netip.Prefix{netip.MustParsePrefix("172.16.0.0/12")}},
 			flows: []snapshot.Flow{flow(tcp, "203.0.113.10:54321", "172.18.0.5:30080", "10.244.1.100:8080")},
