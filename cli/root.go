@@ -7,12 +7,15 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/ghostwatch/ghostwatch/rule"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 )
 
@@ -45,9 +48,9 @@ func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		Use:   "ghostwatch",
 		Short: "Find, explain and safely clear the ghosts of Kubernetes networking",
 		Long: `ghostwatch finds state that outlives the pod it belonged to when pod IPs are
-recycled: conntrack NAT flows that still point to a deleted pod, pod IPs that
-IPAM hands out twice, gossip members that haunt a reused address.
+recycled. The rules it runs:
 
+` + ruleList(rule.All(rule.Config{})) + `
   ghostwatch scan      one-shot audit of this node and the cluster
   ghostwatch agent     the node DaemonSet: watch, export metrics, and (if asked) remove ghosts
   ghostwatch lab       rebuild an incident on the real kernel, in network namespaces
@@ -83,8 +86,7 @@ func Main() int {
 	defer stop()
 	root := NewRootCommand(streams)
 	if strings.HasPrefix(filepath.Base(os.Args[0]), "kubectl-") {
-		// Installed as a kubectl plugin: help shows how kubectl runs it.
-		root.Use = "kubectl ghostwatch"
+		asKubectlPlugin(root)
 	}
 	return Execute(ctx, root, os.Args[1:], streams)
 }
@@ -107,3 +109,34 @@ func Execute(ctx context.Context, cmd *cobra.Command, args []string, streams gen
 	}
 	return ExitError
 }
+
+// asKubectlPlugin makes the help read as kubectl runs the binary, installed
+// as kubectl-ghostwatch: "kubectl ghostwatch scan", in the usage lines and
+// in every example and description.
+func asKubectlPlugin(root *cobra.Command) {
+	// The display name, not Use: cobra names a command by Use's first
+	// word, which would make "kubectl scan".
+	if root.Annotations == nil {
+		root.Annotations = map[string]string{}
+	}
+	root.Annotations[cobra.CommandDisplayNameAnnotation] = "kubectl ghostwatch"
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.Long = pluginText(c.Long)
+		c.Example = pluginText(c.Example)
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+}
+
+// pluginText rewrites the commands a help text shows, "ghostwatch scan",
+// as kubectl runs them.
+func pluginText(s string) string {
+	return commandWord.ReplaceAllString(s, "${1}kubectl ghostwatch ")
+}
+
+// commandWord is "ghostwatch " where a command line starts: at the start
+// of a line (after indentation or a shell prompt) or after a pipe.
+var commandWord = regexp.MustCompile(`(?m)(^\s*(?:\$ )?|\| )ghostwatch `)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/ghostwatch/ghostwatch/rule"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -243,5 +244,46 @@ func TestHostAddresses(t *testing.T) {
 	}
 	if !slices.Contains(as, netip.MustParseAddr("127.0.0.1")) {
 		t.Errorf("host addresses %v lack 127.0.0.1", as)
+	}
+}
+
+// The root help lists the rules the registry holds, and nothing else.
+func TestRootHelpListsTheRegistry(t *testing.T) {
+	code, out, _ := run(t, "", "--help")
+	if code != ExitOK {
+		t.Fatalf("exit %d", code)
+	}
+	for _, id := range rule.IDs(rule.All(rule.Config{})) {
+		if !strings.Contains(out, "  "+id+"\n") {
+			t.Errorf("root help lacks rule %s:\n%s", id, out)
+		}
+	}
+	for _, absent := range []string{"IPAM", "gossip"} {
+		if strings.Contains(out, absent) {
+			t.Errorf("root help speaks of %s, which no rule finds yet:\n%s", absent, out)
+		}
+	}
+}
+
+// Installed as kubectl-ghostwatch, the help shows commands as kubectl runs
+// them.
+func TestKubectlPluginHelp(t *testing.T) {
+	var out, errOut bytes.Buffer
+	streams := genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}
+	root := NewRootCommand(streams)
+	asKubectlPlugin(root)
+	if code := Execute(t.Context(), root, []string{"scan", "--help"}, streams); code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	help := out.String()
+	for _, want := range []string{"kubectl ghostwatch scan [flags]", "  kubectl ghostwatch scan --kube-objects objects.yaml"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("plugin help lacks %q:\n%s", want, help)
+		}
+	}
+	for _, line := range strings.Split(help, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "ghostwatch ") {
+			t.Errorf("plugin help shows a command kubectl would not run: %q", line)
+		}
 	}
 }
