@@ -99,15 +99,19 @@ func Sort(fs []finding.Finding) {
 		if a.Subject.Service != b.Subject.Service {
 			return a.Subject.Service < b.Subject.Service
 		}
-		if c := compareAddrs(a.Subject.IP, b.Subject.IP); c != 0 {
-			return c < 0
-		}
+		// Flows compare by their addresses as the kernel holds them: the
+		// backend (the ghost IP), then the original tuple.
 		fa, aok := a.Target.(*finding.FlowTarget)
 		fb, bok := b.Target.(*finding.FlowTarget)
 		if aok && bok {
-			if c := compareTuples(&fa.Flow.Orig, &fb.Flow.Orig); c != 0 {
+			x, y := &fa.Flow, &fb.Flow
+			if c := cmp.Or(x.Reply.Src.Unmap().Compare(y.Reply.Src.Unmap()),
+				x.Orig.Src.Compare(y.Orig.Src), cmp.Compare(x.Orig.SrcPort, y.Orig.SrcPort),
+				x.Orig.Dst.Compare(y.Orig.Dst), cmp.Compare(x.Orig.DstPort, y.Orig.DstPort)); c != 0 {
 				return c < 0
 			}
+		} else if c := compareAddrs(a.Subject.IP, b.Subject.IP); c != 0 {
+			return c < 0
 		}
 		return a.Subject.Flow < b.Subject.Flow
 	})
@@ -122,9 +126,4 @@ func compareAddrs(a, b string) int {
 		return pa.Compare(pb)
 	}
 	return strings.Compare(a, b)
-}
-
-func compareTuples(a, b *snapshot.Tuple) int {
-	return cmp.Or(a.Src.Compare(b.Src), cmp.Compare(a.SrcPort, b.SrcPort),
-		a.Dst.Compare(b.Dst), cmp.Compare(a.DstPort, b.DstPort))
 }

@@ -63,7 +63,7 @@ Exit codes: 0 nothing found at or above --fail-on, 1 findings, 2 could not run.`
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			cmd.Flags().VisitAll(func(f *pflag.Flag) {
-				if d, ok := f.Value.(interface{ Type() string }); ok && d.Type() == "duration" && err == nil {
+				if f.Value.Type() == "duration" && err == nil {
 					if v, perr := time.ParseDuration(f.Value.String()); perr == nil && v < 0 {
 						err = withCode(ExitError, fmt.Errorf("--%s %s: a duration must not be negative", f.Name, f.Value))
 					}

@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -171,7 +170,10 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 // stdinUses counts the inputs that read stdin ("-").
 func stdinUses(kubeObjects []string, conntrackFile string) int {
 	n := 0
-	for _, p := range append(slices.Clone(kubeObjects), conntrackFile) {
+	if conntrackFile == "-" {
+		n++
+	}
+	for _, p := range kubeObjects {
 		if p == "-" {
 			n++
 		}

@@ -116,15 +116,7 @@ func (e *realEnv) inSlices(t *testing.T, ns, svc, pod string) bool {
 func (e *realEnv) versionPod(t *testing.T, ns, name, version string) netip.Addr {
 	t.Helper()
 	ctx := context.Background()
-	grace := int64(0)
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": "web", "version": version}},
-		Spec: corev1.PodSpec{NodeName: e.node.Name, TerminationGracePeriodSeconds: &grace,
-			Containers: []corev1.Container{{Name: "web", Image: "lab"}}},
-	}
-	if _, err := e.api.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.createPod(t, e.node.Name, ns, name, map[string]string{"app": "web", "version": version}, netip.Addr{}, 0)
 	var ip netip.Addr
 	e.eventually(t, time.Minute, fmt.Sprintf("pod %s/%s running", ns, name), func() bool {
 		got, err := e.api.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})

@@ -242,18 +242,7 @@ func (e *realEnv) pod(t *testing.T, ns, name, app string, ip netip.Addr, grace i
 // podOn is pod on the named node.
 func (e *realEnv) podOn(t *testing.T, node, ns, name, app string, ip netip.Addr, grace int64) netip.Addr {
 	t.Helper()
-	ctx := context.Background()
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": app}},
-		Spec: corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: &grace,
-			Containers: []corev1.Container{{Name: app, Image: "lab"}}},
-	}
-	if ip.IsValid() {
-		p.Annotations = map[string]string{controlplane.IPAnnotation: ip.String()}
-	}
-	if _, err := e.api.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.createPod(t, node, ns, name, map[string]string{"app": app}, ip, grace)
 	var got netip.Addr
 	e.eventually(t, time.Minute, fmt.Sprintf("pod %s/%s ready in an EndpointSlice of %s", ns, name, app), func() bool {
 		got = e.endpoint(t, ns, app, name, func(ep discoveryv1.Endpoint) bool {
@@ -262,6 +251,23 @@ func (e *realEnv) podOn(t *testing.T, node, ns, name, app string, ip netip.Addr,
 		return got.IsValid()
 	})
 	return got
+}
+
+// createPod creates ns/name on node with labels; ip, when valid, asks the
+// kubelet stand-in for that address.
+func (e *realEnv) createPod(t *testing.T, node, ns, name string, labels map[string]string, ip netip.Addr, grace int64) {
+	t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		Spec: corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{Name: "workload", Image: "lab"}}},
+	}
+	if ip.IsValid() {
+		p.Annotations = map[string]string{controlplane.IPAnnotation: ip.String()}
+	}
+	if _, err := e.api.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // endpoint is the address of pod in the EndpointSlices of ns/svc for which

@@ -88,16 +88,18 @@ type rollingResult struct {
 func (r rollingResult) String() string {
 	return fmt.Sprintf("%d replacements (%d reusing a freed IP), %d connections, %d keep-alive failures: %d ghost flows deleted, %d healthy flows deleted, %d unattributed; remedy actions done %.0f, refused %.0f; ghost cleared p50 %s max %s after its pod's deletion",
 		r.replacements, r.reusedIPs, r.connections, r.failures, r.ghostDeletes, len(r.healthy), len(r.unattributed),
-		r.done, r.refused, percentile(r.clear, 50).Round(time.Millisecond), percentile(r.clear, 100).Round(time.Millisecond))
+		r.done, r.refused, percentile(r.clear, 0.5).Round(time.Millisecond), percentile(r.clear, 1).Round(time.Millisecond))
 }
 
-func percentile(ds []time.Duration, p int) time.Duration {
+// percentile is the q-quantile (0 to 1) of ds, the sample at q of the way
+// through them in order (nearest rank below); 0 for none.
+func percentile(ds []time.Duration, q float64) time.Duration {
 	if len(ds) == 0 {
 		return 0
 	}
 	s := slices.Clone(ds)
 	slices.Sort(s)
-	return s[min(len(s)-1, (len(s)*p)/100)]
+	return s[int(q*float64(len(s)-1))]
 }
 
 // podLife is one pod's hold on its IP, as the API server showed it.
@@ -548,7 +550,7 @@ func TestGraceSweep(t *testing.T) {
 				})
 				t.Logf("grace-sweep row: grace=%s mode=%q healthy=%d ghosts=%d unattributed=%d refused=%.0f done=%.0f clear_p50=%s clear_max=%s replacements=%d reused=%d connections=%d",
 					grace, mode, len(res.healthy), res.ghostDeletes, len(res.unattributed), res.refused, res.done,
-					percentile(res.clear, 50).Round(time.Millisecond), percentile(res.clear, 100).Round(time.Millisecond),
+					percentile(res.clear, 0.5).Round(time.Millisecond), percentile(res.clear, 1).Round(time.Millisecond),
 					res.replacements, res.reusedIPs, res.connections)
 				for _, h := range res.healthy[:min(len(res.healthy), 5)] {
 					t.Logf("healthy flow deleted: %s", h)

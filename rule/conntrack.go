@@ -291,7 +291,7 @@ func (ix *flowIndex) judge(f *snapshot.Flow) judgement {
 		}
 	}
 	switch {
-	case j.endpoint != nil && j.endpoint.Pod != nil && !j.endpoint.Serving && j.holder == nil && len(hostHolders) == 0:
+	case j.endpoint != nil && j.endpoint.Pod != nil && !j.endpoint.Serving && j.holder == nil:
 		// Listed, but not serving, for a pod that no longer exists and
 		// whose IP no pod holds: the slice lags the pod's deletion (or is
 		// stuck). kube-proxy sends nothing new there, and nothing answers.

@@ -3,6 +3,7 @@ package sink
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/ghostwatch/ghostwatch/internal/text"
 	"io"
 	"slices"
 	"sort"
@@ -107,7 +108,7 @@ func Table(w io.Writer, r *finding.Report, catalog []rule.Rule) error {
 			continue
 		}
 		info := infos[id]
-		ew.printf("%s: %d finding%s\n", id, len(fs), plural(len(fs)))
+		ew.printf("%s: %s\n", id, text.Count(len(fs), "finding", "findings"))
 		if info.Summary != "" {
 			ew.printf("  why: %s\n", info.Summary)
 		}
@@ -185,13 +186,6 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-func plural(n int) string {
-	if n == 1 {
-		return ""
-	}
-	return "s"
 }
 
 type errWriter struct {
