@@ -84,6 +84,7 @@ type agentOptions struct {
 	kubeFlags         *genericclioptions.ConfigFlags
 	nodeName          string
 	nodePortAddresses []string
+	serviceCIDRs      []string
 	remedies          []string
 	dryRun            bool
 	grace             time.Duration
@@ -158,6 +159,7 @@ and nothing else; it exits with status 2 when it lacks it.`,
 	f := cmd.Flags()
 	o.kubeFlags.AddFlags(f)
 	f.StringVar(&o.nodeName, "node-name", "", "the Node this agent runs on (default $NODE_NAME, else the hostname)")
+	f.StringSliceVar(&o.serviceCIDRs, "service-cidr", nil, "the cluster's service IP ranges (kube-apiserver's --service-cluster-ip-range), in addition to its ServiceCIDR objects: a flow to an address in one that no Service holds was opened to a deleted Service. Needed only before Kubernetes 1.33, which serves no ServiceCIDR")
 	f.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "CIDRs on which NodePorts are served, as kube-proxy's --nodeport-addresses (default: the Node's addresses and, read live, every address of this host, as kube-proxy's default)")
 	f.StringSliceVar(&o.remedies, "remedy", nil, "remedies to turn on: "+strings.Join(ids, ", ")+" (default none: report only)")
 	f.BoolVar(&o.dryRun, "dry-run", false, "with --remedy, say what would be done (Events and metrics) and do nothing")
@@ -232,6 +234,10 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 	if err != nil {
 		return withCode(ExitError, fmt.Errorf("--nodeport-addresses: %w", err))
 	}
+	scidrs, err := parsePrefixes(o.serviceCIDRs)
+	if err != nil {
+		return withCode(ExitError, fmt.Errorf("--service-cidr: %w", err))
+	}
 	if err := conntrack.CheckNetAdmin(); err != nil {
 		return withCode(ExitError, fmt.Errorf("agent: %w", err))
 	}
@@ -271,7 +277,7 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 			return withCode(ExitError, fmt.Errorf("agent: %w", err))
 		}
 	}
-	rules := agentRules(rule.Config{Conntrack: rule.ConntrackConfig{NodePortAddresses: npa, LocalAddresses: local, ClockSkew: o.clockSkew}})
+	rules := agentRules(rule.Config{Conntrack: rule.ConntrackConfig{NodePortAddresses: npa, LocalAddresses: local, ServiceCIDRs: scidrs, ClockSkew: o.clockSkew}})
 	rems, err := remedy.Build(rules, o.remedies, remedy.Settings{
 		Grace: o.grace, DryRun: o.dryRun, Budget: o.budget, BudgetInterval: o.budgetInterval, MaxPerGroup: o.maxPerBackend,
 	}, &remedy.Flows{Table: conn})

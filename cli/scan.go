@@ -29,6 +29,7 @@ type scanOptions struct {
 	capturedAt        string
 	nodeName          string
 	nodePortAddresses []string
+	serviceCIDRs      []string
 	failOn            string
 	output            string
 	rules             []string
@@ -58,7 +59,7 @@ source was incomplete (then no finding is claimed for what it would have read).`
   ghostwatch scan
 
   # offline, from saved evidence
-  kubectl get pods,services,endpointslices,nodes -A -o yaml > objects.yaml
+  kubectl get pods,services,endpointslices,nodes,servicecidrs -A -o yaml > objects.yaml
   sudo conntrack -L -o extended,id > conntrack.txt   # on the node, as root
   ghostwatch scan --kube-objects objects.yaml --conntrack-file conntrack.txt --node-name worker-3
 
@@ -72,6 +73,7 @@ source was incomplete (then no finding is claimed for what it would have read).`
 	f.StringArrayVar(&o.kubeObjects, "kube-objects", nil, "read cluster objects from this file instead of the API server (kubectl get ... -o yaml|json output; repeatable)")
 	f.StringVar(&o.conntrackFile, "conntrack-file", "", "read flows from this `FILE`, a conntrack -L listing, instead of the kernel (\"-\" for stdin)")
 	f.StringVar(&o.nodeName, "node-name", "", "the Node this scan runs on: its addresses are the NodePort frontends (default $NODE_NAME, else the hostname)")
+	f.StringSliceVar(&o.serviceCIDRs, "service-cidr", nil, "the cluster's service IP ranges (kube-apiserver's --service-cluster-ip-range), in addition to its ServiceCIDR objects: a flow to an address in one that no Service holds was opened to a deleted Service. Needed only before Kubernetes 1.33 or when the saved objects hold no ServiceCIDR")
 	f.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "CIDRs on which NodePorts are served, as kube-proxy's --nodeport-addresses (default: the Node's addresses and, read live, every address of this host, as kube-proxy's default)")
 	f.StringVar(&o.failOn, "fail-on", "warning", "exit 1 when a finding is at least this severe: info, warning, critical, or none")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: "+strings.Join(sink.Formats, ", "))
@@ -100,6 +102,10 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	if err != nil {
 		return withCode(ExitError, fmt.Errorf("--nodeport-addresses: %w", err))
 	}
+	scidrs, err := parsePrefixes(o.serviceCIDRs)
+	if err != nil {
+		return withCode(ExitError, fmt.Errorf("--service-cidr: %w", err))
+	}
 	// Live, kube-proxy's default NodePort addresses are this host's own.
 	var local []netip.Addr
 	if o.conntrackFile == "" && len(npa) == 0 {
@@ -107,7 +113,7 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 			return withCode(ExitError, err)
 		}
 	}
-	cfg := rule.Config{Conntrack: rule.ConntrackConfig{NodePortAddresses: npa, LocalAddresses: local, ClockSkew: o.clockSkew}}
+	cfg := rule.Config{Conntrack: rule.ConntrackConfig{NodePortAddresses: npa, LocalAddresses: local, ServiceCIDRs: scidrs, ClockSkew: o.clockSkew}}
 	rules, err := rule.Select(cfg, o.rules)
 	if err != nil {
 		return withCode(ExitError, fmt.Errorf("--rule: %w", err))
@@ -204,8 +210,8 @@ func checkNode(res *audit.Result, node string, npa []netip.Prefix, local []netip
 		return nil
 	}
 	if len(k.Nodes) == 0 {
-		return fmt.Errorf("the cluster objects hold no Node, so the NodePort frontends of node %q are unknown (%s): add nodes to what kubectl saves (kubectl get pods,services,endpointslices,nodes -A -o yaml), or pass --nodeport-addresses",
-			node, nodePort)
+		return fmt.Errorf("the cluster objects hold no Node, so the NodePort frontends of node %q are unknown (%s): add nodes to what kubectl saves (%s), or pass --nodeport-addresses",
+			node, nodePort, kube.SaveCommand)
 	}
 	var names []string
 	for _, n := range k.Nodes {

@@ -169,7 +169,7 @@ func TestScanBadInput(t *testing.T) {
 		{"captured-at not a time", append(offline, "--captured-at", "yesterday"), []string{`--captured-at "yesterday": want a time as RFC 3339 writes it`}},
 		{"captured-at without a file", []string{"scan", "--kube-objects", "testdata/objects.yaml", "--captured-at", "2026-11-22T15:00:00Z"}, []string{"--captured-at needs --conntrack-file"}},
 		{"missing objects file has a hint", []string{"scan", "--kube-objects", filepath.Join(dir, "nope.yaml"), "--conntrack-file", "testdata/conntrack.txt"},
-			[]string{"does not exist", "kubectl get pods,services,endpointslices,nodes -A -o yaml > FILE"}},
+			[]string{"does not exist", "kubectl get pods,services,endpointslices,nodes,servicecidrs -A -o yaml > FILE"}},
 		// What `conntrack -L > f` leaves without root: an empty file.
 		{"empty conntrack file", []string{"scan", "--kube-objects", "testdata/objects.yaml", "--conntrack-file", empty, "--node-name", "worker-1"},
 			[]string{empty + " is empty", "the capture failed", "sudo conntrack -L"}},

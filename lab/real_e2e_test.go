@@ -390,6 +390,9 @@ func TestRealAgentRBAC(t *testing.T) {
 		{"", "services", "list", true}, {"", "services", "watch", true},
 		{"", "nodes", "list", true}, {"", "nodes", "watch", true},
 		{"discovery.k8s.io", "endpointslices", "list", true}, {"discovery.k8s.io", "endpointslices", "watch", true},
+		{"networking.k8s.io", "servicecidrs", "list", true}, {"networking.k8s.io", "servicecidrs", "watch", true},
+		{"networking.k8s.io", "ipaddresses", "list", true}, {"networking.k8s.io", "ipaddresses", "watch", false},
+		{"networking.k8s.io", "ipaddresses", "delete", false}, {"networking.k8s.io", "servicecidrs", "update", false},
 		{"", "events", "create", true}, {"", "events", "patch", true},
 		{"", "pods", "delete", false}, {"", "pods", "create", false}, {"", "pods", "update", false},
 		{"", "services", "update", false}, {"", "nodes", "patch", false},
@@ -476,8 +479,10 @@ type scanOutput struct {
 		Rule     string `json:"rule"`
 		Severity string `json:"severity"`
 		Subject  struct {
-			IP string `json:"ip"`
+			IP   string `json:"ip"`
+			Flow string `json:"flow"`
 		} `json:"subject"`
+		Evidence map[string]any `json:"evidence"`
 	} `json:"findings"`
 }
 

@@ -24,6 +24,11 @@ type ConntrackConfig struct {
 	// accepts NodePorts on every local address, not only the Node
 	// object's InternalIP and ExternalIP: each is a NodePort frontend too.
 	LocalAddresses []netip.Addr
+	// ServiceCIDRs are the cluster's service IP ranges
+	// (--service-cidr), in addition to the ServiceCIDR objects the
+	// cluster holds: a DNATed flow to an address in one of them that no
+	// Service holds addressed a Service that was deleted.
+	ServiceCIDRs []netip.Prefix
 	// ClockSkew is how far the node's clock may be ahead of the API
 	// server's. A flow proves it was opened to an earlier holder of its
 	// backend IP only if it started more than ClockSkew before the current
@@ -60,8 +65,34 @@ type protoPort struct {
 
 // Frontend is a Service address a client can connect to.
 type Frontend struct {
+	// Service is nil for the frontend of a Service that was deleted.
 	Service *snapshot.Service
 	Kind    string
+	// CIDR is, for a deleted Service, the service range its address lies
+	// in and the ServiceCIDR object that holds it ("" for --service-cidr).
+	CIDR     netip.Prefix
+	CIDRName string
+}
+
+// Gone reports whether the frontend's Service was deleted.
+func (fe Frontend) Gone() bool { return fe.Service == nil }
+
+// Ref returns the Service's namespace/name; the zero ObjectRef when it was
+// deleted.
+func (fe Frontend) Ref() snapshot.ObjectRef {
+	if fe.Service == nil {
+		return snapshot.ObjectRef{}
+	}
+	return fe.Service.Ref()
+}
+
+// describe names the frontend in a message: "ClusterIP web/api", or
+// "deleted Service 10.96.0.57:80" (the address is all that is left).
+func (fe Frontend) describe(f *snapshot.Flow) string {
+	if fe.Service == nil {
+		return "deleted Service " + f.Frontend().String()
+	}
+	return fe.Kind + " " + fe.Service.Ref().String()
 }
 
 // Frontends indexes the Service frontends reachable on one node: ClusterIPs,
@@ -107,7 +138,7 @@ func NewFrontends(k *snapshot.Kube, nodeName string, nodePortAddresses []netip.P
 				for _, p := range svc.Ports {
 					key := frontendKey{p.Protocol, a.Unmap(), p.Port}
 					if _, dup := fe.byAddr[key]; !dup {
-						fe.byAddr[key] = Frontend{svc, kind}
+						fe.byAddr[key] = Frontend{Service: svc, Kind: kind}
 					}
 				}
 			}
@@ -117,7 +148,7 @@ func NewFrontends(k *snapshot.Kube, nodeName string, nodePortAddresses []netip.P
 		add(svc.LoadBalancerIPs, FrontendLoadBalancer)
 		for _, p := range svc.Ports {
 			if p.NodePort != 0 {
-				fe.nodePorts[protoPort{p.Protocol, p.NodePort}] = Frontend{svc, FrontendNodePort}
+				fe.nodePorts[protoPort{p.Protocol, p.NodePort}] = Frontend{Service: svc, Kind: FrontendNodePort}
 			}
 		}
 	}
@@ -154,20 +185,44 @@ type flowIndex struct {
 	holders map[netip.Addr][]*snapshot.Pod
 	// nodeAddrs holds every node address in the cluster.
 	nodeAddrs map[netip.Addr]string
-	skew      time.Duration
+	// serviceNets are the service IP ranges, and serviceIPs every
+	// ClusterIP a Service holds: an address in the first and not in the
+	// second belonged to a Service that was deleted.
+	serviceNets []namedPrefix
+	serviceIPs  map[netip.Addr]bool
+	skew        time.Duration
+}
+
+type namedPrefix struct {
+	name   string
+	prefix netip.Prefix
 }
 
 func newFlowIndex(s *snapshot.Snapshot, cfg ConntrackConfig) *flowIndex {
 	k := s.Kube
 	ix := &flowIndex{
-		frontends: NewFrontends(k, s.NodeName, cfg.NodePortAddresses, cfg.LocalAddresses...),
-		backends:  map[snapshot.ObjectRef]map[netip.Addr]*snapshot.Endpoint{},
-		holders:   map[netip.Addr][]*snapshot.Pod{},
-		nodeAddrs: map[netip.Addr]string{},
-		skew:      cfg.clockSkew(),
+		frontends:  NewFrontends(k, s.NodeName, cfg.NodePortAddresses, cfg.LocalAddresses...),
+		backends:   map[snapshot.ObjectRef]map[netip.Addr]*snapshot.Endpoint{},
+		holders:    map[netip.Addr][]*snapshot.Pod{},
+		nodeAddrs:  map[netip.Addr]string{},
+		serviceIPs: map[netip.Addr]bool{},
+		skew:       cfg.clockSkew(),
+	}
+	for _, p := range cfg.ServiceCIDRs {
+		ix.serviceNets = append(ix.serviceNets, namedPrefix{"", p.Masked()})
 	}
 	if k == nil {
 		return ix
+	}
+	for _, c := range k.ServiceCIDRs {
+		for _, p := range c.CIDRs {
+			ix.serviceNets = append(ix.serviceNets, namedPrefix{c.Name, p})
+		}
+	}
+	for i := range k.Services {
+		for _, a := range k.Services[i].ClusterIPs {
+			ix.serviceIPs[a.Unmap()] = true
+		}
 	}
 	for i := range k.Endpoints {
 		ep := &k.Endpoints[i]
@@ -246,7 +301,7 @@ func (ix *flowIndex) judge(f *snapshot.Flow) judgement {
 	}
 	fe, ok := ix.frontends.Lookup(f.Proto, f.Orig.Dst, f.Orig.DstPort)
 	if !ok {
-		return judgement{verdict: notService}
+		return ix.judgeDeleted(f)
 	}
 	j := judgement{frontend: fe}
 	b := f.Reply.Src.Unmap()
@@ -321,6 +376,39 @@ func (ix *flowIndex) judge(f *snapshot.Flow) judgement {
 	default:
 		j.verdict = stale
 	}
+	return j
+}
+
+// judgeDeleted classifies a DNATed flow that addresses no frontend: when
+// its original destination lies in a service range and no Service holds
+// that address, it was opened to a Service since deleted. kube-proxy removed
+// its rules, but the kernel keeps translating the flow to the backend it
+// picked. With no Service left, nothing says who that backend should be:
+// the flow is stale only when nothing holds the backend's address (no pod,
+// no node), and otherwise left alone: it may still reach its own pod.
+func (ix *flowIndex) judgeDeleted(f *snapshot.Flow) judgement {
+	dst := f.Orig.Dst.Unmap()
+	if ix.serviceIPs[dst] {
+		// A Service holds the address, just not this port or protocol.
+		return judgement{verdict: notService}
+	}
+	var cidr *namedPrefix
+	for i := range ix.serviceNets {
+		if ix.serviceNets[i].prefix.Contains(dst) {
+			cidr = &ix.serviceNets[i]
+			break
+		}
+	}
+	if cidr == nil {
+		return judgement{verdict: notService}
+	}
+	j := judgement{frontend: Frontend{Kind: FrontendClusterIP, CIDR: cidr.prefix, CIDRName: cidr.name}}
+	b := f.Reply.Src.Unmap()
+	if len(ix.holders[b]) > 0 || ix.nodeAddrs[b] != "" {
+		j.verdict = relabelled
+		return j
+	}
+	j.verdict = stale
 	return j
 }
 
@@ -466,18 +554,26 @@ func (f *suspectFilter) String() string {
 // otherwise an error saying what the flow is now.
 func (ix *flowIndex) stillStale(f *snapshot.Flow, svc snapshot.ObjectRef) error {
 	switch v := ix.judge(f); {
+	case v.verdict == notService && svc == (snapshot.ObjectRef{}):
+		return fmt.Errorf("%s is in no service range any more", f.Frontend().Addr())
 	case v.verdict == notService:
 		return errors.New("the flow no longer addresses a frontend of " + svc.String())
-	case v.frontend.Service.Ref() != svc:
-		return fmt.Errorf("the flow now addresses %s, not %s", v.frontend.Service.Ref(), svc)
+	case v.frontend.Ref() != svc && v.frontend.Gone():
+		return fmt.Errorf("%s is gone: the flow addresses a deleted Service now", svc)
+	case v.frontend.Ref() != svc && svc == (snapshot.ObjectRef{}):
+		return fmt.Errorf("the flow's address %s belongs to Service %s now", f.Frontend(), v.frontend.Ref())
+	case v.frontend.Ref() != svc:
+		return fmt.Errorf("the flow now addresses %s, not %s", v.frontend.Ref(), svc)
 	case v.verdict == stale:
 		return nil
 	case v.verdict == healthy:
 		return fmt.Errorf("%s is an endpoint of %s again", f.Backend(), svc)
 	case v.verdict == draining:
 		return fmt.Errorf("%s is draining: its pod is terminating but still exists", f.Backend())
-	default:
+	case v.holder != nil:
 		return fmt.Errorf("%s is held by pod %s", f.Reply.Src, v.holder.Ref())
+	default:
+		return fmt.Errorf("%s is held again (by a pod or a node)", f.Reply.Src)
 	}
 }
 
@@ -505,10 +601,17 @@ func (ix *flowIndex) clientPod(f *snapshot.Flow) *snapshot.Pod {
 	return found
 }
 
-// concerns lists the objects an Event about f belongs on: the Service, and
-// the client pod when it is proven.
-func (ix *flowIndex) concerns(f *snapshot.Flow, svc *snapshot.Service) []finding.ObjectRef {
-	out := []finding.ObjectRef{{Kind: "Service", Namespace: svc.Namespace, Name: svc.Name}}
+// concerns lists the objects an Event about f belongs on: the Service (or,
+// when it was deleted, the node whose table holds the flow), and the client
+// pod when it is proven.
+func (ix *flowIndex) concerns(f *snapshot.Flow, svc *snapshot.Service, node string) []finding.ObjectRef {
+	var out []finding.ObjectRef
+	switch {
+	case svc != nil:
+		out = append(out, finding.ObjectRef{Kind: "Service", Namespace: svc.Namespace, Name: svc.Name})
+	case node != "":
+		out = append(out, finding.ObjectRef{Kind: "Node", Name: node})
+	}
 	if p := ix.clientPod(f); p != nil {
 		out = append(out, finding.ObjectRef{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID})
 	}

@@ -98,7 +98,7 @@ func (r *MisdeliveredFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 				Flow:      f.String(),
 			},
 			Evidence: ev,
-			Concerns: append(ix.concerns(f, svc), finding.ObjectRef{Kind: "Pod", Namespace: h.Namespace, Name: h.Name, UID: h.UID}),
+			Concerns: append(ix.concerns(f, svc, s.NodeName), finding.ObjectRef{Kind: "Pod", Namespace: h.Namespace, Name: h.Name, UID: h.UID}),
 			Target:   &finding.FlowTarget{Flow: *f},
 			Remove:   f.DeleteCommand(),
 		})

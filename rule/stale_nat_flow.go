@@ -101,33 +101,49 @@ func (r *StaleNATFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 		}
 		svc := j.frontend.Service
 		ev := flowEvidence(f, j, s.Taken)
-		ev["current_backends"] = ix.currentBackends(svc.Ref(), 10)
-		msg := fmt.Sprintf("%s flow to %s %s still goes to %s, which is no longer a backend and which no pod holds",
-			f.Proto, j.frontend.Kind, svc.Ref(), f.Backend())
-		if j.listedDead {
+		fe := j.frontend.describe(f)
+		msg := fmt.Sprintf("%s flow to %s still goes to %s, which is no longer a backend and which no pod holds",
+			f.Proto, fe, f.Backend())
+		switch {
+		case j.frontend.Gone():
+			ev["service_gone"] = true
+			ev["service_cidr"] = j.frontend.CIDR.String()
+			where := "service range " + j.frontend.CIDR.String()
+			if j.frontend.CIDRName != "" {
+				ev["service_cidr_object"] = j.frontend.CIDRName
+				where = "ServiceCIDR " + j.frontend.CIDRName + " (" + j.frontend.CIDR.String() + ")"
+			}
+			msg = fmt.Sprintf("%s flow to %s still goes to %s: no Service holds %s, an address of %s, and no pod holds %s",
+				f.Proto, f.Frontend(), f.Backend(), f.Orig.Dst.Unmap(), where, f.Reply.Src.Unmap())
+		case j.listedDead:
+			ev["current_backends"] = ix.currentBackends(svc.Ref(), 10)
 			ev["endpoint_slice"] = j.endpoint.Slice
 			ev["endpoint_pod"] = j.endpoint.Pod.String()
-			msg = fmt.Sprintf("%s flow to %s %s still goes to %s, listed in EndpointSlice %s but not serving, for pod %s, which no longer exists: nothing answers there",
-				f.Proto, j.frontend.Kind, svc.Ref(), f.Backend(), j.endpoint.Slice, j.endpoint.Pod)
-		}
-		if j.hostNode != "" {
+			msg = fmt.Sprintf("%s flow to %s still goes to %s, listed in EndpointSlice %s but not serving, for pod %s, which no longer exists: nothing answers there",
+				f.Proto, fe, f.Backend(), j.endpoint.Slice, j.endpoint.Pod)
+		case j.hostNode != "":
+			ev["current_backends"] = ix.currentBackends(svc.Ref(), 10)
 			ev["backend_node"] = j.hostNode
-			msg = fmt.Sprintf("%s flow to %s %s still goes to %s on node %s (hostNetwork), which is no longer a backend",
-				f.Proto, j.frontend.Kind, svc.Ref(), f.Backend(), j.hostNode)
+			msg = fmt.Sprintf("%s flow to %s still goes to %s on node %s (hostNetwork), which is no longer a backend",
+				f.Proto, fe, f.Backend(), j.hostNode)
+		default:
+			ev["current_backends"] = ix.currentBackends(svc.Ref(), 10)
+		}
+		subject := finding.Subject{
+			IP:   f.Reply.Src.Unmap().String(),
+			Node: s.NodeName,
+			Flow: f.String(),
+		}
+		if svc != nil {
+			subject.Service, subject.Namespace = svc.Ref().String(), svc.Namespace
 		}
 		out = append(out, finding.Finding{
 			Rule:     StaleNATFlowID,
 			Severity: sev,
 			Message:  msg,
-			Subject: finding.Subject{
-				IP:        f.Reply.Src.Unmap().String(),
-				Service:   svc.Ref().String(),
-				Namespace: svc.Namespace,
-				Node:      s.NodeName,
-				Flow:      f.String(),
-			},
+			Subject:  subject,
 			Evidence: ev,
-			Concerns: ix.concerns(f, svc),
+			Concerns: ix.concerns(f, svc, s.NodeName),
 			Target:   &finding.FlowTarget{Flow: *f},
 			Remove:   f.DeleteCommand(),
 		})
@@ -138,6 +154,9 @@ func (r *StaleNATFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 // staleDetail is what became of the backend, in a table row.
 func staleDetail(f finding.Finding) string {
 	d := fmt.Sprintf("backend %v gone", f.Evidence["backend"])
+	if gone, _ := f.Evidence["service_gone"].(bool); gone {
+		d = fmt.Sprintf("Service of %v deleted, backend %v gone", f.Evidence["frontend"], f.Evidence["backend"])
+	}
 	if s, ok := f.Evidence["endpoint_slice"]; ok {
 		d += fmt.Sprintf(", still listed not serving in %v", s)
 	}
@@ -160,11 +179,17 @@ func staleDetail(f finding.Finding) string {
 func (r *StaleNATFlow) RecheckQuery(s *snapshot.Snapshot, f finding.Finding) snapshot.KubeQuery {
 	var q snapshot.KubeQuery
 	fl, ok := flowOf(f)
-	svc, sok := serviceOf(f)
-	if !ok || !sok {
+	if !ok {
 		return q
 	}
-	q.Services = []snapshot.ObjectRef{svc}
+	if svc, sok := serviceOf(f); sok {
+		q.Services = []snapshot.ObjectRef{svc}
+	} else if gone, _ := f.Evidence["service_gone"].(bool); gone {
+		// That no Service holds the address now, and the service ranges.
+		q.ServiceIPs = []netip.Addr{fl.Orig.Dst.Unmap()}
+	} else {
+		return q
+	}
 	q.PodIPs = []netip.Addr{fl.Reply.Src.Unmap()}
 	if s.NodeName != "" {
 		q.Nodes = append(q.Nodes, s.NodeName)
@@ -189,6 +214,9 @@ func (r *StaleNATFlow) Recheck(fresh *snapshot.Snapshot, fs []finding.Finding) [
 	for i, f := range fs {
 		fl, ok := flowOf(f)
 		svc, sok := serviceOf(f)
+		if gone, _ := f.Evidence["service_gone"].(bool); gone && !sok {
+			svc, sok = snapshot.ObjectRef{}, true
+		}
 		if !ok || !sok {
 			errs[i] = errors.New("the finding names no conntrack flow of a Service")
 			continue

@@ -69,7 +69,8 @@ func runCases(t *testing.T, cases []ruleCase) {
 			var gotW []want
 			for _, f := range got {
 				gotW = append(gotW, want{f.Rule, f.Subject.IP, f.Severity})
-				if f.Target == nil || f.Subject.Flow == "" || f.Message == "" || f.Subject.Service == "" {
+				gone, _ := f.Evidence["service_gone"].(bool)
+				if f.Target == nil || f.Subject.Flow == "" || f.Message == "" || (f.Subject.Service == "") != gone {
 					t.Errorf("finding lacks target, message, detail or service: %+v", f)
 				}
 				// The filter a collector keeps flows by must keep every

@@ -13,6 +13,21 @@ type Kube struct {
 	Services  []Service
 	Endpoints []Endpoint
 	Nodes     []Node
+	// ServiceCIDRs are the cluster's service IP ranges, from the
+	// networking.k8s.io/v1 ServiceCIDR objects (Kubernetes 1.33 and
+	// later). A DNATed flow to an address in one of them that no Service
+	// holds addressed a Service that was deleted.
+	ServiceCIDRs []ServiceCIDR
+	// NoServiceCIDRAPI is true when the API server does not serve
+	// ServiceCIDRs (before Kubernetes 1.33).
+	NoServiceCIDRAPI bool
+}
+
+// ServiceCIDR is one ServiceCIDR object: the ranges ClusterIPs are
+// allocated from.
+type ServiceCIDR struct {
+	Name  string
+	CIDRs []netip.Prefix
 }
 
 // ObjectRef names a namespaced object.

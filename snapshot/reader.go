@@ -44,6 +44,10 @@ type KubeQuery struct {
 	Services []ObjectRef
 	PodIPs   []netip.Addr
 	Nodes    []string
+	// ServiceIPs are ClusterIPs whose Service, if any, is to be read (with
+	// its EndpointSlices), together with the cluster's ServiceCIDRs: the
+	// proof that a Service was deleted is that none holds its address.
+	ServiceIPs []netip.Addr
 }
 
 // Add merges q2 into q, without duplicates.
@@ -63,11 +67,16 @@ func (q *KubeQuery) Add(q2 KubeQuery) {
 			q.Nodes = append(q.Nodes, n)
 		}
 	}
+	for _, a := range q2.ServiceIPs {
+		if !contains(q.ServiceIPs, a.Unmap()) {
+			q.ServiceIPs = append(q.ServiceIPs, a.Unmap())
+		}
+	}
 }
 
 // Empty reports whether q names nothing.
 func (q KubeQuery) Empty() bool {
-	return len(q.Services) == 0 && len(q.PodIPs) == 0 && len(q.Nodes) == 0
+	return len(q.Services) == 0 && len(q.PodIPs) == 0 && len(q.Nodes) == 0 && len(q.ServiceIPs) == 0
 }
 
 func contains[T comparable](s []T, v T) bool {

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -118,7 +119,7 @@ func TestStaleWhenTheWatchFallsSilent(t *testing.T) {
 	})
 	inf := NewInformers(client, InformerOptions{Now: clk.now, Silence: 2 * time.Minute})
 	startSynced(t, inf)
-	waitUntil(t, "four watches", func() bool { mu.Lock(); defer mu.Unlock(); return len(watches) == 4 })
+	waitUntil(t, "five watches", func() bool { mu.Lock(); defer mu.Unlock(); return len(watches) == 5 })
 	clk.advance(90 * time.Second)
 	if err := inf.Stale(clk.now(), time.Minute); err != nil {
 		t.Fatalf("90s of quiet is normal: %v", err)
@@ -129,6 +130,7 @@ func TestStaleWhenTheWatchFallsSilent(t *testing.T) {
 	watches["pods"].Action(watch.Bookmark, &corev1.Pod{ObjectMeta: bookmark})
 	watches["services"].Action(watch.Bookmark, &corev1.Service{ObjectMeta: bookmark})
 	watches["endpointslices"].Action(watch.Bookmark, &discoveryv1.EndpointSlice{ObjectMeta: bookmark})
+	watches["servicecidrs"].Action(watch.Bookmark, &networkingv1.ServiceCIDR{ObjectMeta: bookmark})
 	mu.Unlock()
 	waitUntil(t, "the bookmarks", func() bool {
 		for _, w := range inf.watched {

@@ -20,6 +20,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -43,6 +44,8 @@ const (
 	resServices       = "services"
 	resEndpointSlices = "endpointslices"
 	resNodes          = "nodes"
+	resServiceCIDRs   = "servicecidrs"
+	resIPAddresses    = "ipaddresses"
 )
 
 // rbacName is how a ClusterRole names each resource.
@@ -51,6 +54,8 @@ var rbacName = map[string]string{
 	resServices:       "services",
 	resEndpointSlices: "endpointslices (API group discovery.k8s.io)",
 	resNodes:          "nodes",
+	resServiceCIDRs:   "servicecidrs (API group networking.k8s.io)",
+	resIPAddresses:    "ipaddresses (API group networking.k8s.io)",
 }
 
 // Watched lists the resources Informers lists and watches, as RBAC rules
@@ -62,7 +67,15 @@ func Watched() []schema.GroupResource {
 		{Resource: resServices},
 		{Group: discoveryv1.GroupName, Resource: resEndpointSlices},
 		{Resource: resNodes},
+		{Group: networkingv1.GroupName, Resource: resServiceCIDRs},
 	}
+}
+
+// QuorumListed lists the resources Quorum lists beyond those Informers
+// watches: the ClusterRole of anything that re-checks with Quorum must grant
+// list on each.
+func QuorumListed() []schema.GroupResource {
+	return []schema.GroupResource{{Group: networkingv1.GroupName, Resource: resIPAddresses}}
 }
 
 // InformerOptions tunes Informers. The zero value is usable.
@@ -85,12 +98,12 @@ type InformerOptions struct {
 const DefaultSilence = 150 * time.Second
 
 // Informers watches Pods (trimmed by TrimPod), Services, EndpointSlices that
-// belong to a Service, and Nodes (trimmed to their addresses) in every
-// namespace, and converts what they hold into a snapshot.Kube on demand. It
+// belong to a Service, Nodes (trimmed to their addresses) and ServiceCIDRs in
+// every namespace, and converts what they hold into a snapshot.Kube on demand. It
 // is meant to live as long as the process: the one-shot scan and the
 // long-running agent use it alike.
 type Informers struct {
-	watched []*watched // pods, services, endpointslices, nodes
+	watched []*watched // pods, services, endpointslices, nodes, servicecidrs
 	wake    chan struct{}
 	once    sync.Once
 	started atomic.Bool
@@ -108,6 +121,11 @@ type Informers struct {
 type watched struct {
 	resource string
 	informer cache.SharedIndexInformer
+	// optional resources may not be served (ServiceCIDRs before
+	// Kubernetes 1.33): a 404 on the list is then an empty list, and
+	// unserved records it.
+	optional bool
+	unserved atomic.Bool
 
 	mu      sync.Mutex
 	lastErr error
@@ -127,7 +145,7 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 	}
 	idx := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	onlyServices := func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName }
-	core, disc := client.CoreV1(), client.DiscoveryV1()
+	core, disc, netw := client.CoreV1(), client.DiscoveryV1(), client.NetworkingV1()
 	for _, w := range []struct {
 		resource  string
 		object    runtime.Object
@@ -170,13 +188,28 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 				return core.Nodes().Watch(ctx, o)
 			},
 			cache.Indexers{}, trimNode},
+		{resServiceCIDRs, &networkingv1.ServiceCIDR{},
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return netw.ServiceCIDRs().List(ctx, o)
+			},
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return netw.ServiceCIDRs().Watch(ctx, o)
+			},
+			cache.Indexers{}, trimMeta},
 	} {
-		wd := &watched{resource: w.resource}
+		wd := &watched{resource: w.resource, optional: w.resource == resServiceCIDRs}
 		list, watchFn := w.list, w.watch
 		lw := &cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				obj, err := list(ctx, o)
+				if wd.optional && apierrors.IsNotFound(err) {
+					// Not served: an empty list, watched by a watch
+					// that never reports anything.
+					wd.unserved.Store(true)
+					return &networkingv1.ServiceCIDRList{ListMeta: metav1.ListMeta{ResourceVersion: "0"}}, nil
+				}
 				if err == nil {
+					wd.unserved.Store(false)
 					wd.heard(i.now())
 				}
 				return obj, err
@@ -184,6 +217,9 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 			// Every event of the watch, bookmarks included, is a sign of
 			// life: the informers hide bookmarks, so they are seen here.
 			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				if wd.unserved.Load() {
+					return watch.NewFake(), nil
+				}
 				wi, err := watchFn(ctx, o)
 				if err != nil {
 					return nil, err
@@ -347,7 +383,7 @@ func (i *Informers) changed(resource string, objs ...any) {
 					add(a)
 				}
 			}
-		case *corev1.Service, *corev1.Node:
+		case *corev1.Service, *corev1.Node, *networkingv1.ServiceCIDR:
 			i.changes.Frontends = true
 		}
 	}
@@ -383,6 +419,8 @@ func (i *Informers) Stale(now time.Time, window time.Duration) error {
 			bad = append(bad, fmt.Sprintf("%s: not listed yet: %s", w.resource, describe(err, w.resource)))
 		case !w.informer.HasSynced():
 			bad = append(bad, w.resource+": not listed yet: no answer from the API server")
+		case w.unserved.Load():
+			// Not served: nothing to hear.
 		case err != nil && now.Sub(at) < window:
 			bad = append(bad, fmt.Sprintf("%s: %s (%s ago)", w.resource, describe(err, w.resource), now.Sub(at).Round(time.Second)))
 		case now.Sub(heard) > i.silence:
@@ -421,7 +459,12 @@ func (i *Informers) Snapshot() *snapshot.Kube {
 				k.Endpoints = append(k.Endpoints, Endpoints(o)...)
 			case *corev1.Node:
 				k.Nodes = append(k.Nodes, Node(o))
+			case *networkingv1.ServiceCIDR:
+				k.ServiceCIDRs = append(k.ServiceCIDRs, ServiceCIDR(o))
 			}
+		}
+		if w.unserved.Load() {
+			k.NoServiceCIDRAPI = true
 		}
 	}
 	sort.Slice(k.Pods, func(a, b int) bool { return refLess(k.Pods[a].Ref(), k.Pods[b].Ref()) })
@@ -437,6 +480,7 @@ func (i *Informers) Snapshot() *snapshot.Kube {
 		return x.Address.Less(y.Address)
 	})
 	sort.Slice(k.Nodes, func(a, b int) bool { return k.Nodes[a].Name < k.Nodes[b].Name })
+	sort.Slice(k.ServiceCIDRs, func(a, b int) bool { return k.ServiceCIDRs[a].Name < k.ServiceCIDRs[b].Name })
 	return k
 }
 

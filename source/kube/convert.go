@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -163,6 +164,18 @@ func Node(n *corev1.Node) snapshot.Node {
 	return out
 }
 
+// ServiceCIDR converts a ServiceCIDR: the prefixes of spec.cidrs that
+// parse, masked.
+func ServiceCIDR(c *networkingv1.ServiceCIDR) snapshot.ServiceCIDR {
+	out := snapshot.ServiceCIDR{Name: c.Name}
+	for _, s := range c.Spec.CIDRs {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out.CIDRs = append(out.CIDRs, p.Masked())
+		}
+	}
+	return out
+}
+
 // LookupNode returns the node called name in k.
 func LookupNode(k *snapshot.Kube, name string) (*snapshot.Node, bool) {
 	if k == nil {
@@ -249,6 +262,13 @@ func trimMeta(obj any) (any, error) {
 		c.ManagedFields, c.Annotations = nil, nil
 		return &c, nil
 	case *discoveryv1.EndpointSlice:
+		if o == nil {
+			return obj, nil
+		}
+		c := *o
+		c.ManagedFields, c.Annotations = nil, nil
+		return &c, nil
+	case *networkingv1.ServiceCIDR:
 		if o == nil {
 			return obj, nil
 		}

@@ -18,8 +18,19 @@ func describeKube(k *snapshot.Kube) string {
 	if k == nil {
 		return ""
 	}
-	return strings.Join([]string{
+	parts := []string{
 		text.Count(len(k.Pods), "pod", "pods"), text.Count(len(k.Services), "service", "services"),
 		text.Count(len(k.Endpoints), "endpoint", "endpoints"), text.Count(len(k.Nodes), "node", "nodes"),
-	}, ", ")
+	}
+	// Without a service range, a flow to a deleted Service cannot be told
+	// from any other flow (--service-cidr gives one).
+	switch {
+	case k.NoServiceCIDRAPI:
+		parts = append(parts, "no ServiceCIDR API (Kubernetes before 1.33)")
+	case len(k.ServiceCIDRs) == 0:
+		parts = append(parts, "no ServiceCIDR objects")
+	default:
+		parts = append(parts, text.Count(len(k.ServiceCIDRs), "service CIDR", "service CIDRs"))
+	}
+	return strings.Join(parts, ", ")
 }

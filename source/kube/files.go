@@ -13,9 +13,15 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
+
+// SaveCommand is the kubectl command that saves every object a scan reads.
+// Before Kubernetes 1.33, which serves no ServiceCIDRs, leave servicecidrs
+// out and give the range with --service-cidr.
+const SaveCommand = "kubectl get pods,services,endpointslices,nodes,servicecidrs -A -o yaml"
 
 // Objects holds the cluster objects read from kubectl output, already
 // converted. Read several files into one Objects to merge them.
@@ -37,14 +43,14 @@ type Objects struct {
 
 // checkpoint is the state of Objects at one moment.
 type checkpoint struct {
-	pods, services, endpoints, nodes, added int
-	ignored                                 map[string]int
+	pods, services, endpoints, nodes, cidrs, added int
+	ignored                                        map[string]int
 }
 
 func (o *Objects) checkpoint() checkpoint {
 	c := checkpoint{
 		pods: len(o.Kube.Pods), services: len(o.Kube.Services),
-		endpoints: len(o.Kube.Endpoints), nodes: len(o.Kube.Nodes),
+		endpoints: len(o.Kube.Endpoints), nodes: len(o.Kube.Nodes), cidrs: len(o.Kube.ServiceCIDRs),
 		added: len(o.added), ignored: make(map[string]int, len(o.Ignored)),
 	}
 	for k, n := range o.Ignored {
@@ -59,6 +65,7 @@ func (o *Objects) rollback(c checkpoint) {
 	o.Kube.Services = o.Kube.Services[:c.services]
 	o.Kube.Endpoints = o.Kube.Endpoints[:c.endpoints]
 	o.Kube.Nodes = o.Kube.Nodes[:c.nodes]
+	o.Kube.ServiceCIDRs = o.Kube.ServiceCIDRs[:c.cidrs]
 	for _, k := range o.added[c.added:] {
 		delete(o.seen, k)
 	}
@@ -89,8 +96,8 @@ func ReadObjects(name string, r io.Reader) (*Objects, error) {
 // YAML (a stream of documents separated by ---) or JSON (one or more
 // values); each document or value is an object or a list of objects (kind
 // List, or PodList, ServiceList, ...: items of a typed list may leave out
-// apiVersion and kind). v1 Pods, Services and Nodes and discovery.k8s.io/v1
-// EndpointSlices are kept; objects of other kinds are counted in Ignored.
+// apiVersion and kind). v1 Pods, Services and Nodes, discovery.k8s.io/v1
+// EndpointSlices and networking.k8s.io/v1 ServiceCIDRs are kept; objects of other kinds are counted in Ignored.
 // The items of a list are read one at a time, so a list as large as a big
 // cluster's reads in the memory its largest item takes, plus what is kept.
 // YAML reads as Kubernetes reads it (sigs.k8s.io/yaml, YAML 1.1): unquoted
@@ -179,6 +186,15 @@ func (o *Objects) add(name string, obj object, h *header) error {
 			return err
 		}
 		o.Kube.Nodes = append(o.Kube.Nodes, Node(&n))
+	case "networking.k8s.io/v1 ServiceCIDR":
+		var c networkingv1.ServiceCIDR
+		if err := decode(&c); err != nil {
+			return err
+		}
+		if skip, err := o.remember(name, obj, h.Kind, "", c.Name, string(c.UID), c.ResourceVersion); skip || err != nil {
+			return err
+		}
+		o.Kube.ServiceCIDRs = append(o.Kube.ServiceCIDRs, ServiceCIDR(&c))
 	default:
 		o.Ignored[gvk]++
 	}
@@ -281,7 +297,7 @@ type missingFile struct {
 }
 
 func (e *missingFile) Error() string {
-	return "kube objects file " + e.path + " does not exist; save one with: kubectl get pods,services,endpointslices,nodes -A -o yaml > FILE"
+	return "kube objects file " + e.path + " does not exist; save one with: " + SaveCommand + " > FILE"
 }
 
 func (e *missingFile) Unwrap() error { return e.err }
@@ -321,8 +337,8 @@ func (o *Objects) whole(paths []string) error {
 	if why == "" {
 		return nil
 	}
-	return fmt.Errorf("%s cannot be the whole cluster: %s. Saved with -n instead of -A, they leave out the pods of other namespaces, and an IP one of them holds would read as held by no pod; save them with: kubectl get pods,services,endpointslices,nodes -A -o yaml",
-		strings.Join(paths, ", "), why)
+	return fmt.Errorf("%s cannot be the whole cluster: %s. Saved with -n instead of -A, they leave out the pods of other namespaces, and an IP one of them holds would read as held by no pod; save them with: %s",
+		strings.Join(paths, ", "), why, SaveCommand)
 }
 
 // complete fails unless the objects include Pods, Services and
@@ -346,7 +362,7 @@ func (o *Objects) complete(paths []string) error {
 		sort.Strings(ig)
 		msg += " (ignored: " + strings.Join(ig, ", ") + ")"
 	}
-	return errors.New(msg + "; save them all with: kubectl get pods,services,endpointslices,nodes -A -o yaml")
+	return errors.New(msg + "; save them all with: " + SaveCommand)
 }
 
 func (o *Objects) sawKind(kind string) bool {

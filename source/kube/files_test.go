@@ -337,13 +337,13 @@ func TestFileSource(t *testing.T) {
 		paths []string
 		want  string
 	}{
-		{"missing file", []string{pods, filepath.Join(dir, "nope.yaml")}, "kube objects file " + filepath.Join(dir, "nope.yaml") + " does not exist; save one with: kubectl get pods,services,endpointslices,nodes -A -o yaml > FILE"},
+		{"missing file", []string{pods, filepath.Join(dir, "nope.yaml")}, "kube objects file " + filepath.Join(dir, "nope.yaml") + " does not exist; save one with: kubectl get pods,services,endpointslices,nodes,servicecidrs -A -o yaml > FILE"},
 		{"syntax error", []string{pods, bad}, bad + ":3: did not find expected node content"},
 		{"changed object", []string{pods, rest, changed}, changed + ":2: Pod ns/p appears again, with other contents (first at " + pods + ":1): give each object once"},
-		{"missing kinds", []string{pods, deploys}, pods + ", " + deploys + ": no Service, no EndpointSlice found (ignored: 1 apps/v1 Deployment); save them all with: kubectl get pods,services,endpointslices,nodes -A -o yaml"},
+		{"missing kinds", []string{pods, deploys}, pods + ", " + deploys + ": no Service, no EndpointSlice found (ignored: 1 apps/v1 Deployment); save them all with: kubectl get pods,services,endpointslices,nodes,servicecidrs -A -o yaml"},
 		{"no paths", nil, "no kube objects file given"},
-		{"one namespace", []string{pods, oneNS}, pods + ", " + oneNS + " cannot be the whole cluster: every Pod and Service in them is in namespace ns. Saved with -n instead of -A, they leave out the pods of other namespaces, and an IP one of them holds would read as held by no pod; save them with: kubectl get pods,services,endpointslices,nodes -A -o yaml"},
-		{"a slice lists a pod of a namespace not saved", []string{pods, rest, foreign}, pods + ", " + rest + ", " + foreign + " cannot be the whole cluster: an EndpointSlice of billing/api lists pod billing/api-0, yet they hold no Pod of namespace billing. Saved with -n instead of -A, they leave out the pods of other namespaces, and an IP one of them holds would read as held by no pod; save them with: kubectl get pods,services,endpointslices,nodes -A -o yaml"},
+		{"one namespace", []string{pods, oneNS}, pods + ", " + oneNS + " cannot be the whole cluster: every Pod and Service in them is in namespace ns. Saved with -n instead of -A, they leave out the pods of other namespaces, and an IP one of them holds would read as held by no pod; save them with: kubectl get pods,services,endpointslices,nodes,servicecidrs -A -o yaml"},
+		{"a slice lists a pod of a namespace not saved", []string{pods, rest, foreign}, pods + ", " + rest + ", " + foreign + " cannot be the whole cluster: an EndpointSlice of billing/api lists pod billing/api-0, yet they hold no Pod of namespace billing. Saved with -n instead of -A, they leave out the pods of other namespaces, and an IP one of them holds would read as held by no pod; save them with: kubectl get pods,services,endpointslices,nodes,servicecidrs -A -o yaml"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &snapshot.Snapshot{}

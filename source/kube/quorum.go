@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -20,11 +23,13 @@ import (
 // Quorum reads what q names from the API server with quorum reads
 // (resourceVersion unset: the answer is as current as etcd, never a cache
 // that may lag), for a remedy's last re-check before it acts: each Service
-// and its EndpointSlices, the pods that hold each address, each Node. An
-// object that does not exist is absent from the result. It makes two
-// requests per Service, one per address and one per Node, all of them
-// lists (the permissions the informers need are all it needs), all at
-// once.
+// and its EndpointSlices, the pods that hold each address, each Node, and
+// for each service address the Service it is booked to (its IPAddress
+// object) with the cluster's ServiceCIDRs. An object that does not exist is
+// absent from the result. It makes two requests per Service, one per
+// address and one per Node, all of them lists (the permissions to list
+// what the informers watch, and IPAddresses, are all it needs), all at
+// once; a service address booked to a Service costs a second round trip.
 //
 // The API server selects pods by their first IP only (field selector
 // status.podIP): in a dual-stack cluster a pod's address of the other
@@ -38,9 +43,11 @@ func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.KubeQue
 		wg       sync.WaitGroup
 		nodes    = make([]*corev1.Node, len(q.Nodes))
 		services = make([]*corev1.Service, len(q.Services))
-		slices   = make([][]discoveryv1.EndpointSlice, len(q.Services))
+		epSlices = make([][]discoveryv1.EndpointSlice, len(q.Services))
 		pods     = make([][]corev1.Pod, len(q.PodIPs))
-		errs     = make([]error, len(q.Nodes)+2*len(q.Services)+len(q.PodIPs))
+		addrs    = make([]*networkingv1.IPAddress, len(q.ServiceIPs))
+		cidrs    []networkingv1.ServiceCIDR
+		errs     = make([]error, len(q.Nodes)+2*len(q.Services)+len(q.PodIPs)+len(q.ServiceIPs)+1)
 	)
 	read := func(i int, fn func() error) {
 		wg.Add(1)
@@ -76,7 +83,7 @@ func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.KubeQue
 			if err != nil {
 				return fmt.Errorf("quorum read of the EndpointSlices of %s: %s", ref, describe(err, resEndpointSlices))
 			}
-			slices[i] = l.Items
+			epSlices[i] = l.Items
 			return nil
 		})
 		n += 2
@@ -94,12 +101,66 @@ func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.KubeQue
 		})
 		n++
 	}
+	for i, a := range q.ServiceIPs {
+		a = a.Unmap()
+		read(n, func() error {
+			// The ClusterIP allocator books every address it hands out
+			// as an IPAddress object named after it, pointing to its
+			// Service: none means no Service holds the address.
+			l, err := client.NetworkingV1().IPAddresses().List(ctx, byName(a.String()))
+			if err != nil {
+				if apierrors.IsNotFound(err) {
+					return fmt.Errorf("cannot prove that no Service holds %s: the API server does not serve IPAddresses (networking.k8s.io/v1, Kubernetes 1.33 and later)", a)
+				}
+				return fmt.Errorf("quorum read of the IPAddress %s: %s", a, describe(err, resIPAddresses))
+			}
+			addrs[i] = named(l.Items, a.String())
+			return nil
+		})
+		n++
+	}
+	if len(q.ServiceIPs) > 0 {
+		read(n, func() error {
+			l, err := client.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return fmt.Errorf("quorum read of the ServiceCIDRs: %s", describe(err, resServiceCIDRs))
+			}
+			cidrs = l.Items
+			return nil
+		})
+		n++
+	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	// The Services the addresses are booked to are read as q.Services are.
+	var owners snapshot.KubeQuery
+	for i, ip := range addrs {
+		if ip == nil {
+			continue
+		}
+		ref := ip.Spec.ParentRef
+		if ref == nil || ref.Group != "" || ref.Resource != "services" {
+			return nil, fmt.Errorf("%s is booked by IPAddress %s to %s, not to a Service", q.ServiceIPs[i].Unmap(), ip.Name, parentOf(ref))
+		}
+		svc := snapshot.ObjectRef{Namespace: ref.Namespace, Name: ref.Name}
+		if !slices.Contains(q.Services, svc) {
+			owners.Services = append(owners.Services, svc)
+		}
+	}
 
 	k := &snapshot.Kube{}
+	for i := range cidrs {
+		k.ServiceCIDRs = append(k.ServiceCIDRs, ServiceCIDR(&cidrs[i]))
+	}
+	if len(owners.Services) > 0 {
+		ok, err := Quorum(ctx, client, owners)
+		if err != nil {
+			return nil, err
+		}
+		k.Services, k.Endpoints = ok.Services, ok.Endpoints
+	}
 	var primary *bool // whether the pod network's first family is IPv4, when a Node says
 	for _, nd := range nodes {
 		if nd == nil {
@@ -118,8 +179,8 @@ func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.KubeQue
 			continue
 		}
 		k.Services = append(k.Services, Service(services[i]))
-		for j := range slices[i] {
-			for _, ep := range Endpoints(&slices[i][j]) {
+		for j := range epSlices[i] {
+			for _, ep := range Endpoints(&epSlices[i][j]) {
 				if ep.Service == ref {
 					k.Endpoints = append(k.Endpoints, ep)
 				}
@@ -141,6 +202,18 @@ func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.KubeQue
 		}
 	}
 	return k, nil
+}
+
+// parentOf names an IPAddress's parent, as "resource.group namespace/name".
+func parentOf(ref *networkingv1.ParentReference) string {
+	if ref == nil {
+		return "nothing"
+	}
+	res := ref.Resource
+	if ref.Group != "" {
+		res += "." + ref.Group
+	}
+	return res + " " + snapshot.ObjectRef{Namespace: ref.Namespace, Name: ref.Name}.String()
 }
 
 // byName selects one object by name: a list, not a get, so that the
