@@ -8,7 +8,9 @@ import (
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
 )
 
-// flowIndex holds this node's DNATed conntrack entries by backend address,
+// flowIndex holds this node's DNATed conntrack entries by backend address
+// (and its untranslated UDP entries by destination, which may be a Service
+// frontend the kernel never translated),
 // so that when a backend dies the agent judges the flows to that backend
 // and no others, without reading the table again. A full audit seeds it;
 // conntrack new and destroy events keep it current in between.
@@ -38,6 +40,12 @@ type flowIndex struct {
 // backend itself) and the timeout and mark (stale as soon as they are
 // read): 40 bytes of key and 40 of details a flow.
 type backendFlows map[snapshot.FlowKey]snapshot.FlowDetails
+
+// indexed reports whether the index keeps f: a DNATed flow, or a UDP flow,
+// whose reply source is its destination.
+func indexed(f *snapshot.Flow) bool {
+	return f.DNAT() || f.Proto == snapshot.ProtoUDP
+}
 
 func newFlowIndex() *flowIndex {
 	return &flowIndex{byBackend: map[[16]byte]backendFlows{}, dirty: map[[16]byte]struct{}{}}
@@ -94,7 +102,7 @@ func (ix *flowIndex) beginSeed() {
 // seed adds one flow of the dump; it is called from the dump's callback,
 // on the goroutine running the audit.
 func (ix *flowIndex) seed(f *snapshot.Flow) {
-	if !f.DNAT() {
+	if !indexed(f) {
 		return
 	}
 	ix.mu.Lock()
@@ -124,7 +132,7 @@ func (ix *flowIndex) endSeed(complete bool) {
 
 // apply records one event.
 func (ix *flowIndex) apply(e conntrack.Event) {
-	if !e.Flow.DNAT() {
+	if !indexed(&e.Flow) {
 		return
 	}
 	ix.mu.Lock()

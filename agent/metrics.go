@@ -25,7 +25,7 @@ func NewMetrics(reg prometheus.Registerer, rules []rule.Rule) *Metrics {
 	m := &Metrics{
 		Metrics: sink.NewMetrics(reg, rules),
 		IndexFlows: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "index_flows",
-			Help: "DNATed flows the agent indexes by backend (with conntrack events), or flows the last audit kept for the rules (without)."}),
+			Help: "Flows the agent indexes by backend (DNATed, and untranslated UDP; with conntrack events), or flows the last audit kept for the rules (without)."}),
 		Audits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "audits_total",
 			Help: "Audits run, by what triggered them (start, timer, change, grace, new-flow, events-lost, retry) and outcome (complete, degraded)."},
 			[]string{"trigger", "outcome"}),

@@ -290,6 +290,10 @@ type judgement struct {
 	// the Service: it lives in another namespace, and the Service's
 	// selector (the EndpointSlice controller) only picks its own.
 	foreign bool
+	// untranslated is true for a UDP flow to a frontend that the kernel
+	// never translated: it was created while no rule translated the
+	// Service, and NAT is decided on a flow's first packet only.
+	untranslated bool
 }
 
 // judge classifies one flow. The order of the checks is the safety argument:
@@ -297,7 +301,7 @@ type judgement struct {
 // exists while terminating is always "draining".
 func (ix *flowIndex) judge(f *snapshot.Flow) judgement {
 	if !f.DNAT() {
-		return judgement{verdict: notService}
+		return ix.judgeUntranslated(f)
 	}
 	fe, ok := ix.frontends.Lookup(f.Proto, f.Orig.Dst, f.Orig.DstPort)
 	if !ok {
@@ -377,6 +381,27 @@ func (ix *flowIndex) judge(f *snapshot.Flow) judgement {
 		j.verdict = stale
 	}
 	return j
+}
+
+// judgeUntranslated classifies a flow the kernel did not translate. A UDP
+// flow to a Service frontend that was never translated was created while
+// no rule translated the Service (before it had endpoints, or before
+// kube-proxy synced its rules): NAT is decided on a flow's first packet
+// only, so every later datagram of that socket goes to the frontend
+// address itself, where nothing answers, for as long as the client keeps
+// sending (each datagram renews the entry). kube-proxy deletes such
+// entries when the Service gains endpoints; one that outlives that is a
+// ghost. TCP is left alone: a connection never established is retried
+// from a new port.
+func (ix *flowIndex) judgeUntranslated(f *snapshot.Flow) judgement {
+	if f.Proto != snapshot.ProtoUDP {
+		return judgement{verdict: notService}
+	}
+	fe, ok := ix.frontends.Lookup(f.Proto, f.Orig.Dst, f.Orig.DstPort)
+	if !ok {
+		return judgement{verdict: notService}
+	}
+	return judgement{verdict: stale, frontend: fe, untranslated: true}
 }
 
 // judgeDeleted classifies a DNATed flow that addresses no frontend: when

@@ -139,3 +139,61 @@ func TestDeletedServiceFindingAndRecheck(t *testing.T) {
 		}
 	}
 }
+
+// A UDP flow to a frontend the kernel never translated: created while no
+// rule translated the Service, every datagram of it goes to the Service
+// address itself. TCP is left alone, and so are untranslated flows to
+// addresses that are no frontend.
+func TestStaleNATFlowNeverTranslated(t *testing.T) {
+	untranslated := func(proto snapshot.Proto, client, dst string) snapshot.Flow {
+		f := flow(proto, client, dst, dst)
+		f.Status = snapshot.StatusAssured | snapshot.StatusSeenReply
+		return f
+	}
+	runCases(t, []ruleCase{
+		{
+			name:  "UDP to a ClusterIP, never translated",
+			kube:  withDNS,
+			flows: []snapshot.Flow{untranslated(udp, "10.244.1.50:5353", "10.96.0.10:53")},
+			want:  []want{{StaleNATFlowID, "10.96.0.10", finding.Warning}},
+		},
+		{
+			name: "UDP to a NodePort, never translated",
+			kube: func(k *snapshot.Kube) {
+				k.Services = append(k.Services, svc("web", "syslog", "10.96.0.81", udp, 514, 30514))
+			},
+			flows: []snapshot.Flow{untranslated(udp, "203.0.113.10:40000", "192.168.1.10:30514")},
+			want:  []want{{StaleNATFlowID, "192.168.1.10", finding.Warning}},
+		},
+		{
+			name:  "TCP never translated: retried from a new port",
+			flows: []snapshot.Flow{untranslated(tcp, "10.244.1.50:40000", "10.96.100.50:5432")},
+		},
+		{
+			name:  "UDP to an address that is no frontend",
+			flows: []snapshot.Flow{untranslated(udp, "10.244.1.50:40000", "8.8.8.8:53")},
+		},
+	})
+	r := NewStaleNATFlow(ConntrackConfig{})
+	k := base()
+	withDNS(&k)
+	s := snap(k, untranslated(udp, "10.244.1.50:5353", "10.96.0.10:53"))
+	fs := r.Evaluate(s)
+	if len(fs) != 1 || fs[0].Evidence["never_translated"] != true || !strings.Contains(fs[0].Message, "was never translated") ||
+		fs[0].Remove != "conntrack -D -p udp -s 10.244.1.50 -d 10.96.0.10 --sport 5353 --dport 53 -r 10.96.0.10" {
+		t.Fatalf("findings %+v", fs)
+	}
+	if q := r.RecheckQuery(s, fs[0]); len(q.PodIPs) != 0 || len(q.Services) != 1 {
+		t.Errorf("query %+v: a frontend address is no pod's", q)
+	}
+	if errs := r.Recheck(&snapshot.Snapshot{NodeName: "node-a", Kube: &snapshot.Kube{Services: k.Services}}, fs); errs[0] != nil {
+		t.Errorf("recheck: %v", errs[0])
+	}
+	if errs := r.Recheck(&snapshot.Snapshot{NodeName: "node-a", Kube: &snapshot.Kube{}}, fs); errs[0] == nil {
+		t.Errorf("recheck with the Service gone passed")
+	}
+}
+
+func withDNS(k *snapshot.Kube) {
+	k.Services = append(k.Services, svc("kube-system", "kube-dns", "10.96.0.10", udp, 53, 0))
+}

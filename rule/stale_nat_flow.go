@@ -30,7 +30,7 @@ func (*StaleNATFlow) Info() Info {
 		ID:      StaleNATFlowID,
 		Sources: []string{"kube", "conntrack"},
 		Scope:   ScopeNode,
-		Summary: "the kernel still translates this connection to a pod that no longer exists: packets go nowhere until the entry expires",
+		Summary: "the kernel still sends this connection where nothing answers (a pod that no longer exists, or, for UDP never translated, the Service address itself): packets go nowhere until the entry expires",
 		Fix:     "delete exactly this flow (conntrack -D with its original tuple), never by port or address; bound client connection lifetimes",
 		Runbook: "docs/runbooks/stale-nat-flow.md",
 		Columns: []string{"service", "flow", "ip"},
@@ -105,6 +105,11 @@ func (r *StaleNATFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 		msg := fmt.Sprintf("%s flow to %s still goes to %s, which is no longer a backend and which no pod holds",
 			f.Proto, fe, f.Backend())
 		switch {
+		case j.untranslated:
+			ev["current_backends"] = ix.currentBackends(svc.Ref(), 10)
+			ev["never_translated"] = true
+			msg = fmt.Sprintf("%s flow to %s was never translated: it was created while no rule translated the Service, and every datagram of it still goes to %s itself, where nothing answers, for as long as the client keeps sending",
+				f.Proto, fe, f.Frontend())
 		case j.frontend.Gone():
 			ev["service_gone"] = true
 			ev["service_cidr"] = j.frontend.CIDR.String()
@@ -154,6 +159,9 @@ func (r *StaleNATFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 // staleDetail is what became of the backend, in a table row.
 func staleDetail(f finding.Finding) string {
 	d := fmt.Sprintf("backend %v gone", f.Evidence["backend"])
+	if never, _ := f.Evidence["never_translated"].(bool); never {
+		d = "never translated: sent before the Service had rules"
+	}
 	if gone, _ := f.Evidence["service_gone"].(bool); gone {
 		d = fmt.Sprintf("Service of %v deleted, backend %v gone", f.Evidence["frontend"], f.Evidence["backend"])
 	}
@@ -190,7 +198,9 @@ func (r *StaleNATFlow) RecheckQuery(s *snapshot.Snapshot, f finding.Finding) sna
 	} else {
 		return q
 	}
-	q.PodIPs = []netip.Addr{fl.Reply.Src.Unmap()}
+	if fl.DNAT() {
+		q.PodIPs = []netip.Addr{fl.Reply.Src.Unmap()}
+	}
 	if s.NodeName != "" {
 		q.Nodes = append(q.Nodes, s.NodeName)
 	}
