@@ -158,11 +158,17 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	if err := checkNode(res, node, npa, local); err != nil {
 		return withCode(ExitError, err)
 	}
+	wrongNode := rule.WrongNode(rules, res.Snapshot)
 	if err := sink.Write(streams.Out, o.output, &res.Report, rules); err != nil {
 		return withCode(ExitError, fmt.Errorf("writing the report: %w", err))
 	}
 	if err := res.Incomplete(); err != nil {
 		return withCode(ExitError, fmt.Errorf("scan incomplete, no finding is claimed for what was not read: %w", err))
+	}
+	if wrongNode != nil {
+		// The report stands for what it judged; NodePort flows were
+		// judged against another node's frontends.
+		return withCode(ExitError, wrongNode)
 	}
 	if len(res.Skipped) == len(rules) {
 		return withCode(ExitError, fmt.Errorf("no rule could run: %s", res.Skipped[0].Reason))

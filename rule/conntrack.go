@@ -548,6 +548,11 @@ type suspectFilter struct {
 	node    string
 	kube    bool
 	matched int
+	// elsewhere counts, by node, the flows to a NodePort on another
+	// node's address (a table read with the wrong --node-name), and
+	// nodePorts those to a NodePort of this node.
+	elsewhere map[string]int
+	nodePorts int
 }
 
 // Keep judges one flow.
@@ -555,8 +560,18 @@ func (f *suspectFilter) Keep(fl *snapshot.Flow) bool {
 	if !f.kube {
 		return false
 	}
-	switch f.ix.judge(fl).verdict {
+	j := f.ix.judge(fl)
+	if j.verdict != notService && j.frontend.Kind == FrontendNodePort {
+		f.nodePorts++
+	}
+	switch j.verdict {
 	case notService:
+		if n := f.ix.otherNodePort(fl, f.node); n != "" {
+			if f.elsewhere == nil {
+				f.elsewhere = map[string]int{}
+			}
+			f.elsewhere[n]++
+		}
 		return false
 	case healthy:
 		f.matched++
@@ -572,7 +587,78 @@ func (f *suspectFilter) String() string {
 	if !f.kube {
 		return ""
 	}
-	return fmt.Sprintf("%d to a Service frontend of node %s", f.matched, f.node)
+	s := fmt.Sprintf("%d to a Service frontend of node %s", f.matched, f.node)
+	if n, c := f.likelyNode(); n != "" {
+		s += fmt.Sprintf("; %d to NodePorts of node %s", c, n)
+	}
+	return s
+}
+
+// WrongNode returns an error when the conntrack table the rules just read
+// was most likely read on another node than the snapshot's: more of its
+// flows were translated from NodePorts on that node's addresses than on
+// this node's. kube-proxy translates a NodePort only on the node that
+// owns the address, so such a table is that node's, and NodePort ghosts
+// would be judged against the wrong frontends.
+func WrongNode(rules []Rule, s *snapshot.Snapshot) error {
+	for _, r := range rules {
+		var c *conntrackRules
+		switch r := r.(type) {
+		case *StaleNATFlow:
+			c = r.ct
+		case *MisdeliveredFlow:
+			c = r.ct
+		}
+		if c == nil {
+			continue
+		}
+		c.mu.Lock()
+		f := c.filter
+		if c.kube != s.Kube || c.node != s.NodeName {
+			f = nil
+		}
+		c.mu.Unlock()
+		if f == nil {
+			continue
+		}
+		if n, count := f.likelyNode(); n != "" {
+			return fmt.Errorf("the conntrack table was most likely read on node %s, not %s: %d of its flows were translated from NodePorts on %s's addresses, %d on %s's; scan again with --node-name %s",
+				n, s.NodeName, count, n, f.nodePorts, s.NodeName, n)
+		}
+	}
+	return nil
+}
+
+// likelyNode names the other node whose NodePorts the most flows
+// addressed, when more did than addressed this node's NodePorts
+// (ClusterIPs are the same on every node and tell nothing).
+func (f *suspectFilter) likelyNode() (string, int) {
+	best, n := "", 0
+	for node, c := range f.elsewhere {
+		if c > n || (c == n && node < best) {
+			best, n = node, c
+		}
+	}
+	if n <= f.nodePorts {
+		return "", 0
+	}
+	return best, n
+}
+
+// otherNodePort returns the node whose address f addresses on a NodePort,
+// when that is not node and f was DNATed: kube-proxy there translated it.
+func (ix *flowIndex) otherNodePort(f *snapshot.Flow, node string) string {
+	if !f.DNAT() {
+		return ""
+	}
+	n := ix.nodeAddrs[f.Orig.Dst.Unmap()]
+	if n == "" || n == node {
+		return ""
+	}
+	if _, ok := ix.frontends.nodePorts[protoPort{f.Proto, f.Orig.DstPort}]; !ok {
+		return ""
+	}
+	return n
 }
 
 // stillStale returns nil when f is still a stale flow to svc in ix, and

@@ -197,3 +197,35 @@ func TestStaleNATFlowNeverTranslated(t *testing.T) {
 func withDNS(k *snapshot.Kube) {
 	k.Services = append(k.Services, svc("kube-system", "kube-dns", "10.96.0.10", udp, 53, 0))
 }
+
+// A table with more flows translated from another node's NodePorts than
+// from this node's was read on that node.
+func TestWrongNode(t *testing.T) {
+	other := func(port string) snapshot.Flow {
+		return flow(tcp, "203.0.113.10:"+port, "192.168.1.11:30080", "10.244.1.200:8080")
+	}
+	own := func(port string) snapshot.Flow {
+		return flow(tcp, "203.0.113.10:"+port, "192.168.1.10:30080", "10.244.1.200:8080")
+	}
+	for _, tc := range []struct {
+		name  string
+		flows []snapshot.Flow
+		want  string
+	}{
+		{"this node's table", []snapshot.Flow{own("1"), own("2"), other("3")}, ""},
+		{"node-b's table", []snapshot.Flow{own("1"), other("2"), other("3")},
+			"most likely read on node node-b, not node-a: 2 of its flows were translated from NodePorts on node-b's addresses, 1 on node-a's; scan again with --node-name node-b"},
+		{"ClusterIP flows say nothing", []snapshot.Flow{flow(tcp, "10.244.1.50:1", "10.96.0.80:80", "10.244.1.200:8080")}, ""},
+	} {
+		rules := All(Config{})
+		s := snap(base())
+		f := rules[0].(snapshot.FlowReader).FlowFilter(s)
+		for i := range tc.flows {
+			f.Keep(&tc.flows[i])
+		}
+		err := WrongNode(rules, s)
+		if (err == nil) != (tc.want == "") || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
