@@ -7,7 +7,7 @@ RUN go mod download
 COPY . .
 ARG VERSION=dev
 RUN CGO_ENABLED=0 go build -trimpath \
-      -ldflags "-s -w -X github.com/ghostwatch/ghostwatch/cli.version=${VERSION}" \
+      -ldflags "-s -w -X github.com/ghostwatch/ghostwatch/internal/buildinfo.version=${VERSION}" \
       -o /ghostwatch ./cmd/ghostwatch
 
 FROM scratch

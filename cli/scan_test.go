@@ -38,7 +38,7 @@ func TestScanOfflineTable(t *testing.T) {
 		"tcp 203.0.113.10:40000 -> 192.168.50.1:30080",
 		"backend 10.244.1.100:8080 gone, FIN_WAIT",
 		"tcp 10.244.1.50:45678 -> 10.96.100.50:5432",
-		"runbook: docs/runbooks/stale-nat-flow.md",
+		"runbook: https://github.com/ghostwatch/ghostwatch/blob/main/docs/runbooks/stale-nat-flow.md",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)

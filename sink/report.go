@@ -3,6 +3,7 @@ package sink
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/ghostwatch/ghostwatch/internal/buildinfo"
 	"github.com/ghostwatch/ghostwatch/internal/text"
 	"io"
 	"slices"
@@ -116,7 +117,7 @@ func Table(w io.Writer, r *finding.Report, catalog []rule.Rule) error {
 			ew.printf("  fix: %s\n", info.Fix)
 		}
 		if info.Runbook != "" {
-			ew.printf("  runbook: %s\n", info.Runbook)
+			ew.printf("  runbook: %s\n", buildinfo.DocURL(info.Runbook))
 		}
 		ew.printf("\n")
 		cols := info.Columns
