@@ -56,3 +56,20 @@ func TestScanGolden(t *testing.T) {
 		})
 	}
 }
+
+// The README shows one golden case's output as the sample a new user
+// reads: it must be what the scan prints today.
+func TestReadmeSampleIsCurrent(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile("testdata/scan/deleted-service/want.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ := strings.Cut(strings.SplitN(string(want), "--- stdout\n", 2)[1], "--- stderr")
+	if !strings.Contains(string(readme), strings.TrimRight(out, "\n")+"\n```") {
+		t.Errorf("README.md's sample scan is not testdata/scan/deleted-service's output; copy it from want.txt:\n%s", out)
+	}
+}
