@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"sigs.k8s.io/yaml"
 
 	"github.com/ghostwatch/ghostwatch/lab"
 )
@@ -22,7 +23,8 @@ a node network namespace running Service DNAT rules (nftables) with its own
 conntrack table, pod and client namespaces joined to it by veth pairs, and an
 in-memory Kubernetes API that ghostwatch reads through the same code as a live
 cluster. It prints a timeline: the client's requests, what the kernel still
-maps, and what ghostwatch finds.
+maps, and what ghostwatch finds. With -o json or -o yaml, stdout carries what
+the runs measured, as one object, and the timeline goes to stderr.
 
 With --control-plane=real the Kubernetes side is the real thing: etcd,
 kube-apiserver and the EndpointSlice controller on 127.0.0.1, and kube-proxy
@@ -68,30 +70,26 @@ func newScenarioCommand(streams genericiooptions.IOStreams, name string, run sce
 		Example: fmt.Sprintf("  sudo ghostwatch lab %s\n  sudo ghostwatch lab %s --reuse-ip -o json\n  sudo ghostwatch lab %s --with-agent --control-plane=real --kube-bin \"$(scripts/kube-binaries.sh)\"", name, name, name),
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var timeline io.Writer = streams.Out
-			switch output {
-			case "text":
-			case "json":
-				timeline = streams.ErrOut // stdout carries one JSON object
-			default:
-				return withCode(ExitError, fmt.Errorf("-o %q: want text or json", output))
+			format, err := checkOutput(output, nil)
+			if err != nil {
+				return err
 			}
-			o.Out = timeline
+			o.Out = streams.Out
+			if format != "text" {
+				o.Out = streams.ErrOut // stdout carries one object
+			}
 			res, err := run(cmd.Context(), o)
 			if err != nil {
 				return withCode(ExitError, err)
 			}
-			if output == "json" {
-				enc := json.NewEncoder(streams.Out)
-				enc.SetIndent("", "  ")
-				enc.SetEscapeHTML(false)
-				return enc.Encode(res)
+			if err := writeResult(streams.Out, format, res); err != nil {
+				return withCode(ExitError, fmt.Errorf("writing the result: %w", err))
 			}
 			return nil
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&output, "output", "o", "text", "text (the timeline) or json (the measurements; the timeline goes to stderr)")
+	addOutputFlag(cmd, &output, "text is the timeline; json and yaml print what the runs measured, as one object, and the timeline goes to stderr")
 	f.BoolVar(&o.ReuseIP, "reuse-ip", false, "give the new pod the old pod's IP")
 	f.StringVar(&o.Prefix, "prefix", "gw-lab", "name prefix of the network namespaces the lab creates")
 	f.DurationVar(&o.Observe, "observe", 15*time.Second, "how long to watch the client after its backend died")
@@ -101,4 +99,24 @@ func newScenarioCommand(streams genericiooptions.IOStreams, name string, run sce
 	f.StringVar(&o.ControlPlane, "control-plane", lab.ControlPlaneMemory, "memory (an in-memory API; the lab programs the DNAT rules) or real (kube-apiserver, the EndpointSlice controller and kube-proxy)")
 	f.StringVar(&o.KubeBin, "kube-bin", "", "with --control-plane=real: the directory of the binaries scripts/kube-binaries.sh builds (default $GHOSTWATCH_KUBE_BIN)")
 	return cmd
+}
+
+// writeResult prints what the scenario measured in format: json and yaml
+// the same object; text nothing more, the timeline said it all.
+func writeResult(w io.Writer, format string, res *lab.Result) error {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
+		return enc.Encode(res)
+	case "yaml":
+		b, err := yaml.Marshal(res)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	return nil
 }
