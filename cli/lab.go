@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -34,8 +37,10 @@ $GHOSTWATCH_KUBE_BIN). The agent and the scans then read the cluster with the
 identity deploy/agent grants.
 
 It needs root. It touches nothing outside the namespaces it creates (all named
-<prefix>-*), and removes them when it ends, also on Ctrl-C. It refuses to start
-when namespaces with its prefix already exist.`,
+<prefix>-*), and removes them however it ends: done, Ctrl-C, SIGTERM, the
+terminal closing (SIGHUP), or its output closing (ghostwatch lab ... | head
+stops the lab rather than have it run on unseen). It refuses to start when
+namespaces with its prefix already exist.`,
 	}
 	cmd.AddCommand(
 		newScenarioCommand(streams, "conntrack-deploy", lab.ConntrackDeploy,
@@ -74,6 +79,14 @@ func newScenarioCommand(streams genericiooptions.IOStreams, name string, run sce
 			if err != nil {
 				return err
 			}
+			// A closed stdout (ghostwatch lab ... | head) must end the lab
+			// through its cleanup, not kill it: with SIGPIPE notified, a
+			// write to it fails with EPIPE instead, and the timeline stops
+			// the run. The signal itself is dropped, since the lab's own
+			// sockets raise it too when a peer resets them.
+			sigpipe := make(chan os.Signal, 1)
+			signal.Notify(sigpipe, syscall.SIGPIPE)
+			defer signal.Stop(sigpipe)
 			o.Out = streams.Out
 			if format != "text" {
 				o.Out = streams.ErrOut // stdout carries one object

@@ -1,16 +1,27 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/lab"
+	"github.com/ghostwatch/ghostwatch/lab/netbed"
 )
 
 // scan and lab name their outputs alike: an unknown -o gets the same
@@ -88,4 +99,118 @@ func TestLabResultYAMLIsTheJSON(t *testing.T) {
 	if err := writeResult(&text, "text", res); err != nil || text.Len() != 0 {
 		t.Errorf("-o text printed %q, %v after the timeline", text.String(), err)
 	}
+}
+
+// labProcess is `ghostwatch lab conntrack-deploy` running as a process of
+// its own, its stdout a pipe the test reads line by line.
+type labProcess struct {
+	cmd    *exec.Cmd
+	prefix string
+	stdout *os.File
+	lines  *bufio.Scanner
+	stderr bytes.Buffer
+}
+
+func startLab(t *testing.T) *labProcess {
+	t.Helper()
+	testenv.RequireRoot(t, "kernel test: the lab needs root to create network namespaces")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 3)
+	rand.Read(b)
+	p := &labProcess{prefix: "gwc" + hex.EncodeToString(b)[:5]}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd = exec.Command(exe, "lab", "conntrack-deploy", "--prefix", p.prefix)
+	p.cmd.Env = append(os.Environ(), "GHOSTWATCH_RUN_MAIN=1")
+	p.cmd.Stdout, p.cmd.Stderr = w, &p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	p.stdout, p.lines = r, bufio.NewScanner(r)
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		r.Close()
+		// What a lab that died would have left.
+		for _, n := range namespacesOf(t, p.prefix) {
+			_ = netbed.DeleteNamespace(n)
+		}
+	})
+	return p
+}
+
+// readUntil reads the timeline until a line containing s.
+func (p *labProcess) readUntil(t *testing.T, s string) {
+	t.Helper()
+	for p.lines.Scan() {
+		if strings.Contains(p.lines.Text(), s) {
+			return
+		}
+	}
+	t.Fatalf("the lab ended before printing %q: %v; stderr:\n%s", s, p.lines.Err(), p.stderr.String())
+}
+
+// wait waits for the lab to end and checks it ended through its cleanup:
+// by itself with exit code 2, not killed by a signal, no namespace left,
+// and an error that says why, naming want.
+func (p *labProcess) wait(t *testing.T, want string) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the lab did not stop; stderr:\n%s", p.stderr.String())
+	}
+	ws := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if ws.Signaled() || ws.ExitStatus() != ExitError {
+		t.Errorf("the lab ended with %v, want exit %d; stderr:\n%s", p.cmd.ProcessState, ExitError, p.stderr.String())
+	}
+	if errOut := p.stderr.String(); !strings.Contains(errOut, want) || !strings.Contains(errOut, "removed every namespace it created") {
+		t.Errorf("stderr %q does not say %q and that the namespaces are gone", errOut, want)
+	}
+	if left := namespacesOf(t, p.prefix); len(left) > 0 {
+		t.Errorf("namespaces left behind: %v", left)
+	}
+}
+
+// ghostwatch lab ... | head: once the reader is gone, the lab stops and
+// removes its namespaces instead of dying of SIGPIPE.
+func TestLabStopsWhenStdoutCloses(t *testing.T) {
+	p := startLab(t)
+	p.readUntil(t, "pod web/api-v1 running")
+	p.stdout.Close()
+	p.wait(t, "writing the timeline: write /dev/stdout: broken pipe")
+}
+
+// The terminal closing (SIGHUP) ends the lab through its cleanup.
+func TestLabStopsOnSIGHUP(t *testing.T) {
+	p := startLab(t)
+	p.readUntil(t, "pod web/api-v1 running")
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	go io.Copy(io.Discard, p.stdout)
+	p.wait(t, "interrupted: hangup signal received")
+}
+
+// namespacesOf lists the network namespaces named prefix-*.
+func namespacesOf(t *testing.T, prefix string) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/var/run/netns")
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prefix+"-") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -174,7 +175,12 @@ func runScenario(ctx context.Context, o Options, sc scenario) (*Result, error) {
 	if o.WithAgent {
 		modes = append(modes, true)
 	}
+	// A timeline nobody reads any more ends the run: each run's teardown
+	// removes its namespaces.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	tl := newTimeline(o.Out, time.Now())
+	tl.failed = func(err error) { cancel(fmt.Errorf("writing the timeline: %w", err)) }
 	for _, withAgent := range modes {
 		run, err := runOnce(ctx, o, sc, tl, withAgent)
 		if err != nil {
@@ -207,13 +213,20 @@ func runOnce(ctx context.Context, o Options, sc scenario, tl *timeline, withAgen
 	}
 	tl.section("ghostwatch lab %s — %s — %s", sc.name, sc.title, how)
 	defer func() {
+		cerr := bed.Close()
+		if cerr == nil {
+			tl.logf("lab", "removed every namespace, link and rule it created")
+		}
 		if ctx.Err() != nil {
-			err = fmt.Errorf("lab %s interrupted: %w", sc.name, ctx.Err())
+			// The timeline may be what failed: say here that the lab is gone.
+			err = fmt.Errorf("lab %s interrupted: %w", sc.name, context.Cause(ctx))
+			if cerr == nil {
+				err = fmt.Errorf("%w; removed every namespace it created", err)
+			}
 		}
-		if cerr := bed.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("cleaning up the lab: %w", cerr)
+		if cerr != nil {
+			err = errors.Join(err, fmt.Errorf("cleaning up the lab: %w", cerr))
 		}
-		tl.logf("lab", "removed every namespace, link and rule it created")
 	}()
 	e, err := newEnv(ctx, o, bed, sc, tl)
 	if err != nil {

@@ -5,7 +5,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -109,5 +112,45 @@ func TestConntrackDeployWithAgent(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "StaleFlowDeleted on Service web/api") {
 		t.Errorf("no StaleFlowDeleted Event on the Service in the timeline")
+	}
+}
+
+// namespacesOf lists the network namespaces named prefix-*.
+func namespacesOf(t *testing.T, prefix string) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/var/run/netns")
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prefix+"-") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// A timeline nobody reads any more (stdout closed under the lab) stops the
+// run, which removes its namespaces and says so in its error.
+func TestScenarioStopsWhenTheTimelineFails(t *testing.T) {
+	requireRoot(t)
+	p := prefix()
+	// The fifth write fails: the node and the old pod exist by then.
+	w := &brokenWriter{ok: 4, err: syscall.EPIPE}
+	res, err := ConntrackDeploy(context.Background(), Options{Out: w, Prefix: p})
+	t.Log("\n" + strings.Join(w.lines, ""))
+	if err == nil || !errors.Is(err, syscall.EPIPE) || !strings.Contains(err.Error(), "interrupted: writing the timeline") ||
+		!strings.Contains(err.Error(), "removed every namespace it created") {
+		t.Fatalf("result %+v, error %v; want the run stopped by the failed write", res, err)
+	}
+	if !strings.Contains(strings.Join(w.lines, ""), "pod web/api-v1 running") {
+		t.Errorf("the write failed before the lab had built anything")
+	}
+	if left := namespacesOf(t, p); len(left) > 0 {
+		t.Errorf("namespaces left behind: %v", left)
+	}
+	if w.writes != 5 {
+		t.Errorf("%d writes, want 5: none after the one that failed", w.writes)
 	}
 }
