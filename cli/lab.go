@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ghostwatch/ghostwatch/lab"
+	"github.com/ghostwatch/ghostwatch/lab/netbed"
 )
 
 func newLabCommand(streams genericiooptions.IOStreams) *cobra.Command {
@@ -37,10 +38,15 @@ $GHOSTWATCH_KUBE_BIN). The agent and the scans then read the cluster with the
 identity deploy/agent grants.
 
 It needs root. It touches nothing outside the namespaces it creates (all named
-<prefix>-*), and removes them however it ends: done, Ctrl-C, SIGTERM, the
-terminal closing (SIGHUP), or its output closing (ghostwatch lab ... | head
-stops the lab rather than have it run on unseen). It refuses to start when
-namespaces with its prefix already exist.`,
+<prefix>-*) but its lock file, and removes them however it ends: done, Ctrl-C,
+SIGTERM, the terminal closing (SIGHUP), or its output closing (ghostwatch lab
+... | head stops the lab rather than have it run on unseen).
+
+While it runs it holds /run/ghostwatch/lab-<prefix>.lock (flock(2); the file
+holds its pid). It refuses to start while another lab runs with its prefix, and
+when namespaces with its prefix are the leftovers of a lab that no longer runs
+(one killed with SIGKILL or by the OOM killer): ghostwatch lab cleanup removes
+those.`,
 	}
 	cmd.AddCommand(
 		newScenarioCommand(streams, "conntrack-deploy", lab.ConntrackDeploy,
@@ -59,7 +65,41 @@ the misdelivered flow.`),
 ClusterIP. The database pod is replaced. The pool keeps using its connection, which
 the kernel still translates to the deleted pod: every query times out, while new
 connections work. ghostwatch reports the stale NAT flow.`),
+		newLabCleanupCommand(streams),
 	)
+	return cmd
+}
+
+func newLabCleanupCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	var prefix string
+	cmd := &cobra.Command{
+		Use:   "cleanup",
+		Short: "Remove the namespaces a lab that no longer runs left behind",
+		Long: `cleanup removes the network namespaces named <prefix>-* that a lab which is
+no longer running left behind (killed with SIGKILL or by the OOM killer),
+and with them their links, rules and conntrack entries. It prints each one it
+removes; with none to remove it says so and exits 0.
+
+It refuses while a lab runs with the prefix (it holds
+/run/ghostwatch/lab-<prefix>.lock), and leaves alone the namespaces of a running
+lab whose longer prefix starts with this one. It needs root.`,
+		Example: "  sudo ghostwatch lab cleanup\n  sudo ghostwatch lab cleanup --prefix gw-h1",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			removed, err := netbed.Cleanup(prefix)
+			for _, n := range removed {
+				fmt.Fprintf(streams.Out, "removed network namespace %s\n", n)
+			}
+			if err != nil {
+				return withCode(ExitError, err)
+			}
+			if len(removed) == 0 {
+				fmt.Fprintf(streams.Out, "nothing to do: no network namespace named %s-* is left\n", prefix)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&prefix, "prefix", "gw-lab", "name prefix of the lab whose namespaces to remove")
 	return cmd
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -213,4 +214,61 @@ func namespacesOf(t *testing.T, prefix string) []string {
 		}
 	}
 	return out
+}
+
+// lab cleanup removes a dead lab's namespaces and says which; refuses while
+// a lab runs with the prefix; and with nothing left says so and exits 0. A
+// scenario started over a dead lab's namespaces names every one and how to
+// remove them.
+func TestLabCleanup(t *testing.T) {
+	testenv.RequireRoot(t, "kernel test: needs root to create network namespaces")
+	b := make([]byte, 3)
+	rand.Read(b)
+	p := "gwc" + hex.EncodeToString(b)[:5]
+	t.Cleanup(func() {
+		for _, n := range namespacesOf(t, p) {
+			_ = netbed.DeleteNamespace(n)
+		}
+	})
+	add := func(name string) {
+		t.Helper()
+		if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+			t.Fatalf("ip netns add %s: %v: %s", name, err, out)
+		}
+	}
+
+	// A lab running with the prefix: its namespaces are not to be touched.
+	running, err := netbed.ClaimPrefix(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	add(p + "-node")
+	code, out, errOut := run(t, "", "lab", "cleanup", "--prefix", p)
+	want := fmt.Sprintf("ghostwatch: another lab (pid %d) is running with prefix %s; wait for it or use --prefix\n", os.Getpid(), p)
+	if code != ExitError || out != "" || errOut != want {
+		t.Errorf("cleanup while a lab runs: exit %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
+	}
+	if got := namespacesOf(t, p); len(got) != 1 {
+		t.Errorf("namespaces after a refused cleanup: %v", got)
+	}
+
+	// It dies without cleaning up.
+	running.Release()
+	add(p + "-client")
+	code, out, errOut = run(t, "", "lab", "conntrack-pool", "--prefix", p)
+	want = fmt.Sprintf("ghostwatch: leftovers of a lab that is no longer running: %[1]s-client, %[1]s-node; remove them with `ghostwatch lab cleanup --prefix %[1]s`\n", p)
+	if code != ExitError || errOut != want {
+		t.Errorf("lab over leftovers: exit %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
+	}
+	code, out, errOut = run(t, "", "lab", "cleanup", "--prefix", p)
+	if want := fmt.Sprintf("removed network namespace %[1]s-client\nremoved network namespace %[1]s-node\n", p); code != ExitOK || out != want {
+		t.Errorf("cleanup: exit %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
+	}
+	if got := namespacesOf(t, p); len(got) > 0 {
+		t.Errorf("namespaces left after cleanup: %v", got)
+	}
+	code, out, errOut = run(t, "", "lab", "cleanup", "--prefix", p)
+	if want := "nothing to do: no network namespace named " + p + "-* is left\n"; code != ExitOK || out != want || errOut != "" {
+		t.Errorf("cleanup with nothing left: exit %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
+	}
 }

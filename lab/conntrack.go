@@ -181,8 +181,14 @@ func runScenario(ctx context.Context, o Options, sc scenario) (*Result, error) {
 	defer cancel(nil)
 	tl := newTimeline(o.Out, time.Now())
 	tl.failed = func(err error) { cancel(fmt.Errorf("writing the timeline: %w", err)) }
+	// The prefix is the lab's until it ends, across its runs.
+	claim, err := netbed.ClaimPrefix(o.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	defer claim.Release()
 	for _, withAgent := range modes {
-		run, err := runOnce(ctx, o, sc, tl, withAgent)
+		run, err := runOnce(ctx, claim, o, sc, tl, withAgent)
 		if err != nil {
 			return nil, err
 		}
@@ -202,11 +208,8 @@ func runScenario(ctx context.Context, o Options, sc scenario) (*Result, error) {
 }
 
 // runOnce builds the lab, plays the incident once, and removes the lab.
-func runOnce(ctx context.Context, o Options, sc scenario, tl *timeline, withAgent bool) (run *Run, err error) {
-	bed, err := netbed.New(o.Prefix)
-	if err != nil {
-		return nil, err
-	}
+func runOnce(ctx context.Context, claim *netbed.Claim, o Options, sc scenario, tl *timeline, withAgent bool) (run *Run, err error) {
+	bed := claim.Bed()
 	how := "without the agent"
 	if withAgent {
 		how = "with the agent removing stale flows"

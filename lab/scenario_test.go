@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ghostwatch/ghostwatch/internal/testenv"
+	"github.com/ghostwatch/ghostwatch/lab/netbed"
 	"github.com/ghostwatch/ghostwatch/rule"
 )
 
@@ -149,6 +150,11 @@ func TestScenarioStopsWhenTheTimelineFails(t *testing.T) {
 	}
 	if left := namespacesOf(t, p); len(left) > 0 {
 		t.Errorf("namespaces left behind: %v", left)
+	}
+	if c, err := netbed.ClaimPrefix(p); err != nil {
+		t.Errorf("the prefix is still held: %v", err)
+	} else {
+		c.Release()
 	}
 	if w.writes != 5 {
 		t.Errorf("%d writes, want 5: none after the one that failed", w.writes)
