@@ -26,7 +26,9 @@ func newLabCommand(streams genericiooptions.IOStreams) *cobra.Command {
 a node network namespace running Service DNAT rules (nftables) with its own
 conntrack table, pod and client namespaces joined to it by veth pairs, and an
 in-memory Kubernetes API that ghostwatch reads through the same code as a live
-cluster. It prints a timeline: the client's requests, what the kernel still
+cluster. It prints a timeline: the client's requests (each kind of failure,
+a timeout, a reset, a refusal, when it first happens and whenever the kind
+changes, and how many failed the same way after it), what the kernel still
 maps, and what ghostwatch finds. With -o json or -o yaml, stdout carries what
 the runs measured, as one object, and the timeline goes to stderr.
 

@@ -457,6 +457,7 @@ func (e *env) startClient(ctx context.Context, o Options) (*client, error) {
 	c := newClient(func(ctx context.Context) (net.Conn, error) {
 		return h.Dial(ctx, "tcp", "", fe.String())
 	}, o.Interval, o.RequestTimeout)
+	c.failures = &failureLog{tl: e.tl}
 	go c.run(ctx)
 	who := "a client outside the cluster"
 	if !e.sc.external {
@@ -636,11 +637,10 @@ func (in *incident) killOld(ctx context.Context) error {
 // the pod that no longer exists, although the Service no longer routes
 // there.
 func (in *incident) awaitFailure(ctx context.Context) error {
+	// The client's failure log has printed the failure.
 	if _, err := in.cl.waitFor(ctx, 10*time.Second, func(os []Outcome) bool { return hasFailure(os[in.mark:]) }); err != nil {
 		return fmt.Errorf("the client never noticed the pod was gone: %w", err)
 	}
-	first := firstFailure(in.cl.since(in.mark))
-	in.e.tl.logf("client", "request failed: %v", first.Err)
 	return nil
 }
 
@@ -679,10 +679,12 @@ func (in *incident) scanGhost(ctx context.Context) error {
 // it must not.
 func (in *incident) observe(ctx context.Context) error {
 	e, o := in.e, in.o
-	all, werr := in.cl.waitFor(ctx, o.Observe, func(os []Outcome) bool { return recoveredAfter(os[in.mark:]) })
+	_, werr := in.cl.waitFor(ctx, o.Observe, func(os []Outcome) bool { return recoveredAfter(os[in.mark:]) })
 	if werr != nil && ctx.Err() != nil {
 		return ctx.Err()
 	}
+	// Measured on what the failure log printed.
+	all := in.cl.stopFailures()
 	window, nfail, recovered := measure(all[in.mark:])
 	in.window = window
 	in.run.ErrorWindowSeconds, in.run.FailedRequests, in.run.Recovered = window.Round(time.Millisecond).Seconds(), nfail, recovered

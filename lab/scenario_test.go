@@ -49,6 +49,10 @@ func TestConntrackDeployScenario(t *testing.T) {
 	if !strings.Contains(out.String(), "is draining") {
 		t.Errorf("timeline lacks the draining scan")
 	}
+	// One line for the first timeout, one counting the others.
+	if strings.Count(out.String(), "request failed: timeout") != 1 || !strings.Contains(out.String(), "more requests failed the same way (timeout)") {
+		t.Errorf("timeline does not show the timeouts once and count them")
+	}
 }
 
 func TestConntrackDeployReuseIPScenario(t *testing.T) {
@@ -68,6 +72,11 @@ func TestConntrackDeployReuseIPScenario(t *testing.T) {
 	// reconnects through the Service and the old entry can carry no more.
 	if !r.Recovered || r.GhostStillMapped {
 		t.Errorf("after the reset the client must recover and the old entry be closed: %+v", r)
+	}
+	// Both kinds of failure are on the timeline, in the order they came.
+	timeout, reset := strings.Index(out.String(), "request failed: timeout"), strings.Index(out.String(), "request failed: connection reset")
+	if timeout < 0 || reset < timeout {
+		t.Errorf("timeline does not show the timeout, then the reset")
 	}
 }
 
