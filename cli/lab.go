@@ -60,7 +60,14 @@ client's connection to it, and ghostwatch reports the stale NAT flow.
 
 With --reuse-ip the new pod gets the old pod's IP (a Recreate rollout on a small
 pod CIDR): the old connection now reaches a different pod, and ghostwatch reports
-the misdelivered flow.`),
+the misdelivered flow.
+
+Whether the ghost forms depends on the Service's externalTrafficPolicy, which the
+timeline states as the API holds it: with Cluster kube-proxy masquerades NodePort
+traffic out of the backend's veth, and the entry goes with the pod. On the real
+control plane the Service is Local (the client's address is kept); in the
+in-memory API it is not set, and the lab's DNAT rules keep the client's address,
+as kube-proxy does for Local.`),
 		newScenarioCommand(streams, "conntrack-pool", lab.ConntrackPool,
 			"Seed 001: a pooled connection stays pinned to a deleted ClusterIP backend",
 			`A client pod holds one pooled, long-lived connection to a database behind a

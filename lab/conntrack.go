@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ghostwatch/ghostwatch/audit"
@@ -136,12 +137,14 @@ const labNode = "lab-node"
 // pod; the kernel keeps translating the client's connection to the deleted
 // pod.
 func ConntrackDeploy(ctx context.Context, o Options) (*Result, error) {
-	return runScenario(ctx, o, scenario{
-		name: "conntrack-deploy", title: "seed 004: a rolling deploy behind a NodePort, a keep-alive client",
-		namespace: "web", service: "api", app: "api",
-		clusterIP: netip.MustParseAddr("10.96.0.80"), port: 80, targetPort: 8080, nodePort: 30080,
-		external: true,
-	})
+	return runScenario(ctx, o, deployScenario)
+}
+
+var deployScenario = scenario{
+	name: "conntrack-deploy", title: "seed 004: a rolling deploy behind a NodePort, a keep-alive client",
+	namespace: "web", service: "api", app: "api",
+	clusterIP: netip.MustParseAddr("10.96.0.80"), port: 80, targetPort: 8080, nodePort: 30080,
+	external: true,
 }
 
 // ConntrackPool rebuilds seed 001: a client pod holds a pooled, long-lived
@@ -277,7 +280,9 @@ func newEnv(ctx context.Context, o Options, bed *netbed.Bed, sc scenario, tl *ti
 			return nil, err
 		}
 		e := &env{bed: bed, node: rw.node.Net, sc: sc, tl: tl, pods: map[string]*netbed.Host{}, real: rw}
-		e.logService()
+		if err := e.logService(ctx); err != nil {
+			return nil, err
+		}
 		return e, nil
 	}
 	node, err := bed.AddNode("node", netbed.NodeOptions{
@@ -291,23 +296,67 @@ func newEnv(ctx context.Context, o Options, bed *netbed.Bed, sc scenario, tl *ti
 	if err := e.cluster.AddNode(ctx, labNode, nodeIP); err != nil {
 		return nil, err
 	}
-	if err := e.cluster.AddService(ctx, sc.namespace, sc.service, sc.app, []netip.Addr{sc.clusterIP},
-		LabPort{Protocol: corev1.ProtocolTCP, Port: int32(sc.port), TargetPort: int32(sc.targetPort), NodePort: int32(sc.nodePort)}); err != nil {
+	if err := addService(ctx, e.cluster, sc); err != nil {
 		return nil, err
 	}
 	tl.logf("node", "namespace %s, address %s, conntrack timestamps on", node.Name(), nodeIP)
-	e.logService()
+	if err := e.logService(ctx); err != nil {
+		return nil, err
+	}
 	return e, nil
 }
 
-func (e *env) logService() {
+// addService creates sc's Service in the in-memory API.
+func addService(ctx context.Context, c *Cluster, sc scenario) error {
+	return c.AddService(ctx, sc.namespace, sc.service, sc.app, []netip.Addr{sc.clusterIP},
+		LabPort{Protocol: corev1.ProtocolTCP, Port: int32(sc.port), TargetPort: int32(sc.targetPort), NodePort: int32(sc.nodePort)})
+}
+
+// logService prints the Service as the API holds it; for a NodePort, its
+// externalTrafficPolicy and what the node does with the client's address,
+// which decide whether a dead backend leaves a ghost.
+func (e *env) logService(ctx context.Context) error {
 	sc := e.sc
-	if sc.nodePort != 0 {
-		e.tl.logf("api", "Service %s/%s: ClusterIP %s:%d, NodePort %s:%d -> targetPort %d", sc.namespace, sc.service,
-			sc.clusterIP, sc.port, nodeIP, sc.nodePort, sc.targetPort)
-	} else {
+	if sc.nodePort == 0 {
 		e.tl.logf("api", "Service %s/%s: ClusterIP %s:%d -> targetPort %d", sc.namespace, sc.service, sc.clusterIP, sc.port, sc.targetPort)
+		return nil
 	}
+	e.tl.logf("api", "Service %s/%s: ClusterIP %s:%d, NodePort %s:%d -> targetPort %d", sc.namespace, sc.service,
+		sc.clusterIP, sc.port, nodeIP, sc.nodePort, sc.targetPort)
+	var admin kubernetes.Interface
+	if e.real != nil {
+		admin = e.real.cp.Admin
+	} else {
+		admin = e.cluster.Client
+	}
+	svc, err := admin.CoreV1().Services(sc.namespace).Get(ctx, sc.service, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading Service %s/%s back: %w", sc.namespace, sc.service, err)
+	}
+	policy, path := trafficPolicy(svc, e.real != nil)
+	e.tl.logf("api", "Service %s/%s: %s", sc.namespace, sc.service, policy)
+	e.tl.logf("proxy", "%s", path)
+	return nil
+}
+
+// trafficPolicy says what a NodePort Service's externalTrafficPolicy is in
+// the API, and what the node does with the client's traffic (path):
+// kube-proxy (real) does as the policy says; the lab's own DNAT rules (not
+// real) never masquerade.
+func trafficPolicy(svc *corev1.Service, real bool) (policy, path string) {
+	const ghost = "; with Cluster, kube-proxy would masquerade it out of the backend's veth, and the entry would go with the pod: no ghost on one node"
+	p := svc.Spec.ExternalTrafficPolicy
+	policy = "externalTrafficPolicy " + string(p)
+	switch {
+	case !real && p == "":
+		return "externalTrafficPolicy not set (the in-memory API sets no defaults; a real API server would set Cluster)",
+			"the lab's DNAT rules keep the client's address (no SNAT), as kube-proxy does for Local, and every endpoint is on this node" + ghost
+	case !real:
+		return policy, "the lab's DNAT rules keep the client's address (no SNAT) whatever the policy says"
+	case p == corev1.ServiceExternalTrafficPolicyLocal:
+		return policy, "kube-proxy keeps the client's address (no SNAT) and sends NodePort traffic only to endpoints on this node" + ghost
+	}
+	return policy, "kube-proxy masquerades NodePort traffic (SNAT to the node) and may send it to endpoints on any node; a backend on this node leaves no ghost, its entries go with its veth"
 }
 
 // kube is the client the scans and the agent read the cluster with.
@@ -418,7 +467,11 @@ func (e *env) showKernel(ctx context.Context) (ghost bool, err error) {
 			if f.Frontend() != fe {
 				return nil
 			}
-			lines = append(lines, fmt.Sprintf("%s DNAT -> %s %s timeout %ds", f.String(), f.Backend(), f.State, f.Timeout))
+			line := fmt.Sprintf("%s DNAT -> %s", f.String(), f.Backend())
+			if src := netip.AddrPortFrom(f.Reply.Dst, f.Reply.DstPort); src != netip.AddrPortFrom(f.Orig.Src, f.Orig.SrcPort) {
+				line += fmt.Sprintf(" SNAT -> %s", src)
+			}
+			lines = append(lines, fmt.Sprintf("%s %s timeout %ds", line, f.State, f.Timeout))
 			if f.Reply.Src == oldBackendIP && netip.AddrPortFrom(f.Orig.Src, f.Orig.SrcPort) == e.firstConn &&
 				f.State != "CLOSE" && f.State != "TIME_WAIT" {
 				ghost = true

@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 	"github.com/ghostwatch/ghostwatch/rule"
@@ -48,6 +51,11 @@ func TestConntrackDeployScenario(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "is draining") {
 		t.Errorf("timeline lacks the draining scan")
+	}
+	// What the in-memory API holds, and the kernel showing what the lab's
+	// rules do: the client's address is kept.
+	if !strings.Contains(out.String(), "Service web/api: externalTrafficPolicy not set") || strings.Contains(out.String(), "SNAT ->") {
+		t.Errorf("timeline does not state the policy, or the node rewrote the client's address")
 	}
 	// One line for the first timeout, one counting the others.
 	if strings.Count(out.String(), "request failed: timeout") != 1 || !strings.Contains(out.String(), "more requests failed the same way (timeout)") {
@@ -146,8 +154,8 @@ func namespacesOf(t *testing.T, prefix string) []string {
 func TestScenarioStopsWhenTheTimelineFails(t *testing.T) {
 	requireRoot(t)
 	p := prefix()
-	// The fifth write fails: the node and the old pod exist by then.
-	w := &brokenWriter{ok: 4, err: syscall.EPIPE}
+	// The seventh write fails: the node and the old pod exist by then.
+	w := &brokenWriter{ok: 6, err: syscall.EPIPE}
 	res, err := ConntrackDeploy(context.Background(), Options{Out: w, Prefix: p})
 	t.Log("\n" + strings.Join(w.lines, ""))
 	if err == nil || !errors.Is(err, syscall.EPIPE) || !strings.Contains(err.Error(), "interrupted: writing the timeline") ||
@@ -165,7 +173,44 @@ func TestScenarioStopsWhenTheTimelineFails(t *testing.T) {
 	} else {
 		c.Release()
 	}
-	if w.writes != 5 {
-		t.Errorf("%d writes, want 5: none after the one that failed", w.writes)
+	if w.writes != 7 {
+		t.Errorf("%d writes, want 7: none after the one that failed", w.writes)
+	}
+}
+
+// The timeline states the NodePort Service's externalTrafficPolicy as each
+// control plane's API holds it, and what the node does with the client's
+// address.
+func TestTrafficPolicyIsWhatTheScenarioCreates(t *testing.T) {
+	ctx := context.Background()
+	sc := deployScenario
+	cl := NewCluster(time.Now)
+	if err := addService(ctx, cl, sc); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := cl.Client.CoreV1().Services(sc.namespace).Get(ctx, sc.service, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name         string
+		svc          *corev1.Service
+		real         bool
+		policy, path string
+	}{
+		{"memory", svc, false,
+			"externalTrafficPolicy not set (the in-memory API sets no defaults; a real API server would set Cluster)",
+			"the lab's DNAT rules keep the client's address (no SNAT), as kube-proxy does for Local"},
+		{"real", labService(sc), true,
+			"externalTrafficPolicy Local",
+			"kube-proxy keeps the client's address (no SNAT) and sends NodePort traffic only to endpoints on this node"},
+		{"real, Cluster", &corev1.Service{Spec: corev1.ServiceSpec{ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyCluster}}, true,
+			"externalTrafficPolicy Cluster",
+			"kube-proxy masquerades NodePort traffic (SNAT to the node)"},
+	} {
+		policy, path := trafficPolicy(tc.svc, tc.real)
+		if policy != tc.policy || !strings.HasPrefix(path, tc.path) {
+			t.Errorf("%s: %q, %q; want %q, %q...", tc.name, policy, path, tc.policy, tc.path)
+		}
 	}
 }
