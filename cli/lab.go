@@ -30,7 +30,10 @@ cluster. It prints a timeline: the client's requests (each kind of failure,
 a timeout, a reset, a refusal, when it first happens and whenever the kind
 changes, and how many failed the same way after it), what the kernel still
 maps, and what ghostwatch finds. With -o json or -o yaml, stdout carries what
-the runs measured, as one object, and the timeline goes to stderr.
+the runs measured, as one object, and the timeline goes to stderr; with
+--with-agent the run with the agent lists its actions: when (seconds since the
+start, as on the timeline), the rule, the flow, and the result (done, refused,
+failed, gone) with what was done, why it was refused or the error.
 
 With --control-plane=real the Kubernetes side is the real thing: etcd,
 kube-apiserver and the EndpointSlice controller on 127.0.0.1, and kube-proxy
@@ -156,7 +159,7 @@ func newScenarioCommand(streams genericiooptions.IOStreams, name string, run sce
 	f.StringVar(&o.Prefix, "prefix", "gw-lab", "name prefix of the network namespaces the lab creates")
 	f.DurationVar(&o.Observe, "observe", 15*time.Second, "how long to watch the client after its backend died")
 	f.DurationVar(&o.Steady, "steady", 3*time.Second, "how long the client runs before the rollout")
-	f.BoolVar(&o.WithAgent, "with-agent", false, "play the incident twice, without and with the agent removing stale flows, and compare the error windows")
+	f.BoolVar(&o.WithAgent, "with-agent", false, "play the incident twice, without and with the agent removing stale flows, and compare the error windows (-o json lists the agent's actions)")
 	f.DurationVar(&o.Grace, "grace", 200*time.Millisecond, "the agent's grace period in the lab (with --with-agent)")
 	f.StringVar(&o.ControlPlane, "control-plane", lab.ControlPlaneMemory, "memory (an in-memory API; the lab programs the DNAT rules) or real (kube-apiserver, the EndpointSlice controller and kube-proxy)")
 	f.StringVar(&o.KubeBin, "kube-bin", "", "with --control-plane=real: the directory of the binaries scripts/kube-binaries.sh builds (default $GHOSTWATCH_KUBE_BIN)")

@@ -103,6 +103,10 @@ type Run struct {
 	// GhostStillMapped is true when the kernel still translated the
 	// client's connection to the dead backend when the run ended.
 	GhostStillMapped bool `json:"ghost_still_mapped"`
+	// AgentActions are what the agent did during the run, in order: each
+	// flow it deleted, or was refused or failed to; null without the
+	// agent.
+	AgentActions []AgentAction `json:"agent_actions"`
 }
 
 // scenario describes one incident: who the client is and which frontend it
@@ -241,18 +245,25 @@ func runOnce(ctx context.Context, claim *netbed.Claim, o Options, sc scenario, t
 	if e.real != nil {
 		defer e.real.close()
 	}
+	var actions *actionLog
+	stopAgent := func() {}
 	if withAgent {
-		stop, err := e.startAgent(ctx, o)
-		if err != nil {
+		actions = &actionLog{tl: tl}
+		if stopAgent, err = e.startAgent(ctx, o, actions); err != nil {
 			return nil, err
 		}
-		defer stop()
+		defer stopAgent()
 	}
 	run, err = e.replace(ctx, o)
 	if err != nil {
 		return nil, err
 	}
 	run.Agent = withAgent
+	if withAgent {
+		// Stopped first, so that the run holds every action it took.
+		stopAgent()
+		run.AgentActions = actions.list()
+	}
 	return run, nil
 }
 

@@ -609,4 +609,5 @@ func TestLabConntrackDeployRealControlPlane(t *testing.T) {
 	if !strings.Contains(out.String(), "Service web/api: externalTrafficPolicy Local") || strings.Contains(out.String(), "SNAT ->") {
 		t.Errorf("the timeline does not state the policy, or the node rewrote the client's address")
 	}
+	checkAgentActions(t, res)
 }

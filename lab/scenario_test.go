@@ -17,6 +17,7 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
+	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
 )
 
@@ -130,6 +131,27 @@ func TestConntrackDeployWithAgent(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "StaleFlowDeleted on Service web/api") {
 		t.Errorf("no StaleFlowDeleted Event on the Service in the timeline")
+	}
+	checkAgentActions(t, res)
+}
+
+// checkAgentActions checks that the run with the agent records its
+// deletion of the client's stale flow, and the run without records none.
+func checkAgentActions(t *testing.T, res *Result) {
+	t.Helper()
+	without, with := res.Runs[0], res.Runs[1]
+	if without.AgentActions != nil {
+		t.Errorf("actions without the agent: %+v", without.AgentActions)
+	}
+	deleted := 0
+	for _, a := range with.AgentActions {
+		if a.Result == remedy.Done && a.Rule == rule.StaleNATFlowID && strings.HasPrefix(a.Flow, "tcp "+externalIP.String()+":") &&
+			strings.HasSuffix(a.Flow, " -> 192.168.50.1:30080") && strings.HasPrefix(a.Reason, "deleted "+a.Flow) && a.AtSeconds > 0 {
+			deleted++
+		}
+	}
+	if deleted != 1 {
+		t.Errorf("agent actions %+v, want one deletion of the client's flow", with.AgentActions)
 	}
 }
 
