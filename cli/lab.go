@@ -26,14 +26,16 @@ func newLabCommand(streams genericiooptions.IOStreams) *cobra.Command {
 a node network namespace running Service DNAT rules (nftables) with its own
 conntrack table, pod and client namespaces joined to it by veth pairs, and an
 in-memory Kubernetes API that ghostwatch reads through the same code as a live
-cluster. It prints a timeline: the client's requests (each kind of failure,
-a timeout, a reset, a refusal, when it first happens and whenever the kind
-changes, and how many failed the same way after it), what the kernel still
-maps, and what ghostwatch finds. With -o json or -o yaml, stdout carries what
-the runs measured, as one object, and the timeline goes to stderr; with
---with-agent the run with the agent lists its actions: when (seconds since the
-start, as on the timeline), the rule, the flow, and the result (done, refused,
-failed, gone) with what was done, why it was refused or the error.
+cluster. It prints a timeline: the client's requests, what the kernel still
+maps, and what ghostwatch finds. Each kind of failure the client meets (a
+timeout, a reset, a refusal) is printed when it first happens and whenever the
+kind changes; the failures that repeat it are counted on one line.
+
+With -o json or -o yaml, stdout carries what the runs measured, as one object,
+and the timeline goes to stderr. With --with-agent, the run with the agent lists
+the agent's actions: when (seconds since the start, as on the timeline), the
+rule, the flow, and the result (done, refused, failed or gone) with what was
+done, why it was refused, or the error.
 
 With --control-plane=real the Kubernetes side is the real thing: etcd,
 kube-apiserver and the EndpointSlice controller on 127.0.0.1, and kube-proxy
@@ -44,8 +46,8 @@ identity deploy/agent grants.
 
 It needs root. It touches nothing outside the namespaces it creates (all named
 <prefix>-*) but its lock file, and removes them however it ends: done, Ctrl-C,
-SIGTERM, the terminal closing (SIGHUP), or its output closing (ghostwatch lab
-... | head stops the lab rather than have it run on unseen).
+SIGTERM, the terminal closing (SIGHUP), or its output closing (piped into head,
+it stops once head has read enough, rather than run on unseen).
 
 While it runs it holds /run/ghostwatch/lab-<prefix>.lock (flock(2); the file
 holds its pid). It refuses to start while another lab runs with its prefix, and
