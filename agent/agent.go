@@ -68,6 +68,10 @@ type Config struct {
 	Metrics *Metrics
 	// Events, when set, receives an Event for every action taken or refused.
 	Events record.EventRecorder
+	// Actions, when set, is told of every action taken, refused, failed or
+	// found moot (its target gone), as the log is: a pending one is not an
+	// action yet. It is called from the agent's loop and must not block.
+	Actions func(rule.Info, remedy.Action)
 	// Log receives structured logs; nil discards them.
 	Log *slog.Logger
 	// Now is the clock; nil means time.Now.
@@ -517,7 +521,8 @@ func (a *Agent) degrade(trigger, reason string, err error) {
 	a.mu.Unlock()
 }
 
-// report turns one remedy action into metrics, a log line and Events.
+// report turns one remedy action into metrics, a log line, Events and a
+// call of Config.Actions.
 func (a *Agent) report(info rule.Info, act remedy.Action) {
 	if m := a.cfg.Metrics; m != nil {
 		m.Action(act)
@@ -527,6 +532,9 @@ func (a *Agent) report(info rule.Info, act remedy.Action) {
 	}
 	a.cfg.Log.Info("remedy", "remedy", act.Remedy, "result", act.Result, "target", act.Finding.Target.String(), "reason", act.Reason)
 	a.events.Action(info, act)
+	if a.cfg.Actions != nil {
+		a.cfg.Actions(info, act)
+	}
 }
 
 func describeIndex(indexed, kept int) string {

@@ -227,3 +227,34 @@ func TestWatchStaleMidRunDeletesNothing(t *testing.T) {
 		t.Errorf("degraded{cache-stale} = %v", v)
 	}
 }
+
+// Config.Actions is told of each action as it is taken, with its finding,
+// and not of the pending ones before it.
+func TestActionsAreToldToConfig(t *testing.T) {
+	var mu sync.Mutex
+	var got []remedy.Action
+	h := startWith(t, fake.NewClientset(cluster()...), graceRemedy(), func(c *Config) {
+		c.Actions = func(info rule.Info, a remedy.Action) {
+			mu.Lock()
+			defer mu.Unlock()
+			if info.ID != a.Rule {
+				t.Errorf("action of %s told with the rule %s", a.Rule, info.ID)
+			}
+			got = append(got, a)
+		}
+	}, staleFlow())
+	waitFor(t, "the stale flow to be pending", func() bool { return h.actions(remedy.Pending) >= 1 })
+	mu.Lock()
+	if len(got) != 0 {
+		t.Errorf("told of %d actions while the flow was pending", len(got))
+	}
+	mu.Unlock()
+	h.clock.advance(grace)
+	waitFor(t, "the stale flow to be deleted", func() bool { return h.tab.count() == 1 })
+	h.stop()
+	flow := staleFlow()
+	if len(got) != 1 || got[0].Result != remedy.Done || got[0].Rule != rule.StaleNATFlowID ||
+		got[0].Finding.Subject.Flow != flow.String() || !strings.HasPrefix(got[0].Reason, "deleted ") {
+		t.Errorf("told of %+v, want the deletion of %s", got, flow.String())
+	}
+}

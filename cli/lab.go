@@ -5,12 +5,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"sigs.k8s.io/yaml"
 
 	"github.com/ghostwatch/ghostwatch/lab"
+	"github.com/ghostwatch/ghostwatch/lab/netbed"
 )
 
 func newLabCommand(streams genericiooptions.IOStreams) *cobra.Command {
@@ -22,7 +27,15 @@ a node network namespace running Service DNAT rules (nftables) with its own
 conntrack table, pod and client namespaces joined to it by veth pairs, and an
 in-memory Kubernetes API that ghostwatch reads through the same code as a live
 cluster. It prints a timeline: the client's requests, what the kernel still
-maps, and what ghostwatch finds.
+maps, and what ghostwatch finds. Each kind of failure the client meets (a
+timeout, a reset, a refusal) is printed when it first happens and whenever the
+kind changes; the failures that repeat it are counted on one line.
+
+With -o json or -o yaml, stdout carries what the runs measured, as one object,
+and the timeline goes to stderr. With --with-agent, the run with the agent lists
+the agent's actions: when (seconds since the start, as on the timeline), the
+rule, the flow, and the result (done, refused, failed or gone) with what was
+done, why it was refused, or the error.
 
 With --control-plane=real the Kubernetes side is the real thing: etcd,
 kube-apiserver and the EndpointSlice controller on 127.0.0.1, and kube-proxy
@@ -32,8 +45,15 @@ $GHOSTWATCH_KUBE_BIN). The agent and the scans then read the cluster with the
 identity deploy/agent grants.
 
 It needs root. It touches nothing outside the namespaces it creates (all named
-<prefix>-*), and removes them when it ends, also on Ctrl-C. It refuses to start
-when namespaces with its prefix already exist.`,
+<prefix>-*) but its lock file, and removes them however it ends: done, Ctrl-C,
+SIGTERM, the terminal closing (SIGHUP), or its output closing (piped into head,
+it stops once head has read enough, rather than run on unseen).
+
+While it runs it holds /run/ghostwatch/lab-<prefix>.lock (flock(2); the file
+holds its pid). It refuses to start while another lab runs with its prefix, and
+when namespaces with its prefix are the leftovers of a lab that no longer runs
+(one killed with SIGKILL or by the OOM killer): ghostwatch lab cleanup removes
+those.`,
 	}
 	cmd.AddCommand(
 		newScenarioCommand(streams, "conntrack-deploy", lab.ConntrackDeploy,
@@ -45,14 +65,55 @@ client's connection to it, and ghostwatch reports the stale NAT flow.
 
 With --reuse-ip the new pod gets the old pod's IP (a Recreate rollout on a small
 pod CIDR): the old connection now reaches a different pod, and ghostwatch reports
-the misdelivered flow.`),
+the misdelivered flow.
+
+Whether the ghost forms depends on the Service's externalTrafficPolicy, which the
+timeline states as the API holds it: with Cluster kube-proxy masquerades NodePort
+traffic out of the backend's veth, and the entry goes with the pod. On the real
+control plane the Service is Local (the client's address is kept); in the
+in-memory API it is not set, and the lab's DNAT rules keep the client's address,
+as kube-proxy does for Local.`),
 		newScenarioCommand(streams, "conntrack-pool", lab.ConntrackPool,
 			"Seed 001: a pooled connection stays pinned to a deleted ClusterIP backend",
 			`A client pod holds one pooled, long-lived connection to a database behind a
 ClusterIP. The database pod is replaced. The pool keeps using its connection, which
 the kernel still translates to the deleted pod: every query times out, while new
 connections work. ghostwatch reports the stale NAT flow.`),
+		newLabCleanupCommand(streams),
 	)
+	return cmd
+}
+
+func newLabCleanupCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	var prefix string
+	cmd := &cobra.Command{
+		Use:   "cleanup",
+		Short: "Remove the namespaces a lab that no longer runs left behind",
+		Long: `cleanup removes the network namespaces named <prefix>-* that a lab which is
+no longer running left behind (killed with SIGKILL or by the OOM killer),
+and with them their links, rules and conntrack entries. It prints each one it
+removes; with none to remove it says so and exits 0.
+
+It refuses while a lab runs with the prefix (it holds
+/run/ghostwatch/lab-<prefix>.lock), and leaves alone the namespaces of a running
+lab whose longer prefix starts with this one. It needs root.`,
+		Example: "  sudo ghostwatch lab cleanup\n  sudo ghostwatch lab cleanup --prefix gw-h1",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			removed, err := netbed.Cleanup(prefix)
+			for _, n := range removed {
+				fmt.Fprintf(streams.Out, "removed network namespace %s\n", n)
+			}
+			if err != nil {
+				return withCode(ExitError, err)
+			}
+			if len(removed) == 0 {
+				fmt.Fprintf(streams.Out, "nothing to do: no network namespace named %s-* is left\n", prefix)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&prefix, "prefix", "gw-lab", "name prefix of the lab whose namespaces to remove")
 	return cmd
 }
 
@@ -68,37 +129,61 @@ func newScenarioCommand(streams genericiooptions.IOStreams, name string, run sce
 		Example: fmt.Sprintf("  sudo ghostwatch lab %s\n  sudo ghostwatch lab %s --reuse-ip -o json\n  sudo ghostwatch lab %s --with-agent --control-plane=real --kube-bin \"$(scripts/kube-binaries.sh)\"", name, name, name),
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var timeline io.Writer = streams.Out
-			switch output {
-			case "text":
-			case "json":
-				timeline = streams.ErrOut // stdout carries one JSON object
-			default:
-				return withCode(ExitError, fmt.Errorf("-o %q: want text or json", output))
+			format, err := checkOutput(output, nil)
+			if err != nil {
+				return err
 			}
-			o.Out = timeline
+			// A closed stdout (ghostwatch lab ... | head) must end the lab
+			// through its cleanup, not kill it: with SIGPIPE notified, a
+			// write to it fails with EPIPE instead, and the timeline stops
+			// the run. The signal itself is dropped, since the lab's own
+			// sockets raise it too when a peer resets them.
+			sigpipe := make(chan os.Signal, 1)
+			signal.Notify(sigpipe, syscall.SIGPIPE)
+			defer signal.Stop(sigpipe)
+			o.Out = streams.Out
+			if format != "text" {
+				o.Out = streams.ErrOut // stdout carries one object
+			}
 			res, err := run(cmd.Context(), o)
 			if err != nil {
 				return withCode(ExitError, err)
 			}
-			if output == "json" {
-				enc := json.NewEncoder(streams.Out)
-				enc.SetIndent("", "  ")
-				enc.SetEscapeHTML(false)
-				return enc.Encode(res)
+			if err := writeResult(streams.Out, format, res); err != nil {
+				return withCode(ExitError, fmt.Errorf("writing the result: %w", err))
 			}
 			return nil
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&output, "output", "o", "text", "text (the timeline) or json (the measurements; the timeline goes to stderr)")
+	addOutputFlag(cmd, &output, "text is the timeline; json and yaml print what the runs measured, as one object, and the timeline goes to stderr")
 	f.BoolVar(&o.ReuseIP, "reuse-ip", false, "give the new pod the old pod's IP")
 	f.StringVar(&o.Prefix, "prefix", "gw-lab", "name prefix of the network namespaces the lab creates")
 	f.DurationVar(&o.Observe, "observe", 15*time.Second, "how long to watch the client after its backend died")
 	f.DurationVar(&o.Steady, "steady", 3*time.Second, "how long the client runs before the rollout")
-	f.BoolVar(&o.WithAgent, "with-agent", false, "play the incident twice, without and with the agent removing stale flows, and compare the error windows")
+	f.BoolVar(&o.WithAgent, "with-agent", false, "play the incident twice, without and with the agent removing stale flows, and compare the error windows (-o json lists the agent's actions)")
 	f.DurationVar(&o.Grace, "grace", 200*time.Millisecond, "the agent's grace period in the lab (with --with-agent)")
 	f.StringVar(&o.ControlPlane, "control-plane", lab.ControlPlaneMemory, "memory (an in-memory API; the lab programs the DNAT rules) or real (kube-apiserver, the EndpointSlice controller and kube-proxy)")
 	f.StringVar(&o.KubeBin, "kube-bin", "", "with --control-plane=real: the directory of the binaries scripts/kube-binaries.sh builds (default $GHOSTWATCH_KUBE_BIN)")
 	return cmd
+}
+
+// writeResult prints what the scenario measured in format: json and yaml
+// the same object; text nothing more, the timeline said it all.
+func writeResult(w io.Writer, format string, res *lab.Result) error {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
+		return enc.Encode(res)
+	case "yaml":
+		b, err := yaml.Marshal(res)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	return nil
 }

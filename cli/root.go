@@ -82,7 +82,9 @@ Exit codes: 0 nothing found at or above --fail-on, 1 findings, 2 could not run.`
 // Main runs the command line and returns the process exit code.
 func Main() int {
 	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// Ctrl-C, a stop, or the terminal closing: each command ends through
+	// its cleanup (the lab removes its namespaces, the agent stops).
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	root := NewRootCommand(streams)
 	if strings.HasPrefix(filepath.Base(os.Args[0]), "kubectl-") {

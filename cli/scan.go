@@ -76,12 +76,11 @@ source was incomplete (then no finding is claimed for what it would have read).`
 	f.StringSliceVar(&o.serviceCIDRs, "service-cidr", nil, "the cluster's service IP ranges (kube-apiserver's --service-cluster-ip-range), in addition to its ServiceCIDR objects: a flow to an address in one that no Service holds was opened to a deleted Service. Needed only before Kubernetes 1.33 or when the saved objects hold no ServiceCIDR")
 	f.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "CIDRs on which NodePorts are served, as kube-proxy's --nodeport-addresses (default: the Node's addresses and, read live, every address of this host, as kube-proxy's default)")
 	f.StringVar(&o.failOn, "fail-on", "warning", "exit 1 when a finding is at least this severe: info, warning, critical, or none")
-	f.StringVarP(&o.output, "output", "o", "table", "output format: "+strings.Join(sink.Formats, ", "))
 	f.StringSliceVar(&o.rules, "rule", nil, "run only these rules (default: all)")
 	f.StringVar(&o.capturedAt, "captured-at", "", "with --conntrack-file: when the listing was captured (RFC 3339, e.g. 2026-11-22T14:05:00Z); flow ages (delta-time=) count from it. Default: the file's modification time; for stdin, unknown")
 	f.DurationVar(&o.syncTimeout, "sync-timeout", 30*time.Second, "how long to wait for the API server to list the objects")
 	f.DurationVar(&o.clockSkew, "clock-skew", 2*time.Second, "how far the node clock may be ahead of the API server's when proving a flow predates a pod")
-	completeWith(cmd, "output", sink.Formats...)
+	addOutputFlag(cmd, &o.output, `text is the table ("table" works too), json and yaml the report as one object`)
 	completeWith(cmd, "fail-on", "info", "warning", "critical", "none")
 	completeWith(cmd, "rule", rule.IDs(rule.All(rule.Config{}))...)
 	return cmd
@@ -95,8 +94,9 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 			return withCode(ExitError, fmt.Errorf("--fail-on: %w", err))
 		}
 	}
-	if o.output != "table" && o.output != "json" && o.output != "yaml" {
-		return withCode(ExitError, fmt.Errorf("-o %q: want one of %s", o.output, strings.Join(sink.Formats, ", ")))
+	output, err := checkOutput(o.output, map[string]string{"table": "text"})
+	if err != nil {
+		return err
 	}
 	npa, err := parsePrefixes(o.nodePortAddresses)
 	if err != nil {
@@ -159,7 +159,7 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 		return withCode(ExitError, err)
 	}
 	wrongNode := rule.WrongNode(rules, res.Snapshot)
-	if err := sink.Write(streams.Out, o.output, &res.Report, rules); err != nil {
+	if err := sink.Write(streams.Out, output, &res.Report, rules); err != nil {
 		return withCode(ExitError, fmt.Errorf("writing the report: %w", err))
 	}
 	if err := res.Incomplete(); err != nil {

@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,8 +22,9 @@ import (
 // startAgent runs the node agent against the lab: the same loop as
 // `ghostwatch agent`, reading the in-memory API through informers and the
 // node's conntrack table, deleting stale flows through a netlink socket
-// opened inside the node. It returns a function that stops it.
-func (e *env) startAgent(ctx context.Context, o Options) (stop func(), err error) {
+// opened inside the node, and telling actions of each action it takes. It
+// returns a function that stops it; calling it again does nothing.
+func (e *env) startAgent(ctx context.Context, o Options, actions *actionLog) (stop func(), err error) {
 	conn, sub, err := openTable(e.node)
 	if err != nil {
 		return nil, err
@@ -50,6 +52,7 @@ func (e *env) startAgent(ctx context.Context, o Options) (stop func(), err error
 		Remedies:      rems,
 		AuditInterval: 10 * time.Second,
 		Events:        timelineRecorder{e.tl},
+		Actions:       actions.add,
 	})
 	done := make(chan struct{})
 	go func() {
@@ -60,12 +63,60 @@ func (e *env) startAgent(ctx context.Context, o Options) (stop func(), err error
 	}()
 	e.tl.logf("agent", "running: follows conntrack events, judges the flows of every backend that changes; grace %s (the lab's: the agent ships with %s and accepts no less than %s), budget 50 dead backends a minute",
 		o.Grace, remedy.DefaultGrace, remedy.MinGrace)
+	var once sync.Once
 	return func() {
-		cancel()
-		<-done
-		sub.Close()
-		conn.Close()
+		once.Do(func() {
+			cancel()
+			<-done
+			sub.Close()
+			conn.Close()
+		})
 	}, nil
+}
+
+// AgentAction is what the agent did about one finding during a run: what
+// its Events and its remedy_actions_total metric count.
+type AgentAction struct {
+	// AtSeconds is when, in seconds since the scenario started, as the
+	// timeline stamps it.
+	AtSeconds float64 `json:"at_seconds"`
+	// Rule is the rule whose finding it is; Remedy the remedy that acted.
+	Rule   string `json:"rule"`
+	Remedy string `json:"remedy"`
+	// Flow is the flow the finding names (its subject's flow).
+	Flow string `json:"flow"`
+	// Result is the remedy's: done, refused, failed, gone (the flow was
+	// no longer there) or dry-run.
+	Result remedy.Result `json:"result"`
+	// Reason is what was done ("deleted tcp ..."), why it was refused, or
+	// the error it failed with.
+	Reason string `json:"reason"`
+}
+
+// actionLog keeps the agent's actions of one run, stamped on the
+// timeline's clock.
+type actionLog struct {
+	tl *timeline
+
+	mu      sync.Mutex
+	actions []AgentAction
+}
+
+// add is the agent's Config.Actions.
+func (l *actionLog) add(_ rule.Info, a remedy.Action) {
+	at := l.tl.now().Sub(l.tl.start).Round(time.Millisecond).Seconds()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.actions = append(l.actions, AgentAction{AtSeconds: at, Rule: a.Rule, Remedy: a.Remedy,
+		Flow: a.Finding.Subject.Flow, Result: a.Result, Reason: a.Reason})
+}
+
+// list returns the actions so far; an empty list, not nil, when there
+// were none.
+func (l *actionLog) list() []AgentAction {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]AgentAction{}, l.actions...)
 }
 
 // openTable opens a conntrack socket in node and subscribes to its events,

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ghostwatch/ghostwatch/audit"
@@ -101,6 +103,10 @@ type Run struct {
 	// GhostStillMapped is true when the kernel still translated the
 	// client's connection to the dead backend when the run ended.
 	GhostStillMapped bool `json:"ghost_still_mapped"`
+	// AgentActions are what the agent did during the run, in order: each
+	// flow it deleted, or was refused or failed to; null without the
+	// agent.
+	AgentActions []AgentAction `json:"agent_actions"`
 }
 
 // scenario describes one incident: who the client is and which frontend it
@@ -135,12 +141,14 @@ const labNode = "lab-node"
 // pod; the kernel keeps translating the client's connection to the deleted
 // pod.
 func ConntrackDeploy(ctx context.Context, o Options) (*Result, error) {
-	return runScenario(ctx, o, scenario{
-		name: "conntrack-deploy", title: "seed 004: a rolling deploy behind a NodePort, a keep-alive client",
-		namespace: "web", service: "api", app: "api",
-		clusterIP: netip.MustParseAddr("10.96.0.80"), port: 80, targetPort: 8080, nodePort: 30080,
-		external: true,
-	})
+	return runScenario(ctx, o, deployScenario)
+}
+
+var deployScenario = scenario{
+	name: "conntrack-deploy", title: "seed 004: a rolling deploy behind a NodePort, a keep-alive client",
+	namespace: "web", service: "api", app: "api",
+	clusterIP: netip.MustParseAddr("10.96.0.80"), port: 80, targetPort: 8080, nodePort: 30080,
+	external: true,
 }
 
 // ConntrackPool rebuilds seed 001: a client pod holds a pooled, long-lived
@@ -174,9 +182,20 @@ func runScenario(ctx context.Context, o Options, sc scenario) (*Result, error) {
 	if o.WithAgent {
 		modes = append(modes, true)
 	}
+	// A timeline nobody reads any more ends the run: each run's teardown
+	// removes its namespaces.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	tl := newTimeline(o.Out, time.Now())
+	tl.failed = func(err error) { cancel(fmt.Errorf("writing the timeline: %w", err)) }
+	// The prefix is the lab's until it ends, across its runs.
+	claim, err := netbed.ClaimPrefix(o.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	defer claim.Release()
 	for _, withAgent := range modes {
-		run, err := runOnce(ctx, o, sc, tl, withAgent)
+		run, err := runOnce(ctx, claim, o, sc, tl, withAgent)
 		if err != nil {
 			return nil, err
 		}
@@ -196,24 +215,28 @@ func runScenario(ctx context.Context, o Options, sc scenario) (*Result, error) {
 }
 
 // runOnce builds the lab, plays the incident once, and removes the lab.
-func runOnce(ctx context.Context, o Options, sc scenario, tl *timeline, withAgent bool) (run *Run, err error) {
-	bed, err := netbed.New(o.Prefix)
-	if err != nil {
-		return nil, err
-	}
+func runOnce(ctx context.Context, claim *netbed.Claim, o Options, sc scenario, tl *timeline, withAgent bool) (run *Run, err error) {
+	bed := claim.Bed()
 	how := "without the agent"
 	if withAgent {
 		how = "with the agent removing stale flows"
 	}
 	tl.section("ghostwatch lab %s — %s — %s", sc.name, sc.title, how)
 	defer func() {
+		cerr := bed.Close()
+		if cerr == nil {
+			tl.logf("lab", "removed every namespace, link and rule it created")
+		}
 		if ctx.Err() != nil {
-			err = fmt.Errorf("lab %s interrupted: %w", sc.name, ctx.Err())
+			// The timeline may be what failed: say here that the lab is gone.
+			err = fmt.Errorf("lab %s interrupted: %w", sc.name, context.Cause(ctx))
+			if cerr == nil {
+				err = fmt.Errorf("%w; removed every namespace it created", err)
+			}
 		}
-		if cerr := bed.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("cleaning up the lab: %w", cerr)
+		if cerr != nil {
+			err = errors.Join(err, fmt.Errorf("cleaning up the lab: %w", cerr))
 		}
-		tl.logf("lab", "removed every namespace, link and rule it created")
 	}()
 	e, err := newEnv(ctx, o, bed, sc, tl)
 	if err != nil {
@@ -222,18 +245,25 @@ func runOnce(ctx context.Context, o Options, sc scenario, tl *timeline, withAgen
 	if e.real != nil {
 		defer e.real.close()
 	}
+	var actions *actionLog
+	stopAgent := func() {}
 	if withAgent {
-		stop, err := e.startAgent(ctx, o)
-		if err != nil {
+		actions = &actionLog{tl: tl}
+		if stopAgent, err = e.startAgent(ctx, o, actions); err != nil {
 			return nil, err
 		}
-		defer stop()
+		defer stopAgent()
 	}
 	run, err = e.replace(ctx, o)
 	if err != nil {
 		return nil, err
 	}
 	run.Agent = withAgent
+	if withAgent {
+		// Stopped first, so that the run holds every action it took.
+		stopAgent()
+		run.AgentActions = actions.list()
+	}
 	return run, nil
 }
 
@@ -261,7 +291,9 @@ func newEnv(ctx context.Context, o Options, bed *netbed.Bed, sc scenario, tl *ti
 			return nil, err
 		}
 		e := &env{bed: bed, node: rw.node.Net, sc: sc, tl: tl, pods: map[string]*netbed.Host{}, real: rw}
-		e.logService()
+		if err := e.logService(ctx); err != nil {
+			return nil, err
+		}
 		return e, nil
 	}
 	node, err := bed.AddNode("node", netbed.NodeOptions{
@@ -275,23 +307,67 @@ func newEnv(ctx context.Context, o Options, bed *netbed.Bed, sc scenario, tl *ti
 	if err := e.cluster.AddNode(ctx, labNode, nodeIP); err != nil {
 		return nil, err
 	}
-	if err := e.cluster.AddService(ctx, sc.namespace, sc.service, sc.app, []netip.Addr{sc.clusterIP},
-		LabPort{Protocol: corev1.ProtocolTCP, Port: int32(sc.port), TargetPort: int32(sc.targetPort), NodePort: int32(sc.nodePort)}); err != nil {
+	if err := addService(ctx, e.cluster, sc); err != nil {
 		return nil, err
 	}
 	tl.logf("node", "namespace %s, address %s, conntrack timestamps on", node.Name(), nodeIP)
-	e.logService()
+	if err := e.logService(ctx); err != nil {
+		return nil, err
+	}
 	return e, nil
 }
 
-func (e *env) logService() {
+// addService creates sc's Service in the in-memory API.
+func addService(ctx context.Context, c *Cluster, sc scenario) error {
+	return c.AddService(ctx, sc.namespace, sc.service, sc.app, []netip.Addr{sc.clusterIP},
+		LabPort{Protocol: corev1.ProtocolTCP, Port: int32(sc.port), TargetPort: int32(sc.targetPort), NodePort: int32(sc.nodePort)})
+}
+
+// logService prints the Service as the API holds it; for a NodePort, its
+// externalTrafficPolicy and what the node does with the client's address,
+// which decide whether a dead backend leaves a ghost.
+func (e *env) logService(ctx context.Context) error {
 	sc := e.sc
-	if sc.nodePort != 0 {
-		e.tl.logf("api", "Service %s/%s: ClusterIP %s:%d, NodePort %s:%d -> targetPort %d", sc.namespace, sc.service,
-			sc.clusterIP, sc.port, nodeIP, sc.nodePort, sc.targetPort)
-	} else {
+	if sc.nodePort == 0 {
 		e.tl.logf("api", "Service %s/%s: ClusterIP %s:%d -> targetPort %d", sc.namespace, sc.service, sc.clusterIP, sc.port, sc.targetPort)
+		return nil
 	}
+	e.tl.logf("api", "Service %s/%s: ClusterIP %s:%d, NodePort %s:%d -> targetPort %d", sc.namespace, sc.service,
+		sc.clusterIP, sc.port, nodeIP, sc.nodePort, sc.targetPort)
+	var admin kubernetes.Interface
+	if e.real != nil {
+		admin = e.real.cp.Admin
+	} else {
+		admin = e.cluster.Client
+	}
+	svc, err := admin.CoreV1().Services(sc.namespace).Get(ctx, sc.service, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading Service %s/%s back: %w", sc.namespace, sc.service, err)
+	}
+	policy, path := trafficPolicy(svc, e.real != nil)
+	e.tl.logf("api", "Service %s/%s: %s", sc.namespace, sc.service, policy)
+	e.tl.logf("proxy", "%s", path)
+	return nil
+}
+
+// trafficPolicy says what a NodePort Service's externalTrafficPolicy is in
+// the API, and what the node does with the client's traffic (path):
+// kube-proxy (real) does as the policy says; the lab's own DNAT rules (not
+// real) never masquerade.
+func trafficPolicy(svc *corev1.Service, real bool) (policy, path string) {
+	const ghost = "; with Cluster, kube-proxy would masquerade it out of the backend's veth, and the entry would go with the pod: no ghost on one node"
+	p := svc.Spec.ExternalTrafficPolicy
+	policy = "externalTrafficPolicy " + string(p)
+	switch {
+	case !real && p == "":
+		return "externalTrafficPolicy not set (the in-memory API sets no defaults; a real API server would set Cluster)",
+			"the lab's DNAT rules keep the client's address (no SNAT), as kube-proxy does for Local, and every endpoint is on this node" + ghost
+	case !real:
+		return policy, "the lab's DNAT rules keep the client's address (no SNAT) whatever the policy says"
+	case p == corev1.ServiceExternalTrafficPolicyLocal:
+		return policy, "kube-proxy keeps the client's address (no SNAT) and sends NodePort traffic only to endpoints on this node" + ghost
+	}
+	return policy, "kube-proxy masquerades NodePort traffic (SNAT to the node) and may send it to endpoints on any node; a backend on this node leaves no ghost, its entries go with its veth"
 }
 
 // kube is the client the scans and the agent read the cluster with.
@@ -402,7 +478,11 @@ func (e *env) showKernel(ctx context.Context) (ghost bool, err error) {
 			if f.Frontend() != fe {
 				return nil
 			}
-			lines = append(lines, fmt.Sprintf("%s DNAT -> %s %s timeout %ds", f.String(), f.Backend(), f.State, f.Timeout))
+			line := fmt.Sprintf("%s DNAT -> %s", f.String(), f.Backend())
+			if src := netip.AddrPortFrom(f.Reply.Dst, f.Reply.DstPort); src != netip.AddrPortFrom(f.Orig.Src, f.Orig.SrcPort) {
+				line += fmt.Sprintf(" SNAT -> %s", src)
+			}
+			lines = append(lines, fmt.Sprintf("%s %s timeout %ds", line, f.State, f.Timeout))
 			if f.Reply.Src == oldBackendIP && netip.AddrPortFrom(f.Orig.Src, f.Orig.SrcPort) == e.firstConn &&
 				f.State != "CLOSE" && f.State != "TIME_WAIT" {
 				ghost = true
@@ -441,6 +521,7 @@ func (e *env) startClient(ctx context.Context, o Options) (*client, error) {
 	c := newClient(func(ctx context.Context) (net.Conn, error) {
 		return h.Dial(ctx, "tcp", "", fe.String())
 	}, o.Interval, o.RequestTimeout)
+	c.failures = &failureLog{tl: e.tl}
 	go c.run(ctx)
 	who := "a client outside the cluster"
 	if !e.sc.external {
@@ -620,11 +701,10 @@ func (in *incident) killOld(ctx context.Context) error {
 // the pod that no longer exists, although the Service no longer routes
 // there.
 func (in *incident) awaitFailure(ctx context.Context) error {
+	// The client's failure log has printed the failure.
 	if _, err := in.cl.waitFor(ctx, 10*time.Second, func(os []Outcome) bool { return hasFailure(os[in.mark:]) }); err != nil {
 		return fmt.Errorf("the client never noticed the pod was gone: %w", err)
 	}
-	first := firstFailure(in.cl.since(in.mark))
-	in.e.tl.logf("client", "request failed: %v", first.Err)
 	return nil
 }
 
@@ -663,10 +743,12 @@ func (in *incident) scanGhost(ctx context.Context) error {
 // it must not.
 func (in *incident) observe(ctx context.Context) error {
 	e, o := in.e, in.o
-	all, werr := in.cl.waitFor(ctx, o.Observe, func(os []Outcome) bool { return recoveredAfter(os[in.mark:]) })
+	_, werr := in.cl.waitFor(ctx, o.Observe, func(os []Outcome) bool { return recoveredAfter(os[in.mark:]) })
 	if werr != nil && ctx.Err() != nil {
 		return ctx.Err()
 	}
+	// Measured on what the failure log printed.
+	all := in.cl.stopFailures()
 	window, nfail, recovered := measure(all[in.mark:])
 	in.window = window
 	in.run.ErrorWindowSeconds, in.run.FailedRequests, in.run.Recovered = window.Round(time.Millisecond).Seconds(), nfail, recovered

@@ -3,5 +3,5 @@
 // conntrack, and an in-memory Kubernetes API that ghostwatch reads through
 // the same kube source it uses in production. Scenarios print a timeline of
 // what the client saw, what the kernel still maps, and what ghostwatch found.
-// The lab only ever touches namespaces it created.
+// The lab only ever touches namespaces it created, and its lock file.
 package lab

@@ -609,4 +609,10 @@ func TestLabConntrackDeployRealControlPlane(t *testing.T) {
 		!strings.Contains(out.String(), "StaleFlowDeleted on Service web/api") {
 		t.Errorf("the timeline does not show kube-proxy routing and the agent's Event")
 	}
+	// The policy the API server holds, and the kernel showing the client's
+	// address kept.
+	if !strings.Contains(out.String(), "Service web/api: externalTrafficPolicy Local") || strings.Contains(out.String(), "SNAT ->") {
+		t.Errorf("the timeline does not state the policy, or the node rewrote the client's address")
+	}
+	checkAgentActions(t, res)
 }

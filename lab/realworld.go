@@ -98,6 +98,15 @@ func newRealWorld(ctx context.Context, o Options, bed *netbed.Bed, sc scenario, 
 	if _, err := cp.Admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: sc.namespace}}, metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}
+	svc := labService(sc)
+	if _, err := cp.Admin.CoreV1().Services(sc.namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	return rw, nil
+}
+
+// labService is the Service the real control plane gets for sc.
+func labService(sc scenario) *corev1.Service {
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: sc.namespace, Name: sc.service},
 		Spec: corev1.ServiceSpec{
@@ -115,10 +124,7 @@ func newRealWorld(ctx context.Context, o Options, bed *netbed.Bed, sc scenario, 
 		svc.Spec.Type = corev1.ServiceTypeNodePort
 		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 	}
-	if _, err := cp.Admin.CoreV1().Services(sc.namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-		return nil, err
-	}
-	return rw, nil
+	return svc
 }
 
 func (rw *realWorld) close() {

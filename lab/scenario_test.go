@@ -5,11 +5,19 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/ghostwatch/ghostwatch/internal/testenv"
+	"github.com/ghostwatch/ghostwatch/lab/netbed"
+	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
 )
 
@@ -45,6 +53,15 @@ func TestConntrackDeployScenario(t *testing.T) {
 	if !strings.Contains(out.String(), "is draining") {
 		t.Errorf("timeline lacks the draining scan")
 	}
+	// What the in-memory API holds, and the kernel showing what the lab's
+	// rules do: the client's address is kept.
+	if !strings.Contains(out.String(), "Service web/api: externalTrafficPolicy not set") || strings.Contains(out.String(), "SNAT ->") {
+		t.Errorf("timeline does not state the policy, or the node rewrote the client's address")
+	}
+	// One line for the first timeout, one counting the others.
+	if strings.Count(out.String(), "request failed: timeout") != 1 || !strings.Contains(out.String(), "more requests failed the same way (timeout)") {
+		t.Errorf("timeline does not show the timeouts once and count them")
+	}
 }
 
 func TestConntrackDeployReuseIPScenario(t *testing.T) {
@@ -64,6 +81,11 @@ func TestConntrackDeployReuseIPScenario(t *testing.T) {
 	// reconnects through the Service and the old entry can carry no more.
 	if !r.Recovered || r.GhostStillMapped {
 		t.Errorf("after the reset the client must recover and the old entry be closed: %+v", r)
+	}
+	// Both kinds of failure are on the timeline, in the order they came.
+	timeout, reset := strings.Index(out.String(), "request failed: timeout"), strings.Index(out.String(), "request failed: connection reset")
+	if timeout < 0 || reset < timeout {
+		t.Errorf("timeline does not show the timeout, then the reset")
 	}
 }
 
@@ -109,5 +131,108 @@ func TestConntrackDeployWithAgent(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "StaleFlowDeleted on Service web/api") {
 		t.Errorf("no StaleFlowDeleted Event on the Service in the timeline")
+	}
+	checkAgentActions(t, res)
+}
+
+// checkAgentActions checks that the run with the agent records its
+// deletion of the client's stale flow, and the run without records none.
+func checkAgentActions(t *testing.T, res *Result) {
+	t.Helper()
+	without, with := res.Runs[0], res.Runs[1]
+	if without.AgentActions != nil {
+		t.Errorf("actions without the agent: %+v", without.AgentActions)
+	}
+	deleted := 0
+	for _, a := range with.AgentActions {
+		if a.Result == remedy.Done && a.Rule == rule.StaleNATFlowID && strings.HasPrefix(a.Flow, "tcp "+externalIP.String()+":") &&
+			strings.HasSuffix(a.Flow, " -> 192.168.50.1:30080") && strings.HasPrefix(a.Reason, "deleted "+a.Flow) && a.AtSeconds > 0 {
+			deleted++
+		}
+	}
+	if deleted != 1 {
+		t.Errorf("agent actions %+v, want one deletion of the client's flow", with.AgentActions)
+	}
+}
+
+// namespacesOf lists the network namespaces named prefix-*.
+func namespacesOf(t *testing.T, prefix string) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/var/run/netns")
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prefix+"-") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// A timeline nobody reads any more (stdout closed under the lab) stops the
+// run, which removes its namespaces and says so in its error.
+func TestScenarioStopsWhenTheTimelineFails(t *testing.T) {
+	requireRoot(t)
+	p := prefix()
+	// The seventh write fails: the node and the old pod exist by then.
+	w := &brokenWriter{ok: 6, err: syscall.EPIPE}
+	res, err := ConntrackDeploy(context.Background(), Options{Out: w, Prefix: p})
+	t.Log("\n" + strings.Join(w.lines, ""))
+	if err == nil || !errors.Is(err, syscall.EPIPE) || !strings.Contains(err.Error(), "interrupted: writing the timeline") ||
+		!strings.Contains(err.Error(), "removed every namespace it created") {
+		t.Fatalf("result %+v, error %v; want the run stopped by the failed write", res, err)
+	}
+	if !strings.Contains(strings.Join(w.lines, ""), "pod web/api-v1 running") {
+		t.Errorf("the write failed before the lab had built anything")
+	}
+	if left := namespacesOf(t, p); len(left) > 0 {
+		t.Errorf("namespaces left behind: %v", left)
+	}
+	if c, err := netbed.ClaimPrefix(p); err != nil {
+		t.Errorf("the prefix is still held: %v", err)
+	} else {
+		c.Release()
+	}
+	if w.writes != 7 {
+		t.Errorf("%d writes, want 7: none after the one that failed", w.writes)
+	}
+}
+
+// The timeline states the NodePort Service's externalTrafficPolicy as each
+// control plane's API holds it, and what the node does with the client's
+// address.
+func TestTrafficPolicyIsWhatTheScenarioCreates(t *testing.T) {
+	ctx := context.Background()
+	sc := deployScenario
+	cl := NewCluster(time.Now)
+	if err := addService(ctx, cl, sc); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := cl.Client.CoreV1().Services(sc.namespace).Get(ctx, sc.service, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name         string
+		svc          *corev1.Service
+		real         bool
+		policy, path string
+	}{
+		{"memory", svc, false,
+			"externalTrafficPolicy not set (the in-memory API sets no defaults; a real API server would set Cluster)",
+			"the lab's DNAT rules keep the client's address (no SNAT), as kube-proxy does for Local"},
+		{"real", labService(sc), true,
+			"externalTrafficPolicy Local",
+			"kube-proxy keeps the client's address (no SNAT) and sends NodePort traffic only to endpoints on this node"},
+		{"real, Cluster", &corev1.Service{Spec: corev1.ServiceSpec{ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyCluster}}, true,
+			"externalTrafficPolicy Cluster",
+			"kube-proxy masquerades NodePort traffic (SNAT to the node)"},
+	} {
+		policy, path := trafficPolicy(tc.svc, tc.real)
+		if policy != tc.policy || !strings.HasPrefix(path, tc.path) {
+			t.Errorf("%s: %q, %q; want %q, %q...", tc.name, policy, path, tc.policy, tc.path)
+		}
 	}
 }

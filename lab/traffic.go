@@ -70,6 +70,9 @@ type client struct {
 	interval time.Duration
 	timeout  time.Duration
 
+	// failures, when set, is told every outcome as it is recorded.
+	failures *failureLog
+
 	mu       sync.Mutex
 	outcomes []Outcome
 	notify   chan struct{}
@@ -141,12 +144,28 @@ func isTimeout(err error) bool {
 
 func (c *client) record(o Outcome) {
 	c.mu.Lock()
+	// Before the waiters hear of it: a failure is on the timeline before
+	// what the scenario does about it.
+	if c.failures != nil {
+		c.failures.add(o)
+	}
 	c.outcomes = append(c.outcomes, o)
 	c.mu.Unlock()
 	select {
 	case c.notify <- struct{}{}:
 	default:
 	}
+}
+
+// stopFailures stops the failure log (see failureLog.stop) and returns
+// every outcome it was told of.
+func (c *client) stopFailures() []Outcome {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.failures != nil {
+		c.failures.stop()
+	}
+	return append([]Outcome(nil), c.outcomes...)
 }
 
 // since returns the outcomes from index i on.

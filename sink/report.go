@@ -18,14 +18,15 @@ import (
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
-// Formats the report writers accept.
-var Formats = []string{"table", "json", "yaml"}
+// Formats the report writers accept: text is the table ("table" is
+// accepted too), json and yaml the same document.
+var Formats = []string{"text", "json", "yaml"}
 
 // Write renders r in the named format. catalog supplies the runbook text the
 // table shows for each rule.
 func Write(w io.Writer, format string, r *finding.Report, catalog []rule.Rule) error {
 	switch format {
-	case "", "table":
+	case "", "text", "table":
 		return Table(w, r, catalog)
 	case "json":
 		return JSON(w, r)

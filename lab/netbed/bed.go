@@ -21,7 +21,7 @@ import (
 )
 
 // netnsDir is where named network namespaces are bound, as `ip netns` does.
-const netnsDir = "/var/run/netns"
+var netnsDir = "/var/run/netns"
 
 // Gateways the node answers on every veth, as Calico does: hosts route
 // everything through them.
@@ -37,6 +37,8 @@ var ErrNotRoot = errors.New("the lab needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN
 // all of them.
 type Bed struct {
 	prefix string
+	// claim, when the bed took it itself (New), is released by Close.
+	claim *Claim
 
 	mu     sync.Mutex
 	ns     []*namespace
@@ -51,27 +53,18 @@ type namespace struct {
 	closers []func() error
 }
 
-// New starts an empty bed. It refuses when not root, and when a namespace
-// with the prefix already exists (another lab is running, or one was killed
-// before it could clean up).
+// New claims the prefix (see ClaimPrefix) and starts an empty bed on it;
+// Close releases the claim. It refuses when not root, while another lab
+// runs with the prefix, and when namespaces with the prefix were left by
+// a lab that is no longer running.
 func New(prefix string) (*Bed, error) {
-	if os.Geteuid() != 0 {
-		return nil, ErrNotRoot
+	c, err := ClaimPrefix(prefix)
+	if err != nil {
+		return nil, err
 	}
-	if strings.ContainsAny(prefix, "/ ") || prefix == "" || len(prefix) > 8 {
-		return nil, fmt.Errorf("namespace prefix %q: want 1 to 8 characters without '/' or spaces", prefix)
-	}
-	entries, err := os.ReadDir(netnsDir)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("listing network namespaces: %w", err)
-	}
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), prefix+"-") {
-			return nil, fmt.Errorf("network namespace %s already exists: another lab is running, or a previous one was killed; remove it with `ip netns del %s`",
-				e.Name(), e.Name())
-		}
-	}
-	return &Bed{prefix: prefix}, nil
+	b := c.Bed()
+	b.claim = c
+	return b, nil
 }
 
 // newNamespace creates prefix-name and applies base sysctls in it.
@@ -187,12 +180,19 @@ func (b *Bed) Close() error {
 	ns := b.ns
 	b.ns = nil
 	b.closed = true
+	claim := b.claim
+	b.claim = nil
 	b.mu.Unlock()
 	var errs []error
 	for i := len(ns) - 1; i >= 0; i-- {
 		if err := ns[i].remove(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	// Released also when a namespace could not be removed: it is then a
+	// leftover, for `ghostwatch lab cleanup`.
+	if err := claim.Release(); err != nil {
+		errs = append(errs, fmt.Errorf("releasing the prefix: %w", err))
 	}
 	return errors.Join(errs...)
 }

@@ -5,9 +5,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -215,7 +217,9 @@ func TestNoBackendsDropsNewConnections(t *testing.T) {
 	}
 }
 
-func TestCloseRemovesEverythingAndNewRefusesLeftovers(t *testing.T) {
+// While a bed runs, a second one on its prefix is refused as another lab
+// running; Close removes every namespace and gives the prefix up.
+func TestCloseRemovesEverythingAndNewRefusesWhileRunning(t *testing.T) {
 	requireRoot(t)
 	prefix := testPrefix(t)
 	b, err := New(prefix)
@@ -231,8 +235,9 @@ func TestCloseRemovesEverythingAndNewRefusesLeftovers(t *testing.T) {
 		b.Close()
 		t.Fatal(err)
 	}
-	if _, err := New(prefix); err == nil || !strings.Contains(err.Error(), "already exists") {
-		t.Errorf("New with leftovers: %v, want an 'already exists' error", err)
+	var busy *BusyError
+	if _, err := New(prefix); !errors.As(err, &busy) || busy.PID != os.Getpid() {
+		t.Errorf("New while a bed runs: %v, want another lab (pid %d) running", err, os.Getpid())
 	}
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
@@ -245,6 +250,48 @@ func TestCloseRemovesEverythingAndNewRefusesLeftovers(t *testing.T) {
 	}
 	if err := b.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
+	}
+	again, err := New(prefix)
+	if err != nil {
+		t.Fatalf("New after Close: %v", err)
+	}
+	again.Close()
+}
+
+// The namespaces of a lab whose process is gone (its lock dropped, its
+// namespaces still bound) are leftovers: New lists them, Cleanup unmounts
+// and removes every one.
+func TestCleanupRemovesADeadLabsNamespaces(t *testing.T) {
+	requireRoot(t)
+	prefix := testPrefix(t)
+	b, err := New(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	node, err := b.AddNode("node", NodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.AddHost("h", node, pfx("10.0.0.2")); err != nil {
+		t.Fatal(err)
+	}
+	// The process dies: the kernel drops its lock, the bind mounts stay.
+	b.claim.Release()
+	var left *LeftoversError
+	want := []string{prefix + "-h", prefix + "-node"}
+	if _, err := New(prefix); !errors.As(err, &left) || !slices.Equal(left.Names, want) {
+		t.Errorf("New over a dead lab's namespaces: %v, want leftovers %v", err, want)
+	}
+	removed, err := Cleanup(prefix)
+	if err != nil || !slices.Equal(removed, want) {
+		t.Errorf("Cleanup removed %v, %v; want %v", removed, err, want)
+	}
+	entries, _ := os.ReadDir(netnsDir)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prefix+"-") {
+			t.Errorf("namespace %s left behind", e.Name())
+		}
 	}
 }
 

@@ -1,0 +1,274 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/internal/testenv"
+	"github.com/ghostwatch/ghostwatch/lab"
+	"github.com/ghostwatch/ghostwatch/lab/netbed"
+)
+
+// scan and lab name their outputs alike: an unknown -o gets the same
+// answer from both, listing the same names, before anything runs.
+func TestOutputNamesShared(t *testing.T) {
+	for _, args := range [][]string{
+		append(append([]string(nil), offline...), "-o", "xml"),
+		{"lab", "conntrack-deploy", "-o", "xml"},
+		{"lab", "conntrack-pool", "-o", "xml"},
+	} {
+		code, out, errOut := run(t, "", args...)
+		if code != ExitError || out != "" || errOut != "ghostwatch: -o \"xml\": want text, json or yaml\n" {
+			t.Errorf("ghostwatch %s: exit %d, stdout %q, stderr %q", strings.Join(args, " "), code, out, errOut)
+		}
+	}
+}
+
+// The shell offers the same -o names for scan and the lab.
+func TestOutputCompletionsShared(t *testing.T) {
+	for _, cmd := range [][]string{{"scan"}, {"lab", "conntrack-deploy"}, {"lab", "conntrack-pool"}} {
+		code, out, errOut := run(t, "", append(append([]string{"__complete"}, cmd...), "-o", "")...)
+		names, _, _ := strings.Cut(out, ":")
+		if code != ExitOK || names != "text\njson\nyaml\n" {
+			t.Errorf("completing %s -o: exit %d, stdout %q, stderr %q; want text, json, yaml", strings.Join(cmd, " "), code, out, errOut)
+		}
+	}
+}
+
+// scan -o text is the table, as -o table (still accepted) and the default.
+func TestScanTextIsTheTable(t *testing.T) {
+	_, def, _ := run(t, "", offline...)
+	for _, o := range []string{"text", "table"} {
+		code, out, errOut := run(t, "", append(append([]string(nil), offline...), "-o", o)...)
+		if code != ExitFindings || out != def {
+			t.Errorf("-o %s: exit %d, stderr %q, stdout differs from the default:\n%s", o, code, errOut, out)
+		}
+	}
+	if !strings.Contains(def, "stale-nat-flow: 2 findings") {
+		t.Errorf("default output is not the table:\n%s", def)
+	}
+}
+
+// lab -o yaml prints the object -o json prints.
+func TestLabResultYAMLIsTheJSON(t *testing.T) {
+	res := &lab.Result{Scenario: "conntrack-deploy", Runs: []lab.Run{{
+		Agent: true, ErrorWindowSeconds: 0.25, FailedRequests: 3, Recovered: true,
+		Findings: []finding.Finding{{Rule: "stale-nat-flow", Severity: finding.Critical, Message: "a <ghost> & more",
+			Subject: finding.Subject{IP: "10.244.1.100", Flow: "tcp 203.0.113.10:40000 -> 192.168.50.1:30080"}}},
+	}}}
+	var js, ys bytes.Buffer
+	if err := writeResult(&js, "json", res); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeResult(&ys, "yaml", res); err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasPrefix(strings.TrimSpace(ys.String()), "{") {
+		t.Fatalf("-o yaml printed JSON:\n%s", ys.String())
+	}
+	fromYAML, err := yaml.YAMLToJSON(ys.Bytes())
+	if err != nil {
+		t.Fatalf("-o yaml is not YAML: %v\n%s", err, ys.String())
+	}
+	var a, b any
+	if err := json.Unmarshal(js.Bytes(), &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(fromYAML, &b); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a, b) {
+		t.Errorf("yaml and json differ:\njson: %s\nyaml: %s", js.String(), ys.String())
+	}
+	var text bytes.Buffer
+	if err := writeResult(&text, "text", res); err != nil || text.Len() != 0 {
+		t.Errorf("-o text printed %q, %v after the timeline", text.String(), err)
+	}
+}
+
+// labProcess is `ghostwatch lab conntrack-deploy` running as a process of
+// its own, its stdout a pipe the test reads line by line.
+type labProcess struct {
+	cmd    *exec.Cmd
+	prefix string
+	stdout *os.File
+	lines  *bufio.Scanner
+	stderr bytes.Buffer
+}
+
+func startLab(t *testing.T) *labProcess {
+	t.Helper()
+	testenv.RequireRoot(t, "kernel test: the lab needs root to create network namespaces")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 3)
+	rand.Read(b)
+	p := &labProcess{prefix: "gwc" + hex.EncodeToString(b)[:5]}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd = exec.Command(exe, "lab", "conntrack-deploy", "--prefix", p.prefix)
+	p.cmd.Env = append(os.Environ(), "GHOSTWATCH_RUN_MAIN=1")
+	p.cmd.Stdout, p.cmd.Stderr = w, &p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	p.stdout, p.lines = r, bufio.NewScanner(r)
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		r.Close()
+		// What a lab that died would have left.
+		for _, n := range namespacesOf(t, p.prefix) {
+			_ = netbed.DeleteNamespace(n)
+		}
+	})
+	return p
+}
+
+// readUntil reads the timeline until a line containing s.
+func (p *labProcess) readUntil(t *testing.T, s string) {
+	t.Helper()
+	for p.lines.Scan() {
+		if strings.Contains(p.lines.Text(), s) {
+			return
+		}
+	}
+	t.Fatalf("the lab ended before printing %q: %v; stderr:\n%s", s, p.lines.Err(), p.stderr.String())
+}
+
+// wait waits for the lab to end and checks it ended through its cleanup:
+// by itself with exit code 2, not killed by a signal, no namespace left,
+// and an error that says why, naming want.
+func (p *labProcess) wait(t *testing.T, want string) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the lab did not stop; stderr:\n%s", p.stderr.String())
+	}
+	ws := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if ws.Signaled() || ws.ExitStatus() != ExitError {
+		t.Errorf("the lab ended with %v, want exit %d; stderr:\n%s", p.cmd.ProcessState, ExitError, p.stderr.String())
+	}
+	if errOut := p.stderr.String(); !strings.Contains(errOut, want) || !strings.Contains(errOut, "removed every namespace it created") {
+		t.Errorf("stderr %q does not say %q and that the namespaces are gone", errOut, want)
+	}
+	if left := namespacesOf(t, p.prefix); len(left) > 0 {
+		t.Errorf("namespaces left behind: %v", left)
+	}
+}
+
+// ghostwatch lab ... | head: once the reader is gone, the lab stops and
+// removes its namespaces instead of dying of SIGPIPE.
+func TestLabStopsWhenStdoutCloses(t *testing.T) {
+	p := startLab(t)
+	p.readUntil(t, "pod web/api-v1 running")
+	p.stdout.Close()
+	p.wait(t, "writing the timeline: write /dev/stdout: broken pipe")
+}
+
+// The terminal closing (SIGHUP) ends the lab through its cleanup.
+func TestLabStopsOnSIGHUP(t *testing.T) {
+	p := startLab(t)
+	p.readUntil(t, "pod web/api-v1 running")
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	go io.Copy(io.Discard, p.stdout)
+	p.wait(t, "interrupted: hangup signal received")
+}
+
+// namespacesOf lists the network namespaces named prefix-*.
+func namespacesOf(t *testing.T, prefix string) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/var/run/netns")
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prefix+"-") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// lab cleanup removes a dead lab's namespaces and says which; refuses while
+// a lab runs with the prefix; and with nothing left says so and exits 0. A
+// scenario started over a dead lab's namespaces names every one and how to
+// remove them.
+func TestLabCleanup(t *testing.T) {
+	testenv.RequireRoot(t, "kernel test: needs root to create network namespaces")
+	b := make([]byte, 3)
+	rand.Read(b)
+	p := "gwc" + hex.EncodeToString(b)[:5]
+	t.Cleanup(func() {
+		for _, n := range namespacesOf(t, p) {
+			_ = netbed.DeleteNamespace(n)
+		}
+	})
+	add := func(name string) {
+		t.Helper()
+		if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+			t.Fatalf("ip netns add %s: %v: %s", name, err, out)
+		}
+	}
+
+	// A lab running with the prefix: its namespaces are not to be touched.
+	running, err := netbed.ClaimPrefix(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	add(p + "-node")
+	code, out, errOut := run(t, "", "lab", "cleanup", "--prefix", p)
+	want := fmt.Sprintf("ghostwatch: another lab (pid %d) is running with prefix %s; wait for it or use --prefix\n", os.Getpid(), p)
+	if code != ExitError || out != "" || errOut != want {
+		t.Errorf("cleanup while a lab runs: exit %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
+	}
+	if got := namespacesOf(t, p); len(got) != 1 {
+		t.Errorf("namespaces after a refused cleanup: %v", got)
+	}
+
+	// It dies without cleaning up.
+	running.Release()
+	add(p + "-client")
+	code, out, errOut = run(t, "", "lab", "conntrack-pool", "--prefix", p)
+	want = fmt.Sprintf("ghostwatch: leftovers of a lab that is no longer running: %[1]s-client, %[1]s-node; remove them with `ghostwatch lab cleanup --prefix %[1]s`\n", p)
+	if code != ExitError || errOut != want {
+		t.Errorf("lab over leftovers: exit %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
+	}
+	code, out, errOut = run(t, "", "lab", "cleanup", "--prefix", p)
+	if want := fmt.Sprintf("removed network namespace %[1]s-client\nremoved network namespace %[1]s-node\n", p); code != ExitOK || out != want {
+		t.Errorf("cleanup: exit %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
+	}
+	if got := namespacesOf(t, p); len(got) > 0 {
+		t.Errorf("namespaces left after cleanup: %v", got)
+	}
+	code, out, errOut = run(t, "", "lab", "cleanup", "--prefix", p)
+	if want := "nothing to do: no network namespace named " + p + "-* is left\n"; code != ExitOK || out != want || errOut != "" {
+		t.Errorf("cleanup with nothing left: exit %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
+	}
+}
