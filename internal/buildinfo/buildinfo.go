@@ -4,6 +4,7 @@
 package buildinfo
 
 import (
+	"regexp"
 	"runtime/debug"
 	"strings"
 )
@@ -53,14 +54,18 @@ func Read() Info {
 // release tag, else its commit when the tree was clean, else main.
 func (i Info) Ref() string {
 	switch {
-	case strings.HasPrefix(i.Version, "v") && !strings.Contains(i.Version, "-0."):
-		// A tag, not a pseudo-version (v0.0.0-2026…-abcdef).
+	case strings.HasPrefix(i.Version, "v") && !pseudo.MatchString(i.Version):
+		// A tag, not a pseudo-version (v0.0.0-20261123101500-0123456789ab).
 		return i.Version
 	case i.Commit != "" && !i.Modified:
 		return i.Commit
 	}
 	return "main"
 }
+
+// pseudo matches the end of a Go pseudo-version: a UTC time and a
+// 12-digit commit prefix.
+var pseudo = regexp.MustCompile(`[-.]\d{14}-[0-9a-f]{12}(\+incompatible)?$`)
 
 // DocURL is the address of path (a file of the repository, such as
 // docs/runbooks/stale-nat-flow.md) at this binary's reference: a page that

@@ -9,6 +9,8 @@ func TestRef(t *testing.T) {
 	}{
 		{Info{Version: "v0.3.1", Commit: "abc"}, "v0.3.1"},
 		{Info{Version: "v0.0.0-20261123101500-0123456789ab", Commit: "0123456789abcdef"}, "0123456789abcdef"},
+		{Info{Version: "v1.2.4-0.20261123101500-0123456789ab", Commit: "0123456789abcdef"}, "0123456789abcdef"},
+		{Info{Version: "v1.3.0-rc.1", Commit: "0123456789abcdef"}, "v1.3.0-rc.1"},
 		{Info{Version: "dev", Commit: "0123456789abcdef"}, "0123456789abcdef"},
 		{Info{Version: "dev", Commit: "0123456789abcdef", Modified: true}, "main"},
 		{Info{Version: "dev"}, "main"},
