@@ -16,6 +16,7 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/audit"
 	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/internal/text"
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 	"github.com/ghostwatch/ghostwatch/rule"
@@ -773,8 +774,8 @@ func (in *incident) summarize() {
 	if !r.Recovered {
 		state = "had not recovered"
 	}
-	in.e.tl.logf("result", "the client saw errors for %.1fs (%d failed requests) and %s; ghostwatch reported %d finding(s)",
-		in.window.Seconds(), r.FailedRequests, state, len(r.Findings))
+	in.e.tl.logf("result", "the client saw errors for %.1fs (%s) and %s; ghostwatch reported %s",
+		in.window.Seconds(), text.Count(r.FailedRequests, "failed request", "failed requests"), state, text.Count(len(r.Findings), "finding", "findings"))
 	if r.GhostStillMapped {
 		in.e.tl.logf("result", "the kernel still maps the connection to the deleted pod; every retransmission renews the entry, so it lasts until the flow is deleted or the client gives up")
 	}

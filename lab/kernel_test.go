@@ -177,19 +177,7 @@ func testRulesOnTheKernel(t *testing.T, proto snapshot.Proto) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stale, _ := rule.Find(rules, rems[0].Rule.ID)
-	rems[0].Recheck = func(ctx context.Context, fs []finding.Finding) []error {
-		rc := stale.(rule.Rechecker)
-		var q snapshot.KubeQuery
-		for _, f := range fs {
-			q.Add(rc.RecheckQuery(res.Snapshot, f))
-		}
-		k, err := kube.Quorum(ctx, cl.Client, q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rc.Recheck(&snapshot.Snapshot{NodeName: labNode, Kube: k}, fs)
-	}
+	rems[0].Recheck = quorumRecheck(t, cl, rules, rems[0].Rule.ID, res.Snapshot)
 	actions, err := rems[0].Apply(ctx, res.Snapshot, res.Findings)
 	if err != nil {
 		t.Fatal(err)
@@ -211,6 +199,29 @@ func testRulesOnTheKernel(t *testing.T, proto snapshot.Proto) {
 		if b := f.Reply.Src; b == backends[2].v4 || b == backends[2].v6 {
 			t.Errorf("a flow to the deleted pod survived: %s", f.String())
 		}
+	}
+}
+
+// quorumRecheck is the agent's last re-check for the remedy of rule id:
+// a quorum read of what the rule names, judged again.
+func quorumRecheck(t *testing.T, cl *Cluster, rules []rule.Rule, id string, s *snapshot.Snapshot) remedy.Recheck {
+	r, _ := rule.Find(rules, id)
+	rc := r.(rule.Rechecker)
+	return func(ctx context.Context, fs []finding.Finding) []error {
+		var q snapshot.KubeQuery
+		for _, f := range fs {
+			q.Add(rc.RecheckQuery(s, f))
+		}
+		k, err := kube.Quorum(ctx, cl.Client, q)
+		if err != nil {
+			t.Error(err)
+			errs := make([]error, len(fs))
+			for i := range errs {
+				errs[i] = err
+			}
+			return errs
+		}
+		return rc.Recheck(&snapshot.Snapshot{NodeName: labNode, Kube: k}, fs)
 	}
 }
 

@@ -16,7 +16,6 @@ import (
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
-	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
 // A resolver keeps one UDP socket to the DNS ClusterIP and starts asking
@@ -141,19 +140,7 @@ func TestUntranslatedUDPOnTheKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stale, _ := rule.Find(rules, rule.StaleNATFlowID)
-	rems[0].Recheck = func(ctx context.Context, fs []finding.Finding) []error {
-		rc := stale.(rule.Rechecker)
-		var q snapshot.KubeQuery
-		for _, f := range fs {
-			q.Add(rc.RecheckQuery(res.Snapshot, f))
-		}
-		k, err := kube.Quorum(ctx, cl.Client, q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rc.Recheck(&snapshot.Snapshot{NodeName: labNode, Kube: k}, fs)
-	}
+	rems[0].Recheck = quorumRecheck(t, cl, rules, rule.StaleNATFlowID, res.Snapshot)
 	actions, err := rems[0].Apply(ctx, res.Snapshot, ghosts)
 	if err != nil {
 		t.Fatal(err)
