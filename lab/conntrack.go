@@ -590,8 +590,15 @@ type incident struct {
 // what the client saw.
 func (e *env) replace(ctx context.Context, o Options) (*Run, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	in := &incident{e: e, o: o, oldPod: e.sc.app + "-v1", newPod: e.sc.app + "-v2", newIP: newBackendIP}
+	defer func() {
+		cancel()
+		// The client dials inside its namespace: it must be done before
+		// the lab removes it, also when a step failed or was cancelled.
+		if in.cl != nil {
+			<-in.cl.done
+		}
+	}()
 	if o.ReuseIP {
 		in.newIP = oldBackendIP
 	}

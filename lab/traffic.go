@@ -76,14 +76,17 @@ type client struct {
 	mu       sync.Mutex
 	outcomes []Outcome
 	notify   chan struct{}
+	// done is closed when run returns.
+	done chan struct{}
 }
 
 func newClient(dial func(ctx context.Context) (net.Conn, error), interval, timeout time.Duration) *client {
-	return &client{dial: dial, interval: interval, timeout: timeout, notify: make(chan struct{}, 1)}
+	return &client{dial: dial, interval: interval, timeout: timeout, notify: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
-// run sends requests until ctx ends.
+// run sends requests until ctx ends, at most a request timeout later.
 func (c *client) run(ctx context.Context) {
+	defer close(c.done)
 	var conn net.Conn
 	var r *bufio.Reader
 	defer func() {
