@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -203,15 +202,9 @@ func TestLabStopsOnSIGHUP(t *testing.T) {
 // namespacesOf lists the network namespaces named prefix-*.
 func namespacesOf(t *testing.T, prefix string) []string {
 	t.Helper()
-	entries, err := os.ReadDir("/var/run/netns")
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	out, err := netbed.Namespaces(prefix)
+	if err != nil {
 		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), prefix+"-") {
-			out = append(out, e.Name())
-		}
 	}
 	return out
 }

@@ -44,15 +44,7 @@ func hostPfx(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a, a.BitLen())
 
 func testRulesOnTheKernel(t *testing.T, proto snapshot.Proto) {
 	ctx := context.Background()
-	bed, err := netbed.New(prefix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := bed.Close(); err != nil {
-			t.Errorf("closing the bed: %v", err)
-		}
-	})
+	bed := newBed(t)
 	node, err := bed.AddNode("node", netbed.NodeOptions{Addrs: []netip.Prefix{hostPfx(nodeIP), hostPfx(nodeV6)}})
 	if err != nil {
 		t.Fatal(err)

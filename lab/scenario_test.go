@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,6 +23,22 @@ import (
 func requireRoot(t *testing.T) {
 	t.Helper()
 	testenv.RequireRoot(t, "kernel test: needs root to create network namespaces (run the suite as root)")
+}
+
+// newBed makes a test bed of fresh namespaces, removed when the test ends;
+// failing to remove them fails the test.
+func newBed(t *testing.T) *netbed.Bed {
+	t.Helper()
+	bed, err := netbed.New(prefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := bed.Close(); err != nil {
+			t.Errorf("closing the bed: %v", err)
+		}
+	})
+	return bed
 }
 
 func prefix() string {
@@ -158,15 +173,9 @@ func checkAgentActions(t *testing.T, res *Result) {
 // namespacesOf lists the network namespaces named prefix-*.
 func namespacesOf(t *testing.T, prefix string) []string {
 	t.Helper()
-	entries, err := os.ReadDir("/var/run/netns")
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	out, err := netbed.Namespaces(prefix)
+	if err != nil {
 		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), prefix+"-") {
-			out = append(out, e.Name())
-		}
 	}
 	return out
 }

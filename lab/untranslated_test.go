@@ -28,15 +28,7 @@ import (
 func TestUntranslatedUDPOnTheKernel(t *testing.T) {
 	requireRoot(t)
 	ctx := context.Background()
-	bed, err := netbed.New(prefix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := bed.Close(); err != nil {
-			t.Errorf("closing the bed: %v", err)
-		}
-	})
+	bed := newBed(t)
 	node, err := bed.AddNode("node", netbed.NodeOptions{Addrs: []netip.Prefix{hostPfx(nodeIP)}})
 	if err != nil {
 		t.Fatal(err)

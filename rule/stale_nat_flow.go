@@ -102,11 +102,13 @@ func (r *StaleNATFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 		svc := j.frontend.Service
 		ev := flowEvidence(f, j, s.Taken)
 		fe := j.frontend.describe(f)
+		if svc != nil {
+			ev["current_backends"] = ix.currentBackends(svc.Ref(), 10)
+		}
 		msg := fmt.Sprintf("%s flow to %s still goes to %s, which is no longer a backend and which no pod holds",
 			f.Proto, fe, f.Backend())
 		switch {
 		case j.untranslated:
-			ev["current_backends"] = ix.currentBackends(svc.Ref(), 10)
 			ev["never_translated"] = true
 			msg = fmt.Sprintf("%s flow to %s was never translated: it was created while no rule translated the Service, and every datagram of it still goes to %s itself, where nothing answers, for as long as the client keeps sending",
 				f.Proto, fe, f.Frontend())
@@ -121,18 +123,14 @@ func (r *StaleNATFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 			msg = fmt.Sprintf("%s flow to %s still goes to %s: no Service holds %s, an address of %s, and no pod holds %s",
 				f.Proto, f.Frontend(), f.Backend(), f.Orig.Dst.Unmap(), where, f.Reply.Src.Unmap())
 		case j.listedDead:
-			ev["current_backends"] = ix.currentBackends(svc.Ref(), 10)
 			ev["endpoint_slice"] = j.endpoint.Slice
 			ev["endpoint_pod"] = j.endpoint.Pod.String()
 			msg = fmt.Sprintf("%s flow to %s still goes to %s, listed in EndpointSlice %s but not serving, for pod %s, which no longer exists: nothing answers there",
 				f.Proto, fe, f.Backend(), j.endpoint.Slice, j.endpoint.Pod)
 		case j.hostNode != "":
-			ev["current_backends"] = ix.currentBackends(svc.Ref(), 10)
 			ev["backend_node"] = j.hostNode
 			msg = fmt.Sprintf("%s flow to %s still goes to %s on node %s (hostNetwork), which is no longer a backend",
 				f.Proto, fe, f.Backend(), j.hostNode)
-		default:
-			ev["current_backends"] = ix.currentBackends(svc.Ref(), 10)
 		}
 		subject := finding.Subject{
 			IP:   f.Reply.Src.Unmap().String(),
@@ -162,7 +160,7 @@ func staleDetail(f finding.Finding) string {
 	if never, _ := f.Evidence["never_translated"].(bool); never {
 		d = "never translated: sent before the Service had rules"
 	}
-	if gone, _ := f.Evidence["service_gone"].(bool); gone {
+	if serviceGone(f) {
 		d = fmt.Sprintf("Service of %v deleted, backend %v gone", f.Evidence["frontend"], f.Evidence["backend"])
 	}
 	if s, ok := f.Evidence["endpoint_slice"]; ok {
@@ -192,7 +190,7 @@ func (r *StaleNATFlow) RecheckQuery(s *snapshot.Snapshot, f finding.Finding) sna
 	}
 	if svc, sok := serviceOf(f); sok {
 		q.Services = []snapshot.ObjectRef{svc}
-	} else if gone, _ := f.Evidence["service_gone"].(bool); gone {
+	} else if serviceGone(f) {
 		// That no Service holds the address now, and the service ranges.
 		q.ServiceIPs = []netip.Addr{fl.Orig.Dst.Unmap()}
 	} else {
@@ -224,7 +222,7 @@ func (r *StaleNATFlow) Recheck(fresh *snapshot.Snapshot, fs []finding.Finding) [
 	for i, f := range fs {
 		fl, ok := flowOf(f)
 		svc, sok := serviceOf(f)
-		if gone, _ := f.Evidence["service_gone"].(bool); gone && !sok {
+		if !sok && serviceGone(f) {
 			svc, sok = snapshot.ObjectRef{}, true
 		}
 		if !ok || !sok {
@@ -234,6 +232,12 @@ func (r *StaleNATFlow) Recheck(fresh *snapshot.Snapshot, fs []finding.Finding) [
 		errs[i] = ix.stillStale(fl, svc)
 	}
 	return errs
+}
+
+// serviceGone reports whether f is about a flow to a deleted Service.
+func serviceGone(f finding.Finding) bool {
+	gone, _ := f.Evidence["service_gone"].(bool)
+	return gone
 }
 
 // flowEvidence records the facts of a flow a finding relies on.

@@ -188,20 +188,30 @@ func holder(f *os.File) int {
 // labs with a longer prefix (prefix "gw" must not take "gw-lab-node" of a
 // running lab "gw-lab"). The caller holds prefix.
 func leftovers(prefix string) ([]string, error) {
+	all, err := Namespaces(prefix)
+	if err != nil || len(all) == 0 {
+		return nil, err
+	}
+	live := runningPrefixes(prefix)
+	var names []string
+	for _, n := range all {
+		if !slices.ContainsFunc(live, func(p string) bool { return strings.HasPrefix(n, p+"-") }) {
+			names = append(names, n)
+		}
+	}
+	return names, nil
+}
+
+// Namespaces lists the named network namespaces called <prefix>-*, running
+// labs' included.
+func Namespaces(prefix string) ([]string, error) {
 	entries, err := os.ReadDir(netnsDir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("listing network namespaces: %w", err)
 	}
-	var live []string
 	var names []string
 	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), prefix+"-") {
-			continue
-		}
-		if live == nil {
-			live = runningPrefixes(prefix)
-		}
-		if !slices.ContainsFunc(live, func(p string) bool { return strings.HasPrefix(e.Name(), p+"-") }) {
+		if strings.HasPrefix(e.Name(), prefix+"-") {
 			names = append(names, e.Name())
 		}
 	}

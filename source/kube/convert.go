@@ -249,34 +249,35 @@ func trimNode(obj any) (any, error) {
 	}, nil
 }
 
-// trimMeta is the informer transform for Services and EndpointSlices: it
-// drops managedFields and annotations (last-applied-configuration can be the
-// largest part of an object) and keeps everything else.
+// trimMeta is the informer transform for Services, EndpointSlices and
+// ServiceCIDRs: it drops managedFields and annotations
+// (last-applied-configuration can be the largest part of an object) and
+// keeps everything else.
 func trimMeta(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Service:
-		if o == nil {
-			return obj, nil
-		}
-		c := *o
-		c.ManagedFields, c.Annotations = nil, nil
-		return &c, nil
+		return withoutMeta(o), nil
 	case *discoveryv1.EndpointSlice:
-		if o == nil {
-			return obj, nil
-		}
-		c := *o
-		c.ManagedFields, c.Annotations = nil, nil
-		return &c, nil
+		return withoutMeta(o), nil
 	case *networkingv1.ServiceCIDR:
-		if o == nil {
-			return obj, nil
-		}
-		c := *o
-		c.ManagedFields, c.Annotations = nil, nil
-		return &c, nil
+		return withoutMeta(o), nil
 	}
 	return obj, nil
+}
+
+// withoutMeta returns a copy of o without managedFields and annotations.
+func withoutMeta[T any, PT interface {
+	*T
+	metav1.Object
+}](o PT) any {
+	if o == nil {
+		return o
+	}
+	c := PT(new(T))
+	*c = *o
+	c.SetManagedFields(nil)
+	c.SetAnnotations(nil)
+	return c
 }
 
 func utc(t time.Time) time.Time {
