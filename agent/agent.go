@@ -146,7 +146,7 @@ func New(cfg Config) *Agent {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	a := &Agent{cfg: cfg, poke: make(chan struct{}, 1), full: make(chan struct{}, 1), index: newFlowIndex(), local: true}
+	a := &Agent{cfg: cfg, poke: make(chan struct{}, 1), full: make(chan struct{}, 1), index: newFlowIndex(cfg.Now), local: true}
 	if cfg.Events != nil {
 		a.events = &sink.Events{Recorder: cfg.Events, Node: cfg.NodeName}
 	}

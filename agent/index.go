@@ -3,6 +3,7 @@ package agent
 import (
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
@@ -17,7 +18,15 @@ import (
 //
 // Records (snapshot.FlowKey and snapshot.FlowDetails) hold no pointers, so
 // the garbage collector does not scan a table of a million flows.
+//
+// Each record of a flow without a kernel start time also keeps when the
+// agent first saw it (snapshot.Flow.Seen): the flow started no later. It
+// is carried from one seed to the next only while no event was lost, so
+// that it always belongs to the very entry it was stamped on: a destroy
+// and a new entry of the same tuple replace the record.
 type flowIndex struct {
+	// now is the clock that stamps what the agent sees.
+	now       func() time.Time
 	mu        sync.Mutex
 	byBackend map[[16]byte]backendFlows
 	n         int
@@ -27,6 +36,9 @@ type flowIndex struct {
 	// seeding buffers the events that arrive while a dump runs; they are
 	// replayed on the seeded index, so none is lost between the two.
 	seeding bool
+	// carry is true while a seed may take the Seen times of the index it
+	// replaces: that index was valid when the seed began.
+	carry   bool
 	pending []conntrack.Event
 	next    map[[16]byte]backendFlows
 	nextN   int
@@ -47,8 +59,18 @@ func indexed(f *snapshot.Flow) bool {
 	return f.DNAT() || f.Proto == snapshot.ProtoUDP
 }
 
-func newFlowIndex() *flowIndex {
-	return &flowIndex{byBackend: map[[16]byte]backendFlows{}, dirty: map[[16]byte]struct{}{}}
+func newFlowIndex(now func() time.Time) *flowIndex {
+	if now == nil {
+		now = time.Now
+	}
+	return &flowIndex{now: now, byBackend: map[[16]byte]backendFlows{}, dirty: map[[16]byte]struct{}{}}
+}
+
+// stamp sets f.Seen to now when the kernel gave the flow no start time.
+func stamp(f *snapshot.Flow, now time.Time) {
+	if f.Start.IsZero() {
+		f.Seen = now
+	}
 }
 
 // recordOf splits f into what the index keeps: its backend, its key and
@@ -97,17 +119,35 @@ func (ix *flowIndex) beginSeed() {
 	defer ix.mu.Unlock()
 	ix.seeding, ix.pending = true, nil
 	ix.next, ix.nextN = map[[16]byte]backendFlows{}, 0
+	ix.carry = ix.valid
 }
 
 // seed adds one flow of the dump; it is called from the dump's callback,
-// on the goroutine running the audit.
+// on the goroutine running the audit, before the rules see the flow. It
+// sets the flow's Seen: when the index it replaces, valid since, holds the
+// same entry (its key and kernel ID), the time that index first saw it;
+// else now, when the dump read it.
 func (ix *flowIndex) seed(f *snapshot.Flow) {
 	if !indexed(f) {
 		return
 	}
+	now := ix.now()
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	if ix.next != nil && put(ix.next, f) {
+	if ix.next == nil {
+		return
+	}
+	if f.Start.IsZero() {
+		f.Seen = now
+		if ix.carry && f.ID != 0 {
+			if d, ok := ix.byBackend[f.Reply.Src.As16()][f.Key()]; ok && d.ID() == f.ID {
+				if seen := d.Seen(); !seen.IsZero() && seen.Before(now) {
+					f.Seen = seen
+				}
+			}
+		}
+	}
+	if put(ix.next, f) {
 		ix.nextN++
 	}
 }
@@ -127,13 +167,16 @@ func (ix *flowIndex) endSeed(complete bool) {
 	} else {
 		ix.valid = false
 	}
-	ix.seeding, ix.pending, ix.next, ix.nextN = false, nil, nil, 0
+	ix.seeding, ix.pending, ix.next, ix.nextN, ix.carry = false, nil, nil, 0, false
 }
 
-// apply records one event.
+// apply records one event. A new entry is stamped as seen now.
 func (ix *flowIndex) apply(e conntrack.Event) {
 	if !indexed(&e.Flow) {
 		return
+	}
+	if e.Type == conntrack.EventNew {
+		stamp(&e.Flow, ix.now())
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
@@ -172,7 +215,7 @@ func (ix *flowIndex) forget(f *snapshot.Flow) {
 func (ix *flowIndex) invalidate() {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	ix.valid = false
+	ix.valid, ix.carry = false, false
 }
 
 func (ix *flowIndex) isValid() bool {

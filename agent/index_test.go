@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
 )
@@ -39,7 +40,7 @@ func TestIndexRecordRoundTrip(t *testing.T) {
 }
 
 func TestIndexReplaysEventsThatArriveDuringTheSeed(t *testing.T) {
-	ix := newFlowIndex()
+	ix := newFlowIndex(nil)
 	a, b, c := flowTo("10.244.0.9", 1), flowTo("10.244.0.9", 2), flowTo("10.244.0.7", 3)
 	notDNAT := staleFlow()
 	notDNAT.Reply.Src, notDNAT.Reply.SrcPort = notDNAT.Orig.Dst, notDNAT.Orig.DstPort
@@ -74,6 +75,80 @@ func TestIndexReplaysEventsThatArriveDuringTheSeed(t *testing.T) {
 	ix.endSeed(false)
 	if ix.isValid() || ix.len() != 1 {
 		t.Errorf("an incomplete seed replaced the index or left it valid: valid %v, %d flows", ix.isValid(), ix.len())
+	}
+}
+
+// The index stamps each flow without a kernel start time with when it first
+// saw it, keeps that time for the same entry while no event is lost, and
+// never gives it to another entry of the same tuple.
+func TestIndexRemembersWhenItFirstSawAFlow(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	now := t0
+	ix := newFlowIndex(func() time.Time { return now })
+	backend := []netip.Addr{netip.MustParseAddr("10.244.0.9")}
+	seenOf := func(sport uint16) time.Time {
+		t.Helper()
+		for _, f := range ix.flowsTo(backend) {
+			if f.Orig.SrcPort == sport {
+				return f.Seen
+			}
+		}
+		t.Fatalf("flow from port %d not indexed", sport)
+		return time.Time{}
+	}
+	a, stamped := flowTo("10.244.0.9", 1), flowTo("10.244.0.9", 2)
+	stamped.Start = t0.Add(-time.Hour)
+
+	ix.beginSeed()
+	ix.seed(&a)
+	ix.seed(&stamped)
+	ix.endSeed(true)
+	if !a.Seen.Equal(t0) || !seenOf(1).Equal(t0) {
+		t.Fatalf("first seed: the flow passed on says seen %v, the index %v; want %v", a.Seen, seenOf(1), t0)
+	}
+	if !seenOf(2).IsZero() {
+		t.Errorf("a flow with a kernel start time got Seen %v", seenOf(2))
+	}
+
+	// The next seed finds the same entry: it keeps the first sighting, and
+	// passes it on to the rules.
+	now = t0.Add(time.Minute)
+	again := flowTo("10.244.0.9", 1)
+	ix.beginSeed()
+	ix.seed(&again)
+	ix.endSeed(true)
+	if !again.Seen.Equal(t0) || !seenOf(1).Equal(t0) {
+		t.Errorf("same entry seeded again: seen %v (index %v), want %v", again.Seen, seenOf(1), t0)
+	}
+
+	// Another entry of the same tuple (another kernel ID) is new.
+	now = t0.Add(2 * time.Minute)
+	other := flowTo("10.244.0.9", 1)
+	other.ID = 4242
+	ix.beginSeed()
+	ix.seed(&other)
+	ix.endSeed(true)
+	if !other.Seen.Equal(now) {
+		t.Errorf("another entry of the same tuple took the old sighting: %v, want %v", other.Seen, now)
+	}
+
+	// A new entry from an event is stamped when the event arrives.
+	now = t0.Add(3 * time.Minute)
+	ix.apply(conntrack.Event{Type: conntrack.EventNew, Flow: flowTo("10.244.0.9", 3)})
+	if !seenOf(3).Equal(now) {
+		t.Errorf("new event: seen %v, want %v", seenOf(3), now)
+	}
+
+	// After lost events nothing is carried: the tuple may since belong to
+	// another entry the index never heard of.
+	now = t0.Add(4 * time.Minute)
+	ix.invalidate()
+	lost := other
+	ix.beginSeed()
+	ix.seed(&lost)
+	ix.endSeed(true)
+	if !lost.Seen.Equal(now) {
+		t.Errorf("after lost events the sighting was carried: %v, want %v", lost.Seen, now)
 	}
 }
 
@@ -148,6 +223,44 @@ func TestBackendDeathIsJudgedFromTheIndex(t *testing.T) {
 	})
 }
 
+// The agent's own sighting of a flow proves misdelivery when the kernel
+// keeps no start times: it saw the flow before the pod now holding its
+// backend IP existed. The new holder is a backend of the same Service, in
+// its namespace, and the flow has no start time: nothing else proves it.
+func TestAgentsSightingProvesMisdelivery(t *testing.T) {
+	objs := cluster()
+	old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "old", UID: "u0"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.0.9", PodIPs: []corev1.PodIP{{IP: "10.244.0.9"}}}}
+	objs = append(objs[:3], slice("svc-1", endpoint("10.244.0.5", true, false), endpoint("10.244.0.9", true, false)), old)
+	client := fake.NewClientset(objs...)
+	ev := newFakeEvents()
+	h := startWith(t, client, reportOnly, withEvents(ev), staleFlow())
+	h.settle(t, 1)
+	critical := func() float64 {
+		return testutil.ToFloat64(h.agent.cfg.Metrics.Findings.WithLabelValues(rule.MisdeliveredFlowID, finding.Critical.String()))
+	}
+	if n := critical(); n != 0 {
+		t.Fatalf("%v misdelivered flows while the pod the flow was opened to runs", n)
+	}
+
+	// The pod dies and its IP goes to a new replica that starts after the
+	// agent first saw the flow.
+	ctx := context.Background()
+	if err := client.CoreV1().Pods("ns").Delete(ctx, "old", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next := old.DeepCopy()
+	next.Name, next.UID = "next", "u2"
+	next.Status.StartTime = &metav1.Time{Time: h.clock.now().Add(time.Minute)}
+	if _, err := client.CoreV1().Pods("ns").Create(ctx, next, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the misdelivered flow to be reported", func() bool { return critical() == 1 })
+	if d := h.tab.dumps(); d != 1 {
+		t.Errorf("%d dumps: want the flow judged from the index", d)
+	}
+}
+
 // A connection opened after the backend died (kube-proxy had not yet
 // removed its rule) arrives as an event and is judged without a dump.
 func TestNewFlowToADeadBackendIsJudged(t *testing.T) {
@@ -203,7 +316,7 @@ func benchIndexFlow(i int) snapshot.Flow {
 }
 
 func seededIndex(flows []snapshot.Flow) *flowIndex {
-	ix := newFlowIndex()
+	ix := newFlowIndex(nil)
 	ix.beginSeed()
 	for i := range flows {
 		ix.seed(&flows[i])
@@ -222,8 +335,8 @@ func heapInUse() uint64 {
 
 // BenchmarkIndex measures the index of 100,000 DNATed flows to 5,000
 // backends: seeding it from a dump (and, as B/flow, the heap the seeded
-// index keeps), a new and a destroy event, and reading one backend's
-// flows.
+// index keeps), seeding it again from the next dump, a new and a destroy
+// event, and reading one backend's flows.
 func BenchmarkIndex(b *testing.B) {
 	const n = 100000
 	flows := make([]snapshot.Flow, n)
@@ -242,6 +355,23 @@ func BenchmarkIndex(b *testing.B) {
 			b.Fatalf("%d flows indexed, want %d", ix.len(), n)
 		}
 		b.ReportMetric(float64(kept)/n, "B/flow")
+	})
+	// The next full audit's seed, on a valid index: each flow without a
+	// start time takes its first sighting from the index it replaces.
+	b.Run("reseed", func(b *testing.B) {
+		ix := seededIndex(flows)
+		b.ReportAllocs()
+		for b.Loop() {
+			ix.beginSeed()
+			for i := range flows {
+				f := flows[i]
+				ix.seed(&f)
+			}
+			ix.endSeed(true)
+		}
+		if ix.len() != n {
+			b.Fatalf("%d flows indexed, want %d", ix.len(), n)
+		}
 	})
 	b.Run("event", func(b *testing.B) {
 		ix := seededIndex(flows)

@@ -283,6 +283,9 @@ type judgement struct {
 	// openedBefore is true when the flow's start time proves it was opened
 	// before the current holder of its backend IP existed.
 	openedBefore bool
+	// seenBefore is true when the agent saw the flow (snapshot.Flow.Seen)
+	// before the current holder of its backend IP existed.
+	seenBefore bool
 	// listedDead is true when the backend is still listed in a slice, not
 	// serving, for a pod that no longer exists: the slice lags.
 	listedDead bool
@@ -343,8 +346,16 @@ func (ix *flowIndex) judge(f *snapshot.Flow) judgement {
 		// newest, the one a reused IP most likely went to.
 		h := newest(podHolders)
 		j.holder = h
-		if !f.Start.IsZero() && !h.Since().IsZero() && f.Start.Add(ix.skew).Before(h.Since()) {
+		switch {
+		case h.Since().IsZero():
+		case !f.Start.IsZero() && f.Start.Add(ix.skew).Before(h.Since()):
 			j.openedBefore = true
+			j.verdict = misdelivered
+			return j
+		case f.Start.IsZero() && !f.Seen.IsZero() && f.Seen.Add(ix.skew).Before(h.Since()):
+			// The agent saw the flow before the holder existed: it was
+			// opened to an earlier holder of the IP.
+			j.seenBefore = true
 			j.verdict = misdelivered
 			return j
 		}

@@ -18,8 +18,10 @@ const MisdeliveredFlowID = "misdelivered-flow"
 //
 // It is reported only on proof that the holder is another pod than the one
 // the flow was opened to: the flow started (conntrack timestamp) before the
-// holder existed; or the holder could never have been a backend (another
-// namespace than a Service with a selector). A pod that merely left the
+// holder existed; the agent saw the flow (snapshot.Flow.Seen, its own
+// record of the entry) before the holder existed; or the holder could
+// never have been a backend (another namespace than a Service with a
+// selector). A pod that merely left the
 // Service (a blue/green switch, a pod relabelled out of rotation) is the
 // same pod: its flows are no finding.
 type MisdeliveredFlow struct{ ct *conntrackRules }
@@ -76,11 +78,17 @@ func (r *MisdeliveredFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 		ev["holder_since"] = h.Since().UTC().Format(time.RFC3339)
 		ev["holder_is_backend"] = j.endpoint != nil
 		var why string
-		if j.openedBefore {
+		switch {
+		case j.openedBefore:
 			why = fmt.Sprintf("the flow started at %s, before pod %s (started %s) held the IP",
 				f.Start.UTC().Format(time.RFC3339), h.Ref(), h.Since().UTC().Format(time.RFC3339))
 			ev["proof"] = "flow started before the holder existed"
-		} else {
+		case j.seenBefore:
+			why = fmt.Sprintf("the agent saw the flow at %s, before pod %s (started %s) held the IP",
+				f.Seen.UTC().Format(time.RFC3339), h.Ref(), h.Since().UTC().Format(time.RFC3339))
+			ev["proof"] = "agent saw the flow before the holder existed"
+			ev["flow_seen"] = f.Seen.UTC().Format(time.RFC3339)
+		default:
 			why = fmt.Sprintf("pod %s holds the IP, and %s selects pods of namespace %s only: it could never have sent the flow there", h.Ref(), svc.Ref(), svc.Namespace)
 			ev["proof"] = "holder could never have been a backend of the service"
 		}

@@ -1,6 +1,7 @@
 package rule
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -67,6 +68,31 @@ func TestMisdeliveredFlow(t *testing.T) {
 			flows: []snapshot.Flow{flow(tcp, client, "10.96.100.50:5432", old+":5432")},
 		},
 		{
+			name:  "IP reused by the new replica, no kernel start time, but the agent saw the flow before the pod existed",
+			kube:  reuse("db", "postgres-next", t0.Add(time.Minute), true),
+			flows: []snapshot.Flow{seen(flow(tcp, client, "10.96.100.50:5432", old+":5432"), t0)},
+			want:  []want{{MisdeliveredFlowID, old, finding.Critical}},
+		},
+		{
+			name:  "blue/green switch: the agent first saw the flow after the pod started",
+			kube:  reuse("db", "postgres-blue", t0, false),
+			flows: []snapshot.Flow{seen(flow(tcp, client, "10.96.100.50:5432", old+":5432"), t0.Add(time.Hour))},
+		},
+		{
+			name:  "the agent saw the flow within the clock skew of the holder's start: nothing is proven",
+			kube:  reuse("db", "postgres-next", t0.Add(time.Second), true),
+			flows: []snapshot.Flow{seen(flow(tcp, client, "10.96.100.50:5432", old+":5432"), t0)},
+		},
+		{
+			name: "a kernel start time after the holder's wins over an earlier sighting",
+			kube: reuse("db", "postgres-blue", t0, false),
+			flows: []snapshot.Flow{func() snapshot.Flow {
+				f := started(flow(tcp, client, "10.96.100.50:5432", old+":5432"), t0.Add(time.Minute))
+				f.Seen = t0.Add(-time.Hour)
+				return f
+			}()},
+		},
+		{
 			name:  "within the clock skew nothing is proven",
 			kube:  reuse("db", "postgres-next", t0.Add(time.Second), true),
 			flows: []snapshot.Flow{started(flow(tcp, client, "10.96.100.50:5432", old+":5432"), t0)},
@@ -118,4 +144,28 @@ func TestMisdeliveredFlowNamesHolder(t *testing.T) {
 		g.Evidence["proof"] != "flow started before the holder existed" || g.Evidence["holder_is_backend"] != false {
 		t.Errorf("finding = %+v", g)
 	}
+}
+
+func TestMisdeliveredFlowProvenByTheAgentsSighting(t *testing.T) {
+	k := base()
+	k.Pods = append(k.Pods, pod("db", "postgres-next", "uid-next", "10.244.3.47", t0.Add(time.Minute)))
+	f := seen(flow(tcp, "10.244.1.50:45678", "10.96.100.50:5432", "10.244.3.47:5432"), t0)
+	got := NewMisdeliveredFlow(ConntrackConfig{}).Evaluate(snap(k, f))
+	if len(got) != 1 {
+		t.Fatalf("got %d findings, want 1", len(got))
+	}
+	g := got[0]
+	if g.Evidence["proof"] != "agent saw the flow before the holder existed" ||
+		g.Evidence["flow_seen"] != t0.UTC().Format(time.RFC3339) || g.Evidence["holder_uid"] != "uid-next" {
+		t.Errorf("evidence = %v", g.Evidence)
+	}
+	if !strings.Contains(g.Message, "the agent saw the flow at") {
+		t.Errorf("message = %q", g.Message)
+	}
+}
+
+// seen sets the time the agent first saw f (no kernel start time).
+func seen(f snapshot.Flow, at time.Time) snapshot.Flow {
+	f.Seen = at
+	return f
 }

@@ -85,6 +85,11 @@ type Flow struct {
 	// Start is when the kernel created the entry; zero unless
 	// net.netfilter.nf_conntrack_timestamp was enabled at that time.
 	Start time.Time
+	// Seen is, when Start is zero, when the agent first saw the entry (a
+	// conntrack event or a dump): the flow started no later than this. It
+	// is set only by the agent's index, from its own observations, and
+	// kept only while no conntrack event was lost since.
+	Seen time.Time
 }
 
 // DNAT reports whether the flow's destination was rewritten: the reply comes

@@ -53,10 +53,20 @@ type FlowDetails struct {
 	id, status                 uint32
 	replySrcPort, replyDstPort uint16
 	state                      uint8 // 1 + the state's number (StateNumber); 0: none
+	// seen is true when start holds the flow's Seen, not its Start.
+	seen bool
 }
 
 // ID is the entry's conntrack ID (0 when unknown).
 func (d FlowDetails) ID() uint32 { return d.id }
+
+// Seen is the flow's Seen (the zero time when it has none).
+func (d FlowDetails) Seen() time.Time {
+	if !d.seen || d.start == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, d.start)
+}
 
 // PackedFlow is a Flow without pointers, in 104 bytes: the addresses in
 // their 16-byte form, the state as its number, the start as nanoseconds.
@@ -107,9 +117,12 @@ func (p *PackedFlow) Pack(f *Flow) {
 			p.state = n + 1
 		}
 	}
-	p.start = 0
-	if !f.Start.IsZero() {
+	p.start, p.seen = 0, false
+	switch {
+	case !f.Start.IsZero():
 		p.start = f.Start.UnixNano()
+	case !f.Seen.IsZero():
+		p.start, p.seen = f.Seen.UnixNano(), true
 	}
 }
 
@@ -136,7 +149,10 @@ func (p *PackedFlow) UnpackInto(f *Flow) {
 	if p.state != 0 {
 		f.State = StateName(p.proto, p.state-1)
 	}
-	if p.start != 0 {
+	switch {
+	case p.start != 0 && p.seen:
+		f.Seen = time.Unix(0, p.start)
+	case p.start != 0:
 		f.Start = time.Unix(0, p.start)
 	}
 }

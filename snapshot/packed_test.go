@@ -38,6 +38,8 @@ func TestPackRoundTrip(t *testing.T) {
 			Orig: tup("fd00::1", "fd00:96::10", 3868, 3868), Reply: tup("fd00:244::9", "fd00::1", 3869, 3868)}},
 		{"ipv6 with ipv4-mapped addresses", Flow{ID: 8, Proto: ProtoUDP,
 			Orig: tup("::ffff:10.0.0.1", "::ffff:10.0.0.2", 1, 2), Reply: tup("::ffff:10.0.0.2", "::ffff:10.0.0.1", 2, 1)}},
+		{"ipv4 tcp seen by the agent", Flow{ID: 11, Proto: ProtoTCP, State: "ESTABLISHED", Seen: start,
+			Orig: tup("10.0.0.1", "10.96.0.1", 1, 80), Reply: tup("10.0.0.9", "10.0.0.1", 8080, 1)}},
 		{"start before 1970", Flow{ID: 10, Proto: ProtoUDP, Start: time.Unix(-5, 0),
 			Orig: tup("10.0.0.1", "10.0.0.2", 1, 2), Reply: tup("10.0.0.2", "10.0.0.1", 2, 1)}},
 	} {
@@ -53,7 +55,8 @@ func TestPackRoundTrip(t *testing.T) {
 			got := p.Unpack()
 			if got.ID != c.f.ID || got.Proto != c.f.Proto || got.Orig != c.f.Orig || got.Reply != c.f.Reply ||
 				got.State != c.f.State || got.Status != c.f.Status || got.Timeout != c.f.Timeout ||
-				got.Mark != c.f.Mark || got.Zone != c.f.Zone || !got.Start.Equal(c.f.Start) || got.Start.IsZero() != c.f.Start.IsZero() {
+				got.Mark != c.f.Mark || got.Zone != c.f.Zone || !got.Start.Equal(c.f.Start) || got.Start.IsZero() != c.f.Start.IsZero() ||
+				!got.Seen.Equal(c.f.Seen) || got.Seen.IsZero() != c.f.Seen.IsZero() {
 				t.Errorf("round trip:\n got %+v\nwant %+v", got, c.f)
 			}
 			// UnpackInto overwrites every field.
