@@ -45,6 +45,11 @@ type Config struct {
 	// flows of the backends that changed, from the index, instead of
 	// dumping the table. Without it every change dumps the table.
 	FlowEvents FlowEvents
+	// Host, when set, reads the node's own addresses (host.Addresses) at
+	// every audit, before the conntrack table: kube-proxy accepts NodePorts
+	// on each, so an address added to the node later is a frontend from
+	// the next audit on.
+	Host source.Source
 	// Sources are the node's other ledgers, read at every audit after the
 	// cluster and the conntrack table.
 	Sources []source.Source
@@ -362,7 +367,7 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string) (wait time.Durati
 	}
 	res := audit.Run(ctx, audit.Config{
 		NodeName: cfg.NodeName,
-		Sources:  append([]source.Source{&kube.APISource{Informers: cfg.Informers}, ct}, cfg.Sources...),
+		Sources:  append(a.sources(ct), cfg.Sources...),
 		Rules:    cfg.Rules,
 		Now:      cfg.Now,
 	})
@@ -464,6 +469,16 @@ func (a *Agent) remedy(ctx context.Context, rem *remedy.Remedy, res *audit.Resul
 	return wait, limit
 }
 
+// sources are the sources an audit reads before the node's other ledgers:
+// the cluster, the host's addresses, then the conntrack table ct.
+func (a *Agent) sources(ct source.Source) []source.Source {
+	out := []source.Source{&kube.APISource{Informers: a.cfg.Informers}}
+	if a.cfg.Host != nil {
+		out = append(out, a.cfg.Host)
+	}
+	return append(out, ct)
+}
+
 // recheck is the re-check of a remedy of rule r: the informer caches must
 // still be current, and a quorum read of the objects the rule names must
 // still show the findings.
@@ -493,7 +508,10 @@ func (a *Agent) recheck(r rule.Rule) remedy.Recheck {
 		if err != nil {
 			return fail(err)
 		}
-		errs := rc.Recheck(&snapshot.Snapshot{Taken: now, NodeName: cfg.NodeName, Kube: k}, fs)
+		// The host's addresses are the audit's: they name frontends,
+		// not holders, and an address removed since leaves the flow as
+		// stale as it was.
+		errs := rc.Recheck(&snapshot.Snapshot{Taken: now, NodeName: cfg.NodeName, Kube: k, LocalAddresses: a.last.LocalAddresses}, fs)
 		for i, err := range errs {
 			if err != nil {
 				errs[i] = fmt.Errorf("in a quorum read of the API server: %w", err)

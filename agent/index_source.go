@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"net/netip"
+	"slices"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
@@ -13,8 +14,9 @@ import (
 // changed verdict since the last complete audit: those to the backends a
 // changed Pod or EndpointSlice mentions, to the backends of that audit's
 // findings, and to backends that got new flows since; every indexed flow
-// when a Service or Node changed or when a rule does not promise that its
-// verdicts depend only on the flow's backend. The flows then pass through
+// when a Service or Node changed, when the host's addresses (NodePort
+// frontends) changed, or when a rule does not promise that its verdicts
+// depend only on the flow's backend. The flows then pass through
 // the same filter a full audit uses.
 type indexSource struct {
 	a       *Agent
@@ -38,6 +40,9 @@ func (s *indexSource) Collect(_ context.Context, snap *snapshot.Snapshot) error 
 	a := s.a
 	keep, _ := conntrack.Filter(s.readers, snap)
 	var flows []snapshot.Flow
+	if a.last == nil || !slices.Equal(snap.LocalAddresses, a.last.LocalAddresses) {
+		s.all = true
+	}
 	if s.all {
 		a.index.takeDirty()
 		flows = a.index.all()

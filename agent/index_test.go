@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/netip"
 	"runtime"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
+	"github.com/ghostwatch/ghostwatch/source/host"
 )
 
 // A record keeps everything a rule and a remedy read, the state included
@@ -258,6 +261,53 @@ func TestAgentsSightingProvesMisdelivery(t *testing.T) {
 	waitFor(t, "the misdelivered flow to be reported", func() bool { return critical() == 1 })
 	if d := h.tab.dumps(); d != 1 {
 		t.Errorf("%d dumps: want the flow judged from the index", d)
+	}
+}
+
+// An address added to the node after the agent started is a NodePort
+// frontend from the next audit on, even one judged from the index: a stale
+// flow through a NodePort on it is found without reading the table again.
+func TestAnAddressAddedToTheNodeIsANodePortFrontend(t *testing.T) {
+	objs := cluster()
+	svc := objs[1].(*corev1.Service)
+	svc.Spec.Type = corev1.ServiceTypeNodePort
+	svc.Spec.Ports[0].NodePort = 30080
+	client := fake.NewClientset(objs...)
+	var mu sync.Mutex
+	addrs := []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+	hostSrc := &host.Addresses{Read: func() ([]netip.Addr, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(addrs), nil
+	}}
+	// A client reached the NodePort on 198.51.100.7; its pod is gone.
+	viaVIP := staleFlow()
+	viaVIP.Orig.Dst, viaVIP.Orig.DstPort = netip.MustParseAddr("198.51.100.7"), 30080
+	ev := newFakeEvents()
+	h := startWith(t, client, nil, func(c *Config) {
+		withEvents(ev)(c)
+		c.Host = hostSrc
+	}, viaVIP)
+	h.settle(t, 1)
+	if n := h.tab.count(); n != 0 {
+		t.Fatalf("%d flows deleted while 198.51.100.7 is not the node's", n)
+	}
+
+	mu.Lock()
+	addrs = append(addrs, netip.MustParseAddr("198.51.100.7"))
+	mu.Unlock()
+	// An unrelated change makes the agent audit from the index.
+	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "other", UID: "u7"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.0.77", PodIPs: []corev1.PodIP{{IP: "10.244.0.77"}}}}
+	if _, err := client.CoreV1().Pods("ns").Create(context.Background(), other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the flow through the new address to be deleted", func() bool { return h.tab.count() == 1 })
+	if d := h.tab.dumps(); d != 1 {
+		t.Errorf("%d dumps: want the flow judged from the index", d)
+	}
+	if got := h.tab.deletedFlows()[0]; got.Orig != viaVIP.Orig {
+		t.Errorf("deleted %v", got)
 	}
 }
 

@@ -30,10 +30,21 @@ import (
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
+	"github.com/ghostwatch/ghostwatch/source/host"
 	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
 // agentRules are the rules the agent runs: the registry's node rules.
+// nodePortHost is the source of this host's addresses, kube-proxy's
+// default NodePort frontends, re-read at every audit; nil when
+// --nodeport-addresses names them.
+func nodePortHost(npa []netip.Prefix) source.Source {
+	if len(npa) > 0 {
+		return nil
+	}
+	return &host.Addresses{}
+}
+
 func agentRules(cfg rule.Config) []rule.Rule { return rule.InScope(rule.All(cfg), rule.ScopeNode) }
 
 // ruleList lists rules with their summaries, for help texts.
@@ -269,15 +280,7 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 
-	// kube-proxy's default NodePort addresses are this host's own, read
-	// once at start.
-	var local []netip.Addr
-	if len(npa) == 0 {
-		if local, err = hostAddresses(); err != nil {
-			return withCode(ExitError, fmt.Errorf("agent: %w", err))
-		}
-	}
-	rules := agentRules(rule.Config{Conntrack: rule.ConntrackConfig{NodePortAddresses: npa, LocalAddresses: local, ServiceCIDRs: scidrs, ClockSkew: o.clockSkew}})
+	rules := agentRules(rule.Config{Conntrack: rule.ConntrackConfig{NodePortAddresses: npa, ServiceCIDRs: scidrs, ClockSkew: o.clockSkew}})
 	rems, err := remedy.Build(rules, o.remedies, remedy.Settings{
 		Grace: o.grace, DryRun: o.dryRun, Budget: o.budget, BudgetInterval: o.budgetInterval, MaxPerGroup: o.maxPerBackend,
 	}, &remedy.Flows{Table: conn})
@@ -290,6 +293,7 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 		Client:     client,
 		Conntrack:  func(observe func(*snapshot.Flow)) source.Source { return &conntrack.KernelSource{Observe: observe} },
 		FlowEvents: events,
+		Host:       nodePortHost(npa),
 		Rules:      rules,
 		Remedies:   rems,
 

@@ -3,7 +3,6 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/sink"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
+	"github.com/ghostwatch/ghostwatch/source/host"
 	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
@@ -106,14 +106,7 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	if err != nil {
 		return withCode(ExitError, fmt.Errorf("--service-cidr: %w", err))
 	}
-	// Live, kube-proxy's default NodePort addresses are this host's own.
-	var local []netip.Addr
-	if o.conntrackFile == "" && len(npa) == 0 {
-		if local, err = hostAddresses(); err != nil {
-			return withCode(ExitError, err)
-		}
-	}
-	cfg := rule.Config{Conntrack: rule.ConntrackConfig{NodePortAddresses: npa, LocalAddresses: local, ServiceCIDRs: scidrs, ClockSkew: o.clockSkew}}
+	cfg := rule.Config{Conntrack: rule.ConntrackConfig{NodePortAddresses: npa, ServiceCIDRs: scidrs, ClockSkew: o.clockSkew}}
 	rules, err := rule.Select(cfg, o.rules)
 	if err != nil {
 		return withCode(ExitError, fmt.Errorf("--rule: %w", err))
@@ -149,13 +142,19 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	}
 
 	// The cluster objects first: the conntrack dump keeps only the flows
-	// the rules judge, and which those are depends on the Services.
+	// the rules judge, and which those are depends on the Services (and,
+	// live, on this host's addresses: kube-proxy's default NodePort
+	// frontends).
+	sources := []source.Source{kubeSrc}
+	if o.conntrackFile == "" && len(npa) == 0 {
+		sources = append(sources, &host.Addresses{})
+	}
 	res := audit.Run(cmd.Context(), audit.Config{
 		NodeName: node,
-		Sources:  []source.Source{kubeSrc, ctSrc},
+		Sources:  append(sources, ctSrc),
 		Rules:    rules,
 	})
-	if err := checkNode(res, node, npa, local); err != nil {
+	if err := checkNode(res, node, npa); err != nil {
 		return withCode(ExitError, err)
 	}
 	wrongNode := rule.WrongNode(rules, res.Snapshot)
@@ -196,9 +195,9 @@ func stdinUses(kubeObjects []string, conntrackFile string) int {
 // checkNode refuses a scan whose node is unknown while a Service has a
 // NodePort: the node's addresses are the NodePort frontends, and without
 // them every NodePort flow would silently be missed.
-func checkNode(res *audit.Result, node string, npa []netip.Prefix, local []netip.Addr) error {
+func checkNode(res *audit.Result, node string, npa []netip.Prefix) error {
 	k := res.Snapshot.Kube
-	if k == nil || len(npa) > 0 || len(local) > 0 {
+	if k == nil || len(npa) > 0 || len(res.Snapshot.LocalAddresses) > 0 {
 		return nil
 	}
 	if _, ok := kube.LookupNode(k, node); ok {
@@ -263,20 +262,4 @@ func parsePrefixes(ss []string) ([]netip.Prefix, error) {
 // completeWith offers values as the shell completions of the flag name.
 func completeWith(cmd *cobra.Command, name string, values ...string) {
 	_ = cmd.RegisterFlagCompletionFunc(name, cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
-}
-
-// hostAddresses are this host's own addresses (its network namespace's):
-// kube-proxy, without --nodeport-addresses, accepts NodePorts on each.
-func hostAddresses() ([]netip.Addr, error) {
-	as, err := net.InterfaceAddrs()
-	if err != nil {
-		return nil, fmt.Errorf("reading this host's addresses (its NodePort frontends): %w", err)
-	}
-	var out []netip.Addr
-	for _, a := range as {
-		if p, err := netip.ParsePrefix(a.String()); err == nil {
-			out = append(out, p.Addr().Unmap())
-		}
-	}
-	return out, nil
 }

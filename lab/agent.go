@@ -48,6 +48,7 @@ func (e *env) startAgent(ctx context.Context, o Options, actions *actionLog) (st
 			return &conntrack.KernelSource{Open: openIn(e.node), Observe: observe}
 		},
 		FlowEvents:    sub,
+		Host:          hostOf(e.node),
 		Rules:         rules,
 		Remedies:      rems,
 		AuditInterval: 10 * time.Second,

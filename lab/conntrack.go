@@ -23,6 +23,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
+	"github.com/ghostwatch/ghostwatch/source/host"
 	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
@@ -861,10 +862,23 @@ func scanNode(ctx context.Context, client kubernetes.Interface, node *netbed.Nod
 		NodeName: labNode,
 		Sources: []source.Source{
 			&kube.APISource{Client: client, Timeout: 30 * time.Second},
+			hostOf(node),
 			&conntrack.KernelSource{Open: openIn(node)},
 		},
 		Rules: rule.All(rule.Config{}),
 	})
+}
+
+// hostOf reads the node's addresses, its NodePort frontends, in its
+// network namespace.
+func hostOf(node *netbed.Node) *host.Addresses {
+	return &host.Addresses{Read: func() (as []netip.Addr, err error) {
+		err = node.Do(func() error {
+			as, err = host.Local()
+			return err
+		})
+		return as, err
+	}}
 }
 
 // openIn opens conntrack sockets in the node's network namespace: they read

@@ -17,9 +17,13 @@ import (
 // local address of the node, not only the InternalIP the Node object
 // lists. A client that enters through a second address leaves the same
 // ghost when its pod dies; the live scan, run in the node with the
-// shipped defaults, reads the host's addresses and reports it.
+// shipped defaults, reads the host's addresses and reports it. So does the
+// agent, started before the address was added: it reads them at every
+// audit.
 func TestRealNodePortOnASecondAddress(t *testing.T) {
 	e := newRealEnv(t, controlplane.ProxyIPTables)
+	e.realAgent(t)
+	e.eventually(t, time.Minute, "the agent's first audit", func() bool { return e.agentAudits(t) > 0 })
 	second := netip.MustParseAddr("198.51.100.7")
 	if err := e.node.Net.Do(func() error {
 		lo, err := netlink.LinkByName("lo")
@@ -70,4 +74,7 @@ func TestRealNodePortOnASecondAddress(t *testing.T) {
 	if !found {
 		t.Fatalf("the live scan missed the ghost behind the NodePort on %s: %+v", second, out.Findings)
 	}
+	e.eventually(t, time.Minute, "the agent reporting the ghost behind the new address", func() bool {
+		return e.agentMetric(t, `ghostwatch_findings{rule="stale-nat-flow"`) > 0
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -19,10 +20,12 @@ type ConntrackConfig struct {
 	// these prefixes a NodePort frontend (kube-proxy's --nodeport-addresses).
 	// When empty, only the addresses of the snapshot's node are.
 	NodePortAddresses []netip.Prefix
-	// LocalAddresses are the addresses of the host whose table is read,
-	// read live from it. kube-proxy's default (no --nodeport-addresses)
-	// accepts NodePorts on every local address, not only the Node
-	// object's InternalIP and ExternalIP: each is a NodePort frontend too.
+	// LocalAddresses are addresses of the host whose table is read, in
+	// addition to the snapshot's (snapshot.Snapshot.LocalAddresses, read
+	// live at every collection). kube-proxy's default (no
+	// --nodeport-addresses) accepts NodePorts on every local address, not
+	// only the Node object's InternalIP and ExternalIP: each is a NodePort
+	// frontend too.
 	LocalAddresses []netip.Addr
 	// ServiceCIDRs are the cluster's service IP ranges
 	// (--service-cidr), in addition to the ServiceCIDR objects the
@@ -201,7 +204,7 @@ type namedPrefix struct {
 func newFlowIndex(s *snapshot.Snapshot, cfg ConntrackConfig) *flowIndex {
 	k := s.Kube
 	ix := &flowIndex{
-		frontends:  NewFrontends(k, s.NodeName, cfg.NodePortAddresses, cfg.LocalAddresses...),
+		frontends:  NewFrontends(k, s.NodeName, cfg.NodePortAddresses, append(slices.Clip(cfg.LocalAddresses), s.LocalAddresses...)...),
 		backends:   map[snapshot.ObjectRef]map[netip.Addr]*snapshot.Endpoint{},
 		holders:    map[netip.Addr][]*snapshot.Pod{},
 		nodeAddrs:  map[netip.Addr]string{},
@@ -487,9 +490,7 @@ type conntrackRules struct {
 	cfg ConntrackConfig
 
 	mu     sync.Mutex
-	kube   *snapshot.Kube
-	node   string
-	ix     *flowIndex
+	cur    indexed
 	filter *suspectFilter
 	// rechecks are the indexes of the last two snapshots re-checks judged
 	// on: a remedy re-checks group after group against the same caches
@@ -497,10 +498,21 @@ type conntrackRules struct {
 	rechecks [2]indexed
 }
 
+// indexed is an index and what it was built from.
 type indexed struct {
-	kube *snapshot.Kube
-	node string
-	ix   *flowIndex
+	kube  *snapshot.Kube
+	node  string
+	local []netip.Addr
+	ix    *flowIndex
+}
+
+func newIndexed(s *snapshot.Snapshot, cfg ConntrackConfig) indexed {
+	return indexed{s.Kube, s.NodeName, s.LocalAddresses, newFlowIndex(s, cfg)}
+}
+
+// of reports whether e was built from s.
+func (e *indexed) of(s *snapshot.Snapshot) bool {
+	return e.ix != nil && e.kube == s.Kube && e.node == s.NodeName && slices.Equal(e.local, s.LocalAddresses)
 }
 
 func newConntrackRules(cfg ConntrackConfig) *conntrackRules { return &conntrackRules{cfg: cfg} }
@@ -516,10 +528,10 @@ func (c *conntrackRules) index(s *snapshot.Snapshot) *flowIndex {
 }
 
 func (c *conntrackRules) indexLocked(s *snapshot.Snapshot) *flowIndex {
-	if c.ix == nil || c.kube != s.Kube || c.node != s.NodeName {
-		c.kube, c.node, c.ix, c.filter = s.Kube, s.NodeName, newFlowIndex(s, c.cfg), nil
+	if !c.cur.of(s) {
+		c.cur, c.filter = newIndexed(s, c.cfg), nil
 	}
-	return c.ix
+	return c.cur.ix
 }
 
 // recheckIndex returns the index of a snapshot a re-check judges on,
@@ -528,11 +540,11 @@ func (c *conntrackRules) recheckIndex(s *snapshot.Snapshot) *flowIndex {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, e := range c.rechecks {
-		if e.ix != nil && e.kube == s.Kube && e.node == s.NodeName {
+		if e.of(s) {
 			return e.ix
 		}
 	}
-	e := indexed{s.Kube, s.NodeName, newFlowIndex(s, c.cfg)}
+	e := newIndexed(s, c.cfg)
 	c.rechecks[1], c.rechecks[0] = c.rechecks[0], e
 	return e.ix
 }
@@ -625,7 +637,7 @@ func WrongNode(rules []Rule, s *snapshot.Snapshot) error {
 		}
 		c.mu.Lock()
 		f := c.filter
-		if c.kube != s.Kube || c.node != s.NodeName {
+		if !c.cur.of(s) {
 			f = nil
 		}
 		c.mu.Unlock()

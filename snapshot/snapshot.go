@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 )
@@ -38,6 +39,9 @@ type Snapshot struct {
 
 	Kube      *Kube
 	Conntrack *Conntrack
+	// LocalAddresses are the addresses of the host whose conntrack table
+	// is read, read live from it (source "host"); nil offline.
+	LocalAddresses []netip.Addr
 
 	Sources []SourceStatus
 }
