@@ -369,9 +369,65 @@ func TestRealIPReuseIsMisdelivered(t *testing.T) {
 	// The agent, remedy on, reports it but never deletes it: a misdelivered
 	// flow reaches a live pod, and only stale-nat-flow is remedied.
 	e.realAgent(t, "--remedy=stale-nat-flow", minGraceFlag)
+	e.eventually(t, time.Minute, "the agent reporting the misdelivered flow", func() bool {
+		return e.agentMetric(t, `ghostwatch_findings{rule="misdelivered-flow",severity="critical"}`) > 0
+	})
 	if got := e.flowsTo(t, ip); len(got) != 1 {
 		t.Errorf("the agent touched the misdelivered flow: %v", got)
 	}
+}
+
+// Without conntrack timestamps (the kernel's default), the backend's IP
+// goes to the next replica of the same Service while a pooled connection
+// to the dead pod is idle. One scan cannot tell that connection from one
+// opened to the replica, and reports nothing; the agent, which saw the
+// flow before the replica existed, reports it as misdelivered.
+func TestRealAgentProvesReuseWithoutTimestamps(t *testing.T) {
+	e := newRealEnvWith(t, controlplane.ProxyIPTables, controlplane.Options{}, netbed.NodeOptions{})
+	e.service(t, "web", "api", 30080)
+	ip := e.pod(t, "web", "api-v1", "api", netip.Addr{}, 0)
+	e.realAgent(t)
+	e.eventually(t, time.Minute, "the agent's first audit", func() bool { return e.agentAudits(t) > 0 })
+	client, err := e.bed.AddHost("client", e.node.Net, hostPfx(realClientIP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conn net.Conn
+	e.eventually(t, 30*time.Second, "an answer from api-v1 through the NodePort", func() bool {
+		c, err := client.Dial(context.Background(), "tcp", "", netip.AddrPortFrom(realNodeIP, 30080).String())
+		if err != nil {
+			return false
+		}
+		if got, _ := roundTrip(c); got != "api-v1" {
+			c.Close()
+			return false
+		}
+		conn = c
+		return true
+	})
+	defer conn.Close()
+	opened := time.Now()
+	if flows := e.flowsTo(t, ip); len(flows) != 1 || !flows[0].Start.IsZero() {
+		t.Fatalf("want one flow to %s without a start time (timestamps off), have %v", ip, flows)
+	}
+	if err := e.api.CoreV1().Pods("web").Delete(context.Background(), "api-v1", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	e.gone(t, "web", "api-v1")
+	// The agent saw the flow by the time it was answered; the replica must
+	// start more than --clock-skew (2s) later, on one-second pod times.
+	time.Sleep(time.Until(opened.Add(3500 * time.Millisecond)))
+	if got := e.pod(t, "web", "api-v2", "api", ip, 0); got != ip {
+		t.Fatalf("the replica got %s, want the reused %s", got, ip)
+	}
+	for _, f := range e.scan(t).Findings {
+		if f.Rule == "misdelivered-flow" {
+			t.Errorf("one scan without timestamps claimed misdelivery: %+v", f)
+		}
+	}
+	e.eventually(t, time.Minute, "the agent reporting the misdelivered flow", func() bool {
+		return e.agentMetric(t, `ghostwatch_findings{rule="misdelivered-flow",severity="critical"}`) > 0
+	})
 }
 
 // The agent's identity, bound by deploy/agent, can do what docs/agent.md
