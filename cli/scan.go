@@ -126,6 +126,12 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 		}
 		kubeSrc = &kube.APISource{Client: client, Timeout: o.syncTimeout}
 	}
+	// The conntrack table, and the host's addresses it is judged with, only
+	// when a rule reads it: the cluster rules run anywhere kubectl does.
+	readsTable := len(rule.ReadersOf(rules, conntrack.Name)) > 0
+	if !readsTable && (o.conntrackFile != "" || o.capturedAt != "") {
+		return withCode(ExitError, fmt.Errorf("--conntrack-file and --captured-at: no rule of this scan reads the conntrack table (%s)", strings.Join(rule.IDs(rules), ", ")))
+	}
 	var ctSrc source.Source = &conntrack.KernelSource{}
 	if o.conntrackFile != "" {
 		fs := &conntrack.FileSource{Path: o.conntrackFile, Stdin: streams.In}
@@ -146,12 +152,15 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	// live, on this host's addresses: kube-proxy's default NodePort
 	// frontends).
 	sources := []source.Source{kubeSrc}
-	if o.conntrackFile == "" && len(npa) == 0 {
+	if readsTable && o.conntrackFile == "" && len(npa) == 0 {
 		sources = append(sources, &host.Addresses{})
+	}
+	if readsTable {
+		sources = append(sources, ctSrc)
 	}
 	res := audit.Run(cmd.Context(), audit.Config{
 		NodeName: node,
-		Sources:  append(sources, ctSrc),
+		Sources:  sources,
 		Rules:    rules,
 	})
 	if err := checkNode(res, node, npa); err != nil {

@@ -53,7 +53,11 @@ func verdicts(k snapshot.Kube, flows []snapshot.Flow) []string {
 		s := snap(k, flows[i])
 		v := ""
 		for _, r := range rules {
-			v += fmt.Sprintf("%s keep=%t", r.Info().ID, r.(snapshot.FlowReader).FlowFilter(s).Keep(&flows[i]))
+			fr, ok := r.(snapshot.FlowReader)
+			if !ok {
+				continue
+			}
+			v += fmt.Sprintf("%s keep=%t", r.Info().ID, fr.FlowFilter(s).Keep(&flows[i]))
 			for _, f := range r.Evaluate(s) {
 				v += " " + f.Severity.String()
 			}

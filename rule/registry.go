@@ -19,6 +19,7 @@ func All(cfg Config) []Rule {
 	return []Rule{
 		&StaleNATFlow{ct},
 		&MisdeliveredFlow{ct},
+		&DuplicatePodIP{},
 	}
 }
 

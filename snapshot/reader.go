@@ -36,6 +36,15 @@ type BackendLocal interface {
 	BackendLocal()
 }
 
+// KindReader is implemented by a rule that reads only some kinds of
+// cluster objects ("Pod", "Service", "EndpointSlice", ...): a saved
+// objects file must hold each kind some rule of the scan reads, and need
+// hold no other. A rule that reads the cluster without implementing it
+// needs Pods, Services and EndpointSlices.
+type KindReader interface {
+	KubeKinds() []string
+}
+
 // KubeQuery names the cluster objects to read afresh from the source of
 // truth before a remedy acts: each Service with its EndpointSlices, the
 // pods that hold each address, and each Node. A re-check reads exactly

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
@@ -236,15 +238,53 @@ type FileSource struct {
 	Paths []string
 	// Stdin is read for the path "-"; nil means os.Stdin.
 	Stdin io.Reader
+
+	// kinds are the kinds the files must hold, from the rules that read
+	// them (Narrow); nil means Pods, Services and EndpointSlices.
+	kinds []string
+}
+
+// defaultKinds are the kinds a rule that says nothing reads.
+var defaultKinds = []string{"Pod", "Service", "EndpointSlice"}
+
+// Narrow records which kinds the rules that read the objects need
+// (snapshot.KindReader; source.Narrower): the files must hold each.
+func (f *FileSource) Narrow(readers []any) {
+	need := map[string]bool{}
+	for _, r := range readers {
+		kinds := defaultKinds
+		if kr, ok := r.(snapshot.KindReader); ok {
+			kinds = kr.KubeKinds()
+		}
+		for _, k := range kinds {
+			need[k] = true
+		}
+	}
+	f.kinds = []string{}
+	for k := range need {
+		f.kinds = append(f.kinds, k)
+	}
+	// Pods, Services and EndpointSlices first, as kubectl is told to
+	// save them; the others by name.
+	rank := func(k string) int {
+		if i := slices.Index(defaultKinds, k); i >= 0 {
+			return i
+		}
+		return len(defaultKinds)
+	}
+	slices.SortFunc(f.kinds, func(a, b string) int {
+		return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(a, b))
+	})
 }
 
 // Name returns "kube".
 func (f *FileSource) Name() string { return Name }
 
 // Collect reads every file into s.Kube. It fails, leaving s untouched, when
-// a file cannot be read or parsed, or when the files together hold no Pod,
-// no Service or no EndpointSlice: judging flows against a partial cluster
-// would report healthy flows as ghosts.
+// a file cannot be read or parsed, or when the files together hold none of
+// a kind the rules read (Pods, Services and EndpointSlices for the
+// conntrack rules): judging flows against a partial cluster would report
+// healthy flows as ghosts.
 func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	if len(f.Paths) == 0 {
 		return errors.New("no kube objects file given")
@@ -258,7 +298,11 @@ func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 			return err
 		}
 	}
-	if err := objs.complete(f.Paths); err != nil {
+	kinds := f.kinds
+	if kinds == nil {
+		kinds = defaultKinds
+	}
+	if err := objs.complete(f.Paths, kinds); err != nil {
 		return err
 	}
 	if err := objs.whole(f.Paths); err != nil {
@@ -343,9 +387,9 @@ func (o *Objects) whole(paths []string) error {
 
 // complete fails unless the objects include Pods, Services and
 // EndpointSlices.
-func (o *Objects) complete(paths []string) error {
+func (o *Objects) complete(paths []string, kinds []string) error {
 	var missing []string
-	for _, kind := range []string{"Pod", "Service", "EndpointSlice"} {
+	for _, kind := range kinds {
 		if !o.sawKind(kind) {
 			missing = append(missing, kind)
 		}

@@ -356,6 +356,21 @@ func TestFileSource(t *testing.T) {
 			}
 		})
 	}
+	// Pods are all a rule of pods needs; a rule of flows still needs the
+	// rest, and so does one that says nothing.
+	t.Run("kinds the rules read", func(t *testing.T) {
+		other := write("pods-kube-system.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: q, namespace: kube-system, uid: u9}\n")
+		src := &FileSource{Paths: []string{pods, other, deploys}}
+		src.Narrow([]any{podsOnly{}})
+		s := &snapshot.Snapshot{}
+		if err := src.Collect(context.Background(), s); err != nil || len(s.Kube.Pods) != 2 {
+			t.Errorf("pods only, read by a rule of pods: %v, %+v", err, s.Kube)
+		}
+		src.Narrow([]any{podsOnly{}, struct{}{}})
+		if err := src.Collect(context.Background(), &snapshot.Snapshot{}); err == nil || !strings.Contains(err.Error(), ": no Service, no EndpointSlice found") {
+			t.Errorf("pods only, read by a rule that says nothing: %v", err)
+		}
+	})
 	t.Run("canceled", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
@@ -542,3 +557,8 @@ func BenchmarkReadObjectsList(b *testing.B) {
 		}
 	}
 }
+
+// podsOnly is a rule that reads Pods only.
+type podsOnly struct{}
+
+func (podsOnly) KubeKinds() []string { return []string{"Pod"} }

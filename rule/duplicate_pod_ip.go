@@ -1,0 +1,208 @@
+package rule
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/snapshot"
+)
+
+// DuplicatePodIPID is the stable ID of the duplicate-pod-ip rule.
+const DuplicatePodIPID = "duplicate-pod-ip"
+
+// DuplicatePodIP finds pod IPs that two or more pods report at once: the
+// IPAM ledger forgot that a running pod holds its IP (a host-local
+// directory wiped, a Calico allocation freed under a running pod) and gave
+// it to another. Only pods that hold an IP of the pod network count: not
+// hostNetwork pods (which report the node's address) and not pods that
+// finished (Succeeded or Failed: their sandbox, and its IP, are gone).
+// Every IP of every family (status.podIPs) is compared.
+//
+// A pod that is terminating still holds its IP until its sandbox is torn
+// down, which the API does not show: a duplicate only with terminating
+// pods beside one live pod is a warning (it ends when they are gone, or
+// has already ended if their sandboxes are), one with two or more live
+// pods is critical.
+type DuplicatePodIP struct{}
+
+// NewDuplicatePodIP returns the rule.
+func NewDuplicatePodIP() *DuplicatePodIP { return &DuplicatePodIP{} }
+
+// KubeKinds says the rule reads Pods only (snapshot.KindReader).
+func (*DuplicatePodIP) KubeKinds() []string { return []string{"Pod"} }
+
+// Info describes the rule.
+func (*DuplicatePodIP) Info() Info {
+	return Info{
+		ID:      DuplicatePodIPID,
+		Sources: []string{"kube"},
+		Scope:   ScopeCluster,
+		Columns: []string{"ip", "pod", "node"},
+		Detail: func(f finding.Finding) string {
+			return fmt.Sprintf("also held by %v", f.Evidence["others"])
+		},
+		Summary: "two pods hold one IP: the IPAM ledger forgot the first and gave its IP to the second, and traffic for either may reach the other",
+		Fix:     "delete the newer pod so it gets a fresh IP, then repair the ledger that forgot the older one (see the runbook)",
+		Runbook: "docs/runbooks/duplicate-pod-ip.md",
+		Gauge: &Gauge{
+			Name:   "duplicate_pod_ips",
+			Help:   "Pod IPs held by two or more pods, by severity.",
+			Labels: []string{"severity"},
+			Values: func(f finding.Finding) []string { return []string{f.Severity.String()} },
+		},
+	}
+}
+
+// Evaluate returns one finding per duplicated IP.
+func (r *DuplicatePodIP) Evaluate(s *snapshot.Snapshot) []finding.Finding {
+	if s.Kube == nil {
+		return nil
+	}
+	return DuplicatesOf(sharedIPs(s.Kube.Pods))
+}
+
+// sharedIPs maps each pod-network IP that two or more pods report to those
+// pods. The first holder of every IP is kept by index under the address's
+// 16 bytes: a map the garbage collector need not scan, and no slice per
+// IP of a cluster where nearly every IP has one holder.
+func sharedIPs(pods []snapshot.Pod) map[netip.Addr][]*snapshot.Pod {
+	first := make(map[[16]byte]int32, len(pods))
+	dups := map[netip.Addr][]*snapshot.Pod{}
+	for i := range pods {
+		p := &pods[i]
+		if !holdsPodIP(p) {
+			continue
+		}
+		for j, a := range p.IPs {
+			a = a.Unmap()
+			if j > 0 && slices.ContainsFunc(p.IPs[:j], func(b netip.Addr) bool { return b.Unmap() == a }) {
+				continue
+			}
+			k := a.As16()
+			h, ok := first[k]
+			if !ok {
+				first[k] = int32(i)
+				continue
+			}
+			if dups[a] == nil {
+				dups[a] = []*snapshot.Pod{&pods[h]}
+			}
+			dups[a] = append(dups[a], p)
+		}
+	}
+	return dups
+}
+
+// holdsPodIP reports whether p's IPs are its own, taken from the pod
+// network: a non-hostNetwork pod that has not finished.
+func holdsPodIP(p *snapshot.Pod) bool { return !p.HostNetwork && !p.Terminal() }
+
+// DuplicatesOf returns the findings of duplicate-pod-ip for holders, the
+// pods of each IP (as a controller keeps them current between passes),
+// ordered by IP.
+func DuplicatesOf(holders map[netip.Addr][]*snapshot.Pod) []finding.Finding {
+	var out []finding.Finding
+	for ip, ps := range holders {
+		if len(ps) > 1 {
+			out = append(out, duplicate(ip, ps))
+		}
+	}
+	slices.SortFunc(out, func(a, b finding.Finding) int {
+		return netip.MustParseAddr(a.Subject.IP).Compare(netip.MustParseAddr(b.Subject.IP))
+	})
+	return out
+}
+
+// duplicate is the finding for ip, held by ps (two or more pods). The
+// subject is the pod that got the IP last: the one the ledger handed out
+// while the others held it.
+func duplicate(ip netip.Addr, ps []*snapshot.Pod) finding.Finding {
+	ps = slices.Clone(ps)
+	// Oldest first; ties (one-second timestamps) by namespace/name.
+	slices.SortFunc(ps, func(a, b *snapshot.Pod) int {
+		if c := a.Since().Compare(b.Since()); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Ref().String(), b.Ref().String())
+	})
+	newest := ps[len(ps)-1]
+	live := 0
+	var holders, others []string
+	var concerns []finding.ObjectRef
+	nodes := map[string]bool{}
+	for _, p := range ps {
+		if !p.Deleting {
+			live++
+		}
+		holders = append(holders, describeHolder(p))
+		if p != newest {
+			o := p.Ref().String()
+			if p.Deleting {
+				o += " (terminating)"
+			}
+			others = append(others, o)
+		}
+		nodes[p.Node] = true
+		concerns = append(concerns, finding.ObjectRef{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID})
+	}
+	sev := finding.Critical
+	why := "traffic for either may reach the other"
+	if live < 2 {
+		sev = finding.Warning
+		why = "all but one are terminating: it ends when they are gone (or has ended, if their sandboxes are torn down)"
+	}
+	where := "on one node"
+	if len(nodes) > 1 {
+		where = fmt.Sprintf("on %d nodes", len(nodes))
+	}
+	ev := map[string]any{
+		"holders":     holders,
+		"others":      strings.Join(others, ", "),
+		"live":        live,
+		"nodes":       len(nodes),
+		"newest_pod":  newest.Ref().String(),
+		"newest_uid":  newest.UID,
+		"newest_node": newest.Node,
+	}
+	if t := newest.Since(); !t.IsZero() {
+		ev["newest_since"] = t.UTC().Format(time.RFC3339)
+	}
+	return finding.Finding{
+		Rule:     DuplicatePodIPID,
+		Severity: sev,
+		Message: fmt.Sprintf("IP %s is held by %d pods %s: %s; %s",
+			ip, len(ps), where, strings.Join(holders, ", "), why),
+		Subject: finding.Subject{
+			IP:        ip.String(),
+			Namespace: newest.Namespace,
+			Pod:       newest.Ref().String(),
+			Node:      newest.Node,
+		},
+		Evidence: ev,
+		Concerns: concerns,
+	}
+}
+
+// describeHolder names a pod holding a duplicated IP: "ns/name on node
+// (started T)", "terminating" when it is.
+func describeHolder(p *snapshot.Pod) string {
+	s := p.Ref().String()
+	if p.Node != "" {
+		s += " on " + p.Node
+	}
+	if t := p.Since(); !t.IsZero() {
+		s += " (started " + t.UTC().Format(time.RFC3339)
+		if p.Deleting {
+			s += ", terminating"
+		}
+		s += ")"
+	} else if p.Deleting {
+		s += " (terminating)"
+	}
+	return s
+}
