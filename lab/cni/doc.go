@@ -6,6 +6,40 @@
 // that configuration and names the network's Store, whose lock and
 // reservation format Store.Lock and Locked.Reserve share with the plugin.
 //
+// # host-local's allocation order
+//
+// What the tests (hostlocal_test.go) verify against the plugin, v1.9.1.
+// Every ADD takes one address from each range set, in order; range set i
+// is walked under the store's lock as follows.
+//
+//   - Candidates: every address from a range's rangeStart to its rangeEnd,
+//     both included. By default rangeStart is the subnet's address plus one
+//     and rangeEnd its last address, minus one for IPv4: the network
+//     address is never handed out, nor the IPv4 broadcast address, but the
+//     last IPv6 address is. Set explicitly, both may be any address of the
+//     subnet, the network and broadcast addresses too. The gateway
+//     (default: the subnet's address plus one) is skipped wherever it falls
+//     in the range; set elsewhere, .1 becomes an address like any other. A
+//     subnet must be /30 or wider for IPv4, /126 for IPv6.
+//   - Start: right after the address in last_reserved_ip.<i> when that
+//     address lies in the range set; otherwise (no file, or an address out
+//     of the set) at the first range's rangeStart.
+//   - Walk: upward; past a range's rangeEnd to the next range's
+//     rangeStart, past the last range back to the first. An address whose
+//     file exists, whatever it holds, is skipped (the file is created with
+//     O_EXCL). The first address whose file can be created is taken, and
+//     last_reserved_ip.<i> is overwritten with it. Back at the start
+//     without one, ADD fails: "no IP addresses available in range set:
+//     START-END,...".
+//   - So a freed address waits until the walk wraps; a wipe of the whole
+//     store restarts at rangeStart and hands out the running pods'
+//     addresses again, in order (seed 003); a wipe that keeps
+//     last_reserved_ip.<i> goes on after it, past the running pods'
+//     addresses until the walk wraps.
+//   - An address asked for in CNI_ARGS (IP=) is taken as is, or ADD fails
+//     when it is booked or is the gateway; it moves last_reserved_ip.<i>
+//     too.
+//
 // # ADD, DEL and CHECK
 //
 // A second ADD of a container ID and interface that hold an address of the

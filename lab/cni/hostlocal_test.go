@@ -325,6 +325,163 @@ func TestHostLocalWipedStore(t *testing.T) {
 	})
 }
 
+// TestHostLocalAllocationOrder runs each case of the package's allocation
+// order against the real plugin: a sequence of steps on a fresh store.
+func TestHostLocalAllocationOrder(t *testing.T) {
+	hostLocal(t)
+	type step struct {
+		op   string // add, del, wipe (all files), wipe-reservations (keeps last_reserved_ip.*), reserve, last (writes last_reserved_ip.0), has (the file of ip holds id's reservation)
+		id   string // the container (add, del, reserve)
+		ip   string // add: the addresses wanted, joined by ","; reserve, last: the address
+		req  string // add: the address asked for in CNI_ARGS IP=
+		err  string // add: the CNI error's message wanted instead
+		code uint   // add: its code, when err is set
+	}
+	add := func(id, ip string) step { return step{op: "add", id: id, ip: ip} }
+	full := func(r string) step {
+		return step{op: "add", id: "full", code: 999, err: "failed to allocate for range 0: no IP addresses available in range set: " + r}
+	}
+	a := netip.MustParseAddr
+	for _, tc := range []struct {
+		name   string
+		ranges [][]Range
+		steps  []step
+	}{{
+		name:   "defaults: the network address and the gateway .1 are skipped, then upward",
+		ranges: [][]Range{subnet("10.244.2.0/24")},
+		steps:  []step{add("a", "10.244.2.2/24"), add("b", "10.244.2.3/24"), add("c", "10.244.2.4/24")},
+	}, {
+		name:   "a freed address waits until the walk wraps",
+		ranges: [][]Range{subnet("10.244.2.0/24")},
+		steps:  []step{add("a", "10.244.2.2/24"), add("b", "10.244.2.3/24"), {op: "del", id: "a"}, add("c", "10.244.2.4/24")},
+	}, {
+		name:   "after rangeEnd the walk wraps to rangeStart",
+		ranges: [][]Range{{{Subnet: netip.MustParsePrefix("10.244.2.0/24"), RangeStart: a("10.244.2.10"), RangeEnd: a("10.244.2.12")}}},
+		steps: []step{add("a", "10.244.2.10/24"), add("b", "10.244.2.11/24"), add("c", "10.244.2.12/24"),
+			full("10.244.2.10-10.244.2.12"), {op: "del", id: "b"}, add("d", "10.244.2.11/24")},
+	}, {
+		name:   "a gateway inside the range is skipped",
+		ranges: [][]Range{{{Subnet: netip.MustParsePrefix("10.244.2.0/24"), RangeStart: a("10.244.2.10"), RangeEnd: a("10.244.2.12"), Gateway: a("10.244.2.11")}}},
+		steps:  []step{add("a", "10.244.2.10/24"), add("b", "10.244.2.12/24"), full("10.244.2.10-10.244.2.12")},
+	}, {
+		name:   "another gateway makes .1 an address: IPv4 /29 gives .1 to .6 but the gateway and never .7, the broadcast",
+		ranges: [][]Range{{{Subnet: netip.MustParsePrefix("10.244.2.0/29"), Gateway: a("10.244.2.5")}}},
+		steps: []step{add("a", "10.244.2.1/29"), add("b", "10.244.2.2/29"), add("c", "10.244.2.3/29"),
+			add("d", "10.244.2.4/29"), add("e", "10.244.2.6/29"), full("10.244.2.1-10.244.2.6")},
+	}, {
+		name:   "IPv4 /30: one address",
+		ranges: [][]Range{subnet("10.244.2.0/30")},
+		steps:  []step{add("a", "10.244.2.2/30"), full("10.244.2.1-10.244.2.2")},
+	}, {
+		name:   "rangeStart and rangeEnd set to the network and broadcast addresses hand them out",
+		ranges: [][]Range{{{Subnet: netip.MustParsePrefix("10.244.2.0/30"), RangeStart: a("10.244.2.0"), RangeEnd: a("10.244.2.3")}}},
+		steps:  []step{add("a", "10.244.2.0/30"), add("b", "10.244.2.2/30"), add("c", "10.244.2.3/30"), full("10.244.2.0-10.244.2.3")},
+	}, {
+		name:   "IPv6 /126: the network address and the gateway ::1 are skipped, the last address is not",
+		ranges: [][]Range{subnet("fd00::/126")},
+		steps:  []step{add("a", "fd00::2/126"), add("b", "fd00::3/126"), full("fd00::1-fd00::3")},
+	}, {
+		name:   "two ranges in a set: the walk goes on into the next range and wraps to the first",
+		ranges: [][]Range{{{Subnet: netip.MustParsePrefix("10.244.2.0/30")}, {Subnet: netip.MustParsePrefix("10.244.3.0/30")}}},
+		steps: []step{add("a", "10.244.2.2/30"), add("b", "10.244.3.2/30"), full("10.244.2.1-10.244.2.2,10.244.3.1-10.244.3.2"),
+			{op: "del", id: "a"}, add("c", "10.244.2.2/30")},
+	}, {
+		name:   "two range sets: one address from each, each set with its own last_reserved_ip",
+		ranges: [][]Range{subnet("10.244.2.0/24"), subnet("fd00::/120")},
+		steps: []step{add("a", "10.244.2.2/24,fd00::2/120"), {op: "has", id: "a", ip: "fd00::2"},
+			{op: "last", ip: "10.244.2.9"}, add("b", "10.244.2.10/24,fd00::3/120")},
+	}, {
+		name:   "a wipe of everything starts over at rangeStart",
+		ranges: [][]Range{subnet("10.244.2.0/24")},
+		steps:  []step{add("a", "10.244.2.2/24"), add("b", "10.244.2.3/24"), add("c", "10.244.2.4/24"), {op: "wipe"}, add("d", "10.244.2.2/24")},
+	}, {
+		name:   "a wipe that keeps last_reserved_ip.0 goes on after it",
+		ranges: [][]Range{subnet("10.244.2.0/24")},
+		steps: []step{add("a", "10.244.2.2/24"), add("b", "10.244.2.3/24"), add("c", "10.244.2.4/24"),
+			{op: "wipe-reservations"}, add("d", "10.244.2.5/24")},
+	}, {
+		name:   "a last_reserved_ip outside the range set starts at rangeStart",
+		ranges: [][]Range{subnet("10.244.2.0/24")},
+		steps:  []step{{op: "last", ip: "10.244.3.7"}, add("a", "10.244.2.2/24")},
+	}, {
+		name:   "a last_reserved_ip at rangeEnd wraps",
+		ranges: [][]Range{subnet("10.244.2.0/24")},
+		steps:  []step{{op: "last", ip: "10.244.2.254"}, add("a", "10.244.2.2/24")},
+	}, {
+		name:   "a reservation file is skipped whatever it holds",
+		ranges: [][]Range{subnet("10.244.2.0/24")},
+		steps:  []step{{op: "reserve", id: "someone", ip: "10.244.2.2"}, {op: "reserve", id: "else", ip: "10.244.2.3"}, add("a", "10.244.2.4/24")},
+	}, {
+		name:   "an address asked for in CNI_ARGS is taken as is, and the walk goes on after it",
+		ranges: [][]Range{subnet("10.244.2.0/24")},
+		steps: []step{{op: "add", id: "a", req: "10.244.2.9", ip: "10.244.2.9/24"}, add("b", "10.244.2.10/24"),
+			{op: "add", id: "c", req: "10.244.2.9", code: 999, err: "failed to allocate for range 0: requested IP address 10.244.2.9 is not available in range set 10.244.2.1-10.244.2.254"},
+			{op: "add", id: "c", req: "10.244.2.1", code: 999, err: "failed to allocate for range 0: requested ip 10.244.2.1 is subnet's gateway"}},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNet(t, tc.ranges...)
+			dir := n.h.Store().Dir
+			for i, s := range tc.steps {
+				where := fmt.Sprintf("step %d (%s %s)", i, s.op, s.id)
+				switch s.op {
+				case "add":
+					c := n.container(s.id)
+					if s.req != "" {
+						c.Args = append(c.Args, Arg{"IP", s.req})
+					}
+					got, err := n.add(c)
+					if s.err != "" {
+						wantCNIError(t, err, s.code, s.err)
+						continue
+					}
+					if err != nil || got != s.ip {
+						t.Fatalf("%s: %q, %v, want %s", where, got, err, s.ip)
+					}
+				case "del":
+					n.mustDel(s.id)
+				case "wipe":
+					if err := os.RemoveAll(dir); err != nil {
+						t.Fatal(err)
+					}
+				case "wipe-reservations":
+					for name := range n.files() {
+						if _, err := netip.ParseAddr(name); err == nil {
+							if err := os.Remove(filepath.Join(dir, name)); err != nil {
+								t.Fatal(err)
+							}
+						}
+					}
+				case "reserve":
+					l, err := n.h.Store().Lock()
+					if err != nil {
+						t.Fatal(err)
+					}
+					err = l.Reserve(netip.MustParseAddr(s.ip), s.id, "eth0")
+					if uerr := l.Unlock(); err == nil {
+						err = uerr
+					}
+					if err != nil {
+						t.Fatalf("%s: %v", where, err)
+					}
+				case "last":
+					if err := os.MkdirAll(dir, 0o755); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(filepath.Join(dir, LastReservedPrefix+"0"), []byte(s.ip), 0o600); err != nil {
+						t.Fatal(err)
+					}
+				case "has":
+					if got := n.files()[s.ip]; got != s.id+"\r\neth0" {
+						t.Fatalf("%s: %s holds %q", where, s.ip, got)
+					}
+				default:
+					t.Fatalf("%s: unknown op", where)
+				}
+			}
+		})
+	}
+}
+
 // TestHostLocalLock shows that a reservation written under host-local's own
 // lock cannot race an ADD: the ADD waits for the lock, then sees the
 // reservation and skips it. DEL and CHECK wait for it too.
