@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -118,8 +119,11 @@ type Agent struct {
 	index *flowIndex
 	// last is the snapshot of the last complete audit; lastKeep its flow
 	// filter, for new flows.
-	last     *snapshot.Snapshot
-	lastKeep func(*snapshot.Flow) bool
+	last *snapshot.Snapshot
+	// ledgerErr is, by source, the error of the other ledgers at the last
+	// audit ("" when read).
+	ledgerErr map[string]string
+	lastKeep  func(*snapshot.Flow) bool
 	// suspects are the backends of the last complete audit's findings and
 	// of new flows its filter keeps: judged again at every audit.
 	suspects []netip.Addr
@@ -371,8 +375,12 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string) (wait time.Durati
 		Rules:    cfg.Rules,
 		Now:      cfg.Now,
 	})
+	// Only the sources every audit needs make it incomplete; another
+	// ledger that fails (host-local's store) leaves its own rules out of
+	// this audit, and the rest stands.
+	core := a.coreSources()
 	if full {
-		a.index.endSeed(res.Incomplete() == nil)
+		a.index.endSeed(res.IncompleteOf(core...) == nil)
 		if scheduled {
 			// A full audit streams the whole table through memory: give
 			// what it left behind back to the node now rather than minutes
@@ -384,7 +392,8 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string) (wait time.Durati
 	if m != nil {
 		m.Sources(res.Sources)
 	}
-	if err := res.Incomplete(); err != nil {
+	a.logLedgers(res.Sources, core)
+	if err := res.IncompleteOf(core...); err != nil {
 		// The changes this audit took were not judged: the next one judges
 		// every indexed flow.
 		a.rejudge = true
@@ -477,6 +486,41 @@ func (a *Agent) sources(ct source.Source) []source.Source {
 		out = append(out, a.cfg.Host)
 	}
 	return append(out, ct)
+}
+
+// coreSources are the sources without which no audit is complete: the
+// cluster, the conntrack table and, when read, the host's addresses.
+func (a *Agent) coreSources() []string {
+	out := []string{kube.Name, conntrack.Name}
+	if a.cfg.Host != nil {
+		out = append(out, a.cfg.Host.Name())
+	}
+	return out
+}
+
+// logLedgers logs when one of the node's other ledgers starts or stops
+// failing: its rules are left out of the audits meanwhile.
+func (a *Agent) logLedgers(sts []snapshot.SourceStatus, core []string) {
+	for _, st := range sts {
+		if slices.Contains(core, st.Name) {
+			continue
+		}
+		was := a.ledgerErr[st.Name]
+		now := ""
+		if st.Status == snapshot.StatusError {
+			now = st.Detail
+		}
+		switch {
+		case now != "" && now != was:
+			a.cfg.Log.Warn("a ledger cannot be read: its rules are left out until it can", "source", st.Name, "err", now)
+		case now == "" && was != "":
+			a.cfg.Log.Info("a ledger can be read again", "source", st.Name)
+		}
+		if a.ledgerErr == nil {
+			a.ledgerErr = map[string]string{}
+		}
+		a.ledgerErr[st.Name] = now
+	}
 }
 
 // recheck is the re-check of a remedy of rule r: the informer caches must

@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -433,5 +434,31 @@ func TestAPIServerUnreachableAtStartDeletesNothing(t *testing.T) {
 	h.agent.Handler(h.reg).ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
 	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "degraded") {
 		t.Errorf("/readyz = %d %q", rec.Code, rec.Body.String())
+	}
+}
+
+// failingLedger is a node ledger that cannot be read.
+type failingLedger struct{}
+
+func (failingLedger) Name() string { return "hostlocal" }
+func (failingLedger) Collect(context.Context, *snapshot.Snapshot) error {
+	return errors.New("reading host-local's data directory /var/lib/cni/networks: permission denied")
+}
+
+// A node ledger that cannot be read leaves its own rules out; the audits
+// stay complete and the conntrack remedy still acts.
+func TestAFailingLedgerLeavesTheRestOfTheAudit(t *testing.T) {
+	h := startWith(t, fake.NewClientset(cluster()...), nil, func(c *Config) {
+		c.Sources = []source.Source{failingLedger{}}
+	}, staleFlow())
+	waitFor(t, "the stale flow to be deleted", func() bool { return h.tab.count() == 1 })
+	if logs := h.logs.String(); strings.Contains(logs, "reason="+reasonSourceError) {
+		t.Errorf("an audit was incomplete for a ledger the conntrack rules do not read:\n%s", logs)
+	}
+	if v := testutil.ToFloat64(h.agent.cfg.Metrics.SourceUp.WithLabelValues("hostlocal")); v != 0 {
+		t.Errorf("source_up{source=hostlocal} = %v", v)
+	}
+	if !strings.Contains(h.logs.String(), "a ledger cannot be read") {
+		t.Errorf("no log of the failing ledger:\n%s", h.logs.String())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -71,9 +72,16 @@ func Judge(s *snapshot.Snapshot, rules []rule.Rule) *Result {
 // report with a failed source claims nothing about the ledger that source
 // reads. A source whose ledger does not exist here (unsupported) is not a
 // failure; the rules that read it are skipped and say so.
-func (r *Result) Incomplete() error {
+func (r *Result) Incomplete() error { return r.IncompleteOf() }
+
+// IncompleteOf is Incomplete for the named sources only (every source when
+// none is named).
+func (r *Result) IncompleteOf(names ...string) error {
 	var bad []string
 	for _, st := range r.Sources {
+		if len(names) > 0 && !slices.Contains(names, st.Name) {
+			continue
+		}
 		if st.Status == snapshot.StatusError {
 			bad = append(bad, fmt.Sprintf("%s %s: %s", st.Name, st.Status, st.Detail))
 		}

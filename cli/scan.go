@@ -19,6 +19,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
 	"github.com/ghostwatch/ghostwatch/source/host"
+	"github.com/ghostwatch/ghostwatch/source/hostlocal"
 	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
@@ -35,6 +36,7 @@ type scanOptions struct {
 	rules             []string
 	syncTimeout       time.Duration
 	clockSkew         time.Duration
+	hostRoot          string
 }
 
 func newScanCommand(streams genericiooptions.IOStreams) *cobra.Command {
@@ -44,8 +46,9 @@ func newScanCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "scan",
 		Short: "Audit this node and the cluster once and report every ghost found",
-		Long: `scan reads the cluster objects (Services, EndpointSlices, Pods, Nodes) and this
-node's conntrack table, and runs every rule (--rule picks some):
+		Long: `scan reads the cluster objects (Services, EndpointSlices, Pods, Nodes), this
+node's conntrack table and its host-local IPAM store, and runs every rule (--rule
+picks some; each reads only what it needs):
 
 ` + ruleList(rule.All(rule.Config{})) + `
 Online it talks to the API server like kubectl does (--kubeconfig, --context,
@@ -80,6 +83,7 @@ source was incomplete (then no finding is claimed for what it would have read).`
 	f.StringVar(&o.capturedAt, "captured-at", "", "with --conntrack-file: when the listing was captured (RFC 3339, e.g. 2026-11-22T14:05:00Z); flow ages (delta-time=) count from it. Default: the file's modification time; for stdin, unknown")
 	f.DurationVar(&o.syncTimeout, "sync-timeout", 30*time.Second, "how long to wait for the API server to list the objects")
 	f.DurationVar(&o.clockSkew, "clock-skew", 2*time.Second, "how far the node clock may be ahead of the API server's when proving a flow predates a pod")
+	f.StringVar(&o.hostRoot, "host-root", "/", "the node's / as this process sees it: host-local's store and the CNI configurations are read under it ("+hostlocal.DefaultDataDir+", "+hostlocal.ConfDir+"); offline (with --kube-objects or --conntrack-file) they are read only when this is given, from a copy")
 	addOutputFlag(cmd, &o.output, `text is the table ("table" works too), json and yaml the report as one object`)
 	completeWith(cmd, "fail-on", "info", "warning", "critical", "none")
 	completeWith(cmd, "rule", rule.IDs(rule.All(rule.Config{}))...)
@@ -110,6 +114,22 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	rules, err := rule.Select(cfg, o.rules)
 	if err != nil {
 		return withCode(ExitError, fmt.Errorf("--rule: %w", err))
+	}
+	// host-local's store is this host's when scanning live; offline, only
+	// the copy --host-root names: without it the rules of the store do
+	// not run, and naming one is an error.
+	offline := len(o.kubeObjects) > 0 || o.conntrackFile != ""
+	readStore := !offline || cmd.Flags().Changed("host-root")
+	if !readStore {
+		var kept []rule.Rule
+		for _, r := range rules {
+			if len(rule.ReadersOf([]rule.Rule{r}, hostlocal.Name)) == 0 {
+				kept = append(kept, r)
+			} else if len(o.rules) > 0 {
+				return withCode(ExitError, fmt.Errorf("--rule %s reads host-local's store, and an offline scan reads none of this host: pass --host-root with a copy of the node's %s and %s", r.Info().ID, hostlocal.DefaultDataDir, hostlocal.ConfDir))
+			}
+		}
+		rules = kept
 	}
 	node := resolveNodeName(o.nodeName)
 
@@ -158,11 +178,17 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	if readsTable {
 		sources = append(sources, ctSrc)
 	}
+	if len(rule.ReadersOf(rules, hostlocal.Name)) > 0 {
+		sources = append(sources, &hostlocal.Source{Root: o.hostRoot})
+	}
 	res := audit.Run(cmd.Context(), audit.Config{
 		NodeName: node,
 		Sources:  sources,
 		Rules:    rules,
 	})
+	if err := checkNodeForHostLocal(res, node); err != nil {
+		return withCode(ExitError, err)
+	}
 	if err := checkNode(res, node, npa); err != nil {
 		return withCode(ExitError, err)
 	}
@@ -199,6 +225,20 @@ func stdinUses(kubeObjects []string, conntrackFile string) int {
 		}
 	}
 	return n
+}
+
+// checkNodeForHostLocal refuses a scan that read a host-local store for a
+// node the cluster objects do not hold: no pod could be tied to the store,
+// and every rule of it would silently find nothing.
+func checkNodeForHostLocal(res *audit.Result, node string) error {
+	s := res.Snapshot
+	if s.Kube == nil || s.HostLocal == nil {
+		return nil
+	}
+	if _, ok := kube.LookupNode(s.Kube, node); ok {
+		return nil
+	}
+	return fmt.Errorf("node %q is not in the cluster objects, so no pod can be tied to its host-local store: pass --node-name (the Node's name, not the hostname), and save nodes with the objects (%s)", node, kube.SaveCommand)
 }
 
 // checkNode refuses a scan whose node is unknown while a Service has a

@@ -100,8 +100,26 @@ func TestAgentDaemonSetHasOnlyNetAdmin(t *testing.T) {
 	if !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
 		t.Errorf("capabilities.drop = %v, want [ALL]", sc.Capabilities.Drop)
 	}
+	// Only host-local's store and the CNI configurations, read-only, where
+	// --host-root reads them.
+	wantMounts := map[string]string{"/host/etc/cni/net.d": "/etc/cni/net.d", "/host/var/lib/cni": "/var/lib/cni"}
+	hostPaths := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil {
+			hostPaths[v.Name] = v.HostPath.Path
+		}
+	}
 	for _, v := range c.VolumeMounts {
-		t.Errorf("volume mount %s: the agent needs no host path", v.MountPath)
+		if want, ok := wantMounts[v.MountPath]; !ok || hostPaths[v.Name] != want || !v.ReadOnly {
+			t.Errorf("volume mount %s (host path %q, read-only %v): the agent reads only %v, read-only", v.MountPath, hostPaths[v.Name], v.ReadOnly, wantMounts)
+		}
+		delete(wantMounts, v.MountPath)
+	}
+	if len(wantMounts) > 0 {
+		t.Errorf("missing mounts: %v", wantMounts)
+	}
+	if !slices.Contains(c.Args, "--host-root=/host") {
+		t.Errorf("args %v do not read the mounts (--host-root=/host)", c.Args)
 	}
 	var nodeName bool
 	for _, e := range c.Env {

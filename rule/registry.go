@@ -20,6 +20,8 @@ func All(cfg Config) []Rule {
 		&StaleNATFlow{ct},
 		&MisdeliveredFlow{ct},
 		&DuplicatePodIP{},
+		&IPAMUnbookedIP{},
+		&IPAMLeakedIP{},
 	}
 }
 

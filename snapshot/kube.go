@@ -153,4 +153,8 @@ type Endpoint struct {
 type Node struct {
 	Name      string
 	Addresses []netip.Addr
+	// PodCIDRs are spec.podCIDRs (or spec.podCIDR): the ranges the
+	// node's pods get IPs from when the CNI plugin allocates from them
+	// (host-local under flannel, kindnet and the like).
+	PodCIDRs []netip.Prefix
 }

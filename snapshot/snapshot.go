@@ -39,6 +39,7 @@ type Snapshot struct {
 
 	Kube      *Kube
 	Conntrack *Conntrack
+	HostLocal *HostLocal
 	// LocalAddresses are the addresses of the host whose conntrack table
 	// is read, read live from it (source "host"); nil offline.
 	LocalAddresses []netip.Addr

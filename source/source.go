@@ -3,6 +3,7 @@ package source
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -12,6 +13,17 @@ import (
 // on this host or cluster. The snapshot records it as StatusUnsupported, a
 // normal result rather than a failure.
 var ErrUnsupported = errors.New("unsupported")
+
+// Unsupported returns an error that is ErrUnsupported and reads as the
+// message alone: the report already says "unsupported".
+func Unsupported(format string, args ...any) error {
+	return unsupported(fmt.Sprintf(format, args...))
+}
+
+type unsupported string
+
+func (e unsupported) Error() string        { return string(e) }
+func (e unsupported) Is(target error) bool { return target == ErrUnsupported }
 
 // Source reads one ledger into the snapshot.
 type Source interface {

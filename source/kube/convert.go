@@ -161,6 +161,15 @@ func Node(n *corev1.Node) snapshot.Node {
 			out.Addresses = appendIP(out.Addresses, a.Address)
 		}
 	}
+	cidrs := n.Spec.PodCIDRs
+	if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
+		cidrs = []string{n.Spec.PodCIDR}
+	}
+	for _, c := range cidrs {
+		if p, err := netip.ParsePrefix(c); err == nil {
+			out.PodCIDRs = append(out.PodCIDRs, p.Masked())
+		}
+	}
 	return out
 }
 

@@ -1,0 +1,394 @@
+package rule
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/snapshot"
+)
+
+// hostLocalNet is what the host-local rules know of one network on the
+// node: its ledger, the ranges it allocates from, and where its next
+// allocation in each range set will land.
+type hostLocalNet struct {
+	n *snapshot.HostLocalNetwork
+	// sets are the range sets: the configuration's, or one per pod CIDR of
+	// the Node when no configuration names the network.
+	sets []snapshot.RangeSet
+	// fromPodCIDRs is true when sets come from the Node's pod CIDRs.
+	fromPodCIDRs bool
+	reserved     map[netip.Addr]*snapshot.Reservation
+	// next is, per range set, the address host-local's next ADD returns
+	// (invalid when the set is full).
+	next []netip.Addr
+}
+
+// hostLocalView is the node's host-local networks and its live pods.
+type hostLocalView struct {
+	nets []hostLocalNet
+	// pods are the pods of this node that hold pod-network IPs, by IP.
+	pods map[netip.Addr][]*snapshot.Pod
+	// holders are every pod of the cluster that holds a pod-network IP.
+	holders map[netip.Addr][]*snapshot.Pod
+	node    *snapshot.Node
+}
+
+// newHostLocalView builds the view of s, or returns nil when s has no
+// host-local ledger or its node is not among the cluster objects (then no
+// pod can be tied to the node, and no verdict is possible).
+func newHostLocalView(s *snapshot.Snapshot) *hostLocalView {
+	if s.HostLocal == nil || s.Kube == nil {
+		return nil
+	}
+	v := &hostLocalView{pods: map[netip.Addr][]*snapshot.Pod{}, holders: map[netip.Addr][]*snapshot.Pod{}}
+	for i := range s.Kube.Nodes {
+		if s.Kube.Nodes[i].Name == s.NodeName {
+			v.node = &s.Kube.Nodes[i]
+		}
+	}
+	if v.node == nil {
+		return nil
+	}
+	for i := range s.Kube.Pods {
+		p := &s.Kube.Pods[i]
+		if !holdsPodIP(p) {
+			continue
+		}
+		for _, a := range p.IPs {
+			a = a.Unmap()
+			v.holders[a] = append(v.holders[a], p)
+			if p.Node == s.NodeName {
+				v.pods[a] = append(v.pods[a], p)
+			}
+		}
+	}
+	for i := range s.HostLocal.Networks {
+		n := &s.HostLocal.Networks[i]
+		hn := hostLocalNet{n: n, sets: n.RangeSets, reserved: map[netip.Addr]*snapshot.Reservation{}}
+		if hn.sets == nil {
+			for _, c := range v.node.PodCIDRs {
+				if r, ok := podCIDRRange(c); ok {
+					hn.sets = append(hn.sets, snapshot.RangeSet{r})
+				}
+			}
+			hn.fromPodCIDRs = hn.sets != nil
+		}
+		for j := range n.Reservations {
+			hn.reserved[n.Reservations[j].IP] = &n.Reservations[j]
+		}
+		for j, rs := range hn.sets {
+			hn.next = append(hn.next, nextAllocation(rs, n.LastReserved[j], hn.reserved))
+		}
+		v.nets = append(v.nets, hn)
+	}
+	return v
+}
+
+// podCIDRRange is the range host-local gives a subnet by default.
+func podCIDRRange(p netip.Prefix) (snapshot.IPRange, bool) {
+	p = p.Masked()
+	if (p.Addr().Is4() && p.Bits() > 30) || (p.Addr().Is6() && p.Bits() > 126) {
+		return snapshot.IPRange{}, false
+	}
+	last := lastOf(p)
+	r := snapshot.IPRange{Subnet: p, Start: p.Addr().Next(), End: last, Gateway: p.Addr().Next()}
+	if p.Addr().Is4() {
+		r.End = last.Prev()
+	}
+	return r, true
+}
+
+func lastOf(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 1 << (7 - i%8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+// nextAllocation is the address host-local's next ADD takes from range set
+// rs: it starts right after last when last lies in the set, else at the
+// first range's start; walks up, from one range's end to the next range's
+// start and from the last range back to the first; skips each range's
+// gateway and every reserved address; and takes the first other. The
+// invalid address means the set is full. The walk visits at most one
+// address more than there are reservations and gateways.
+func nextAllocation(rs snapshot.RangeSet, last netip.Addr, reserved map[netip.Addr]*snapshot.Reservation) netip.Addr {
+	if len(rs) == 0 {
+		return netip.Addr{}
+	}
+	ri, cur := 0, rs[0].Start
+	step := func() {
+		if cur == rs[ri].End || !cur.Next().IsValid() {
+			ri = (ri + 1) % len(rs)
+			cur = rs[ri].Start
+			return
+		}
+		cur = cur.Next()
+	}
+	if last.IsValid() {
+		for i, r := range rs {
+			if r.Contains(last) {
+				ri, cur = i, last
+				step()
+				break
+			}
+		}
+	}
+	startRI, start := ri, cur
+	for {
+		if cur != rs[ri].Gateway && reserved[cur] == nil {
+			return cur
+		}
+		step()
+		if ri == startRI && cur == start {
+			return netip.Addr{}
+		}
+	}
+}
+
+// setOf returns the index of the range set of hn that holds a, or -1.
+func (hn *hostLocalNet) setOf(a netip.Addr) int {
+	for i, rs := range hn.sets {
+		if rs.Contains(a) {
+			return i
+		}
+	}
+	return -1
+}
+
+// IPAMUnbookedIPID is the stable ID of the ipam-unbooked-ip rule.
+const IPAMUnbookedIPID = "ipam-unbooked-ip"
+
+// IPAMUnbookedIP finds running pods whose IP the IPAM ledger does not
+// record: on a node whose CNI allocates with host-local, a pod of this node
+// whose IP lies in a host-local network's ranges and has no reservation
+// file there. host-local hands out any address without a file: the IP
+// will be given to another pod while this one runs (seed 003). The finding
+// says which address the next ADD in that range set returns and whether a
+// running pod holds it: critical when it is this pod's (the next pod
+// started on the node gets its IP), a warning otherwise (it comes when the
+// walk reaches it).
+//
+// Terminating pods are left out: host-local's DEL may already have removed
+// their file. The ranges are the CNI configuration's; when no
+// configuration names the network (flannel keeps its own), the Node's pod
+// CIDRs.
+type IPAMUnbookedIP struct{}
+
+// KubeKinds says the rule reads Pods and Nodes (snapshot.KindReader).
+func (*IPAMUnbookedIP) KubeKinds() []string { return []string{"Pod", "Node"} }
+
+// Info describes the rule.
+func (*IPAMUnbookedIP) Info() Info {
+	return Info{
+		ID:      IPAMUnbookedIPID,
+		Sources: []string{"kube", "hostlocal"},
+		Scope:   ScopeNode,
+		Columns: []string{"ip", "pod", "node"},
+		Detail: func(f finding.Finding) string {
+			if f.Evidence["next_allocation"] == f.Subject.IP {
+				return fmt.Sprintf("no reservation in %v; the next ADD on the node returns it", f.Evidence["store"])
+			}
+			return fmt.Sprintf("no reservation in %v; the next ADD returns %v", f.Evidence["store"], f.Evidence["next_allocation"])
+		},
+		Summary: "a running pod's IP is missing from the IPAM ledger: the next allocations on its node will hand it to a second pod",
+		Fix:     "cordon the node, then write the pod's reservation back under host-local's lock before another pod starts there (see the runbook)",
+		Runbook: "docs/runbooks/ipam-unbooked-ip.md",
+	}
+}
+
+// Evaluate returns one finding per unbooked pod IP.
+func (r *IPAMUnbookedIP) Evaluate(s *snapshot.Snapshot) []finding.Finding {
+	v := newHostLocalView(s)
+	if v == nil {
+		return nil
+	}
+	var out []finding.Finding
+	for i := range v.nets {
+		hn := &v.nets[i]
+		for _, a := range sortedAddrs(v.pods) {
+			set := hn.setOf(a)
+			if set < 0 || hn.reserved[a] != nil {
+				continue
+			}
+			for _, p := range v.pods[a] {
+				if p.Deleting {
+					continue
+				}
+				out = append(out, unbooked(s, v, hn, set, a, p))
+			}
+		}
+	}
+	return out
+}
+
+func unbooked(s *snapshot.Snapshot, v *hostLocalView, hn *hostLocalNet, set int, a netip.Addr, p *snapshot.Pod) finding.Finding {
+	next := hn.next[set]
+	ev := map[string]any{
+		"ledger":    "host-local",
+		"network":   hn.n.Name,
+		"store":     hn.n.Dir,
+		"range_set": set,
+		"ranges":    describeRanges(hn.sets[set]),
+		"pod_uid":   p.UID,
+	}
+	if hn.n.Config != "" {
+		ev["config"] = hn.n.Config
+	}
+	if hn.fromPodCIDRs {
+		ev["ranges_from"] = "the Node's pod CIDRs (no CNI configuration names the network)"
+	}
+	if hn.n.Missing {
+		ev["store_missing"] = true
+	}
+	last, hasLast := hn.n.LastReserved[set]
+	if hasLast {
+		ev["last_reserved_ip"] = last.String()
+	}
+	sev := finding.Warning
+	var when string
+	switch {
+	case !next.IsValid():
+		ev["next_allocation"] = "none: the range set is full"
+		when = "the range set is full, so no ADD can take it now; one will after the next release"
+	case next == a:
+		sev = finding.Critical
+		ev["next_allocation"] = next.String()
+		when = fmt.Sprintf("the next pod started on node %s gets %s", s.NodeName, a)
+	default:
+		ev["next_allocation"] = next.String()
+		when = fmt.Sprintf("the next ADD returns %s", next)
+		if hs := v.holders[next]; len(hs) > 0 {
+			ev["next_allocation_holder"] = hs[0].Ref().String()
+			when += fmt.Sprintf(", which pod %s holds too", hs[0].Ref())
+		}
+		when += fmt.Sprintf("; %s follows when the walk reaches it", a)
+	}
+	from := "from the range start"
+	if hasLast && hn.sets[set].Contains(last) {
+		from = "after last_reserved_ip " + last.String()
+	}
+	return finding.Finding{
+		Rule:     IPAMUnbookedIPID,
+		Severity: sev,
+		Message: fmt.Sprintf("pod %s holds %s, but host-local's network %s on node %s has no reservation for it (%s): %s (allocation starts %s)",
+			p.Ref(), a, hn.n.Name, s.NodeName, hn.n.Dir, when, from),
+		Subject: finding.Subject{
+			IP:        a.String(),
+			Namespace: p.Namespace,
+			Pod:       p.Ref().String(),
+			Node:      s.NodeName,
+		},
+		Evidence: ev,
+		Concerns: []finding.ObjectRef{{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID}, {Kind: "Node", Name: s.NodeName}},
+	}
+}
+
+func describeRanges(rs snapshot.RangeSet) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, fmt.Sprintf("%s-%s (subnet %s, gateway %s)", r.Start, r.End, r.Subnet, r.Gateway))
+	}
+	return out
+}
+
+func sortedAddrs[V any](m map[netip.Addr]V) []netip.Addr {
+	out := make([]netip.Addr, 0, len(m))
+	for a := range m {
+		out = append(out, a)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
+// IPAMLeakedIPID is the stable ID of the ipam-leaked-ip rule.
+const IPAMLeakedIPID = "ipam-leaked-ip"
+
+// LeakMinAge is how old a reservation must be before it counts as leaked:
+// between host-local's ADD and the pod's IP reaching the API server, a
+// fresh file has no pod yet.
+const LeakMinAge = 2 * time.Minute
+
+// IPAMLeakedIP finds addresses the IPAM ledger keeps for no pod: a
+// host-local reservation on this node whose IP no pod of the node holds
+// (its DEL never ran, or a wiped store was restored from a backup). A
+// leaked address is never handed out again until it is freed: the range
+// shrinks, and a full range fails every new pod on the node. Reservations
+// younger than LeakMinAge are left alone.
+type IPAMLeakedIP struct{}
+
+// KubeKinds says the rule reads Pods and Nodes (snapshot.KindReader).
+func (*IPAMLeakedIP) KubeKinds() []string { return []string{"Pod", "Node"} }
+
+// Info describes the rule.
+func (*IPAMLeakedIP) Info() Info {
+	return Info{
+		ID:      IPAMLeakedIPID,
+		Sources: []string{"kube", "hostlocal"},
+		Scope:   ScopeNode,
+		Columns: []string{"ip", "node"},
+		Detail: func(f finding.Finding) string {
+			return fmt.Sprintf("reserved for container %v, no pod holds it", f.Evidence["container_id"])
+		},
+		Summary: "the IPAM ledger keeps an address for no pod: it is never handed out again, and a range full of leaks fails new pods",
+		Fix:     "check the container is gone (crictl ps -a), then remove the reservation file under host-local's lock",
+		Runbook: "docs/runbooks/ipam-leaked-ip.md",
+	}
+}
+
+// Evaluate returns one finding per leaked reservation.
+func (r *IPAMLeakedIP) Evaluate(s *snapshot.Snapshot) []finding.Finding {
+	v := newHostLocalView(s)
+	if v == nil {
+		return nil
+	}
+	var out []finding.Finding
+	for i := range v.nets {
+		hn := &v.nets[i]
+		for j := range hn.n.Reservations {
+			res := &hn.n.Reservations[j]
+			if len(v.pods[res.IP]) > 0 {
+				continue
+			}
+			age := s.Taken.Sub(res.Modified)
+			if !res.Modified.IsZero() && age < LeakMinAge {
+				continue
+			}
+			ev := map[string]any{
+				"ledger":       "host-local",
+				"network":      hn.n.Name,
+				"store":        hn.n.Dir,
+				"file":         hn.n.Dir + "/" + res.IP.String(),
+				"container_id": res.ContainerID,
+				"reserved_at":  res.Modified.UTC().Format(time.RFC3339),
+			}
+			why := "no pod of the node holds it"
+			if hs := v.holders[res.IP]; len(hs) > 0 {
+				ev["held_elsewhere_by"] = hs[0].Ref().String()
+				why = fmt.Sprintf("no pod of the node holds it (pod %s on node %s does: the ledgers disagree)", hs[0].Ref(), hs[0].Node)
+			}
+			out = append(out, finding.Finding{
+				Rule:     IPAMLeakedIPID,
+				Severity: finding.Info,
+				Message: fmt.Sprintf("host-local's network %s on node %s keeps %s for container %s since %s, and %s",
+					hn.n.Name, s.NodeName, res.IP, orNone(res.ContainerID), res.Modified.UTC().Format(time.RFC3339), why),
+				Subject:  finding.Subject{IP: res.IP.String(), Node: s.NodeName},
+				Evidence: ev,
+				Concerns: []finding.ObjectRef{{Kind: "Node", Name: s.NodeName}},
+			})
+		}
+	}
+	return out
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}

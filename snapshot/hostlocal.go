@@ -1,0 +1,84 @@
+package snapshot
+
+import (
+	"net/netip"
+	"time"
+)
+
+// HostLocal is the ledger of the CNI host-local IPAM plugin on one node: a
+// directory per network, a file per reserved address.
+type HostLocal struct {
+	// Networks are the networks found, by name: every directory under the
+	// data directories, and every network a CNI configuration of the node
+	// gives to host-local.
+	Networks []HostLocalNetwork
+}
+
+// HostLocalNetwork is one host-local network on the node.
+type HostLocalNetwork struct {
+	// Name is the CNI network's name: its directory's name.
+	Name string
+	// Dir is the network's directory as the node sees it
+	// (/var/lib/cni/networks/<name> unless the configuration's dataDir
+	// says otherwise).
+	Dir string
+	// Missing is true when the directory does not exist: no address was
+	// ever reserved there, or the store was wiped.
+	Missing bool
+	// Reservations are the files named by an address, in address order.
+	Reservations []Reservation
+	// LastReserved holds last_reserved_ip.<i> by range set index i: where
+	// the next allocation from range set i starts looking.
+	LastReserved map[int]netip.Addr
+	// RangeSets are the address ranges host-local allocates from, one set
+	// per family as the configuration lists them; nil when no
+	// configuration of the node names the network.
+	RangeSets []RangeSet
+	// Config is the configuration file the range sets come from.
+	Config string
+	// Ignored counts the entries of the directory that are neither a
+	// reservation, a last_reserved_ip file nor the lock, with an example.
+	Ignored        int
+	IgnoredExample string
+}
+
+// Reservation is one address host-local handed out: a file named by the
+// address, holding the container ID and, since CNI plugins v0.8.0, "\r\n"
+// and the interface name.
+type Reservation struct {
+	IP          netip.Addr
+	ContainerID string
+	// IfName is empty in the format before v0.8.0.
+	IfName string
+	// Modified is the file's modification time: when it was written.
+	Modified time.Time
+}
+
+// RangeSet is one set of ranges host-local walks for one address of a
+// container (one per family).
+type RangeSet []IPRange
+
+// IPRange is one range of a range set, with host-local's defaults applied:
+// Start and End are both handed out; Gateway never is.
+type IPRange struct {
+	Subnet  netip.Prefix
+	Start   netip.Addr
+	End     netip.Addr
+	Gateway netip.Addr
+}
+
+// Contains reports whether a is in one of the set's ranges.
+func (rs RangeSet) Contains(a netip.Addr) bool {
+	for _, r := range rs {
+		if r.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// Contains reports whether a lies between the range's Start and End.
+func (r IPRange) Contains(a netip.Addr) bool {
+	a = a.Unmap()
+	return r.Subnet.Contains(a) && r.Start.Compare(a) <= 0 && a.Compare(r.End) <= 0
+}

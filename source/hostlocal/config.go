@@ -1,0 +1,191 @@
+package hostlocal
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/ghostwatch/ghostwatch/snapshot"
+)
+
+// conf is a network whose IPAM is host-local, from one CNI configuration.
+type conf struct {
+	file      string // as the node sees it
+	name      string
+	dataDir   string
+	rangeSets []snapshot.RangeSet
+}
+
+// netConf is what a CNI configuration file says that matters here: a
+// single plugin (*.conf, *.json) or a list of them (*.conflist).
+type netConf struct {
+	Name    string       `json:"name"`
+	IPAM    *ipamConf    `json:"ipam"`
+	Plugins []pluginConf `json:"plugins"`
+}
+
+type pluginConf struct {
+	Type string    `json:"type"`
+	IPAM *ipamConf `json:"ipam"`
+}
+
+type ipamConf struct {
+	Type    string `json:"type"`
+	DataDir string `json:"dataDir"`
+	// The single range of old configurations, inline.
+	rangeConf
+	Ranges [][]rangeConf `json:"ranges"`
+}
+
+type rangeConf struct {
+	Subnet     string `json:"subnet"`
+	RangeStart string `json:"rangeStart"`
+	RangeEnd   string `json:"rangeEnd"`
+	Gateway    string `json:"gateway"`
+}
+
+// readConfigs returns the host-local networks of the CNI configurations in
+// root's ConfDir, in the order the kubelet reads the files (by name); a
+// network named twice keeps its first configuration.
+func readConfigs(root string) ([]conf, error) {
+	dir := filepath.Join(root, ConfDir)
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the CNI configurations in %s: %w", ConfDir, err)
+	}
+	var out []conf
+	seen := map[string]bool{}
+	for _, e := range entries {
+		ext := filepath.Ext(e.Name())
+		if e.IsDir() || (ext != ".conf" && ext != ".conflist" && ext != ".json") {
+			continue
+		}
+		file := path.Join(ConfDir, e.Name())
+		b, err := readSmall(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("reading the CNI configuration %s: %w", file, err)
+		}
+		cs, err := parseConfig(file, b)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range cs {
+			if !seen[c.name] {
+				seen[c.name] = true
+				out = append(out, c)
+			}
+		}
+	}
+	return out, nil
+}
+
+// parseConfig returns the host-local networks one configuration file
+// defines (none when its IPAM is another plugin's).
+func parseConfig(file string, b []byte) ([]conf, error) {
+	var nc netConf
+	if err := json.Unmarshal(b, &nc); err != nil {
+		return nil, fmt.Errorf("the CNI configuration %s is not valid JSON: %w", file, err)
+	}
+	ipams := []*ipamConf{nc.IPAM}
+	for _, p := range nc.Plugins {
+		ipams = append(ipams, p.IPAM)
+	}
+	var out []conf
+	for _, ic := range ipams {
+		if ic == nil || ic.Type != "host-local" {
+			continue
+		}
+		if nc.Name == "" {
+			return nil, fmt.Errorf("the CNI configuration %s gives host-local a network without a name", file)
+		}
+		c := conf{file: file, name: nc.Name, dataDir: DefaultDataDir}
+		if ic.DataDir != "" {
+			c.dataDir = path.Clean("/" + ic.DataDir)
+		}
+		raw := ic.Ranges
+		if ic.rangeConf.Subnet != "" {
+			raw = append([][]rangeConf{{ic.rangeConf}}, raw...)
+		}
+		for i, set := range raw {
+			var rs snapshot.RangeSet
+			for j, r := range set {
+				ir, err := canonical(r)
+				if err != nil {
+					return nil, fmt.Errorf("the CNI configuration %s, network %s, range %d of set %d: %w", file, nc.Name, j, i, err)
+				}
+				rs = append(rs, ir)
+			}
+			c.rangeSets = append(c.rangeSets, rs)
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// canonical applies host-local's defaults to one range: Start is the
+// subnet's address plus one, End its last address (minus one for IPv4:
+// the broadcast address), Gateway the subnet's address plus one.
+func canonical(r rangeConf) (snapshot.IPRange, error) {
+	var ir snapshot.IPRange
+	if strings.TrimSpace(r.Subnet) == "" {
+		return ir, errors.New("no subnet")
+	}
+	p, err := netip.ParsePrefix(r.Subnet)
+	if err != nil {
+		return ir, fmt.Errorf("subnet %q: %w", r.Subnet, err)
+	}
+	if p.Addr().Is4In6() {
+		return ir, fmt.Errorf("subnet %s: an IPv4-mapped IPv6 subnet (write it as IPv4)", p)
+	}
+	p = p.Masked()
+	if (p.Addr().Is4() && p.Bits() > 30) || (p.Addr().Is6() && p.Bits() > 126) {
+		return ir, fmt.Errorf("subnet %s is too small to allocate from", p)
+	}
+	ir.Subnet = p
+	last := lastAddr(p)
+	ir.Start, ir.End, ir.Gateway = p.Addr().Next(), last, p.Addr().Next()
+	if p.Addr().Is4() {
+		ir.End = last.Prev()
+	}
+	for _, f := range []struct {
+		name string
+		s    string
+		to   *netip.Addr
+	}{{"rangeStart", r.RangeStart, &ir.Start}, {"rangeEnd", r.RangeEnd, &ir.End}, {"gateway", r.Gateway, &ir.Gateway}} {
+		if f.s == "" {
+			continue
+		}
+		a, err := netip.ParseAddr(f.s)
+		if err != nil {
+			return ir, fmt.Errorf("%s %q: %w", f.name, f.s, err)
+		}
+		a = a.Unmap()
+		if f.name != "gateway" && !p.Contains(a) {
+			return ir, fmt.Errorf("%s %s is outside subnet %s", f.name, a, p)
+		}
+		*f.to = a
+	}
+	if ir.End.Less(ir.Start) {
+		return ir, fmt.Errorf("rangeEnd %s is before rangeStart %s", ir.End, ir.Start)
+	}
+	return ir, nil
+}
+
+// lastAddr is the last address of p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 1 << (7 - i%8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}

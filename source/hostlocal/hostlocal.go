@@ -1,0 +1,234 @@
+package hostlocal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source"
+)
+
+// Name is the source's name in reports.
+const Name = "hostlocal"
+
+// Where host-local and the CNI configurations live on a node.
+const (
+	DefaultDataDir = "/var/lib/cni/networks"
+	ConfDir        = "/etc/cni/net.d"
+)
+
+// maxFile bounds what is read of one file: a reservation holds a container
+// ID and an interface name, a configuration a few kilobytes.
+const maxFile = 1 << 20
+
+// Source reads the node's host-local ledger.
+type Source struct {
+	// Root is the node's / as this process sees it ("" means "/").
+	Root string
+}
+
+// Name returns Name.
+func (*Source) Name() string { return Name }
+
+// Collect reads every host-local network of the node into s.HostLocal. It
+// fails, leaving s untouched, when the root, a configuration or a network
+// directory cannot be read, and when a data directory a configuration
+// names is missing with its parent (not mounted here); a data directory
+// missing under a parent that exists is an empty store, as host-local
+// sees it. It returns source.ErrUnsupported when the node has no
+// host-local network at all.
+func (src *Source) Collect(ctx context.Context, s *snapshot.Snapshot) error {
+	root := src.Root
+	if root == "" {
+		root = "/"
+	}
+	if fi, err := os.Stat(root); err != nil {
+		return fmt.Errorf("host root %s: %w (mount the node's / there, read-only)", root, err)
+	} else if !fi.IsDir() {
+		return fmt.Errorf("host root %s is not a directory", root)
+	}
+	confs, err := readConfigs(root)
+	if err != nil {
+		return err
+	}
+	h := &snapshot.HostLocal{}
+	byDir := map[string]int{}
+	add := func(n snapshot.HostLocalNetwork) *snapshot.HostLocalNetwork {
+		if i, ok := byDir[n.Dir]; ok {
+			return &h.Networks[i]
+		}
+		byDir[n.Dir] = len(h.Networks)
+		h.Networks = append(h.Networks, n)
+		return &h.Networks[len(h.Networks)-1]
+	}
+	// Each data directory once: the default one, and each a configuration
+	// names.
+	dataDirs := []string{DefaultDataDir}
+	named := map[string]string{}
+	for _, c := range confs {
+		if !slices.Contains(dataDirs, c.dataDir) {
+			dataDirs = append(dataDirs, c.dataDir)
+		}
+		if named[c.dataDir] == "" {
+			named[c.dataDir] = c.file
+		}
+	}
+	for _, dd := range dataDirs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		entries, err := os.ReadDir(filepath.Join(root, dd))
+		switch {
+		case errors.Is(err, fs.ErrNotExist) && named[dd] == "":
+			continue
+		case errors.Is(err, fs.ErrNotExist):
+			// Its parent is there: the data directory was never made (no
+			// pod started on the network yet) or was wiped, and host-local
+			// sees an empty store. Without its parent, the path is most
+			// likely not mounted here: nothing can be said.
+			if _, perr := os.Stat(filepath.Dir(filepath.Join(root, dd))); perr != nil {
+				return fmt.Errorf("host-local's data directory %s (dataDir of %s) cannot be read under %s: %s is missing too, so it is most likely not mounted into ghostwatch (mount the node's %s there, read-only)",
+					dd, named[dd], root, path.Dir(dd), path.Dir(dd))
+			}
+			continue
+		case err != nil:
+			return fmt.Errorf("reading host-local's data directory %s: %w", dd, err)
+		}
+		for _, e := range entries {
+			if !e.IsDir() {
+				continue
+			}
+			n := add(snapshot.HostLocalNetwork{Name: e.Name(), Dir: path.Join(dd, e.Name())})
+			if err := readNetwork(root, n); err != nil {
+				return err
+			}
+		}
+	}
+	for _, c := range confs {
+		n := add(snapshot.HostLocalNetwork{Name: c.name, Dir: path.Join(c.dataDir, c.name), Missing: true})
+		if n.Config == "" {
+			n.Config, n.RangeSets = c.file, c.rangeSets
+		}
+	}
+	if len(h.Networks) == 0 {
+		return source.Unsupported("no host-local network on this node (no directory under %s, no configuration in %s gives host-local)",
+			DefaultDataDir, ConfDir)
+	}
+	s.HostLocal = h
+	return nil
+}
+
+// Describe says what was read.
+func (src *Source) Describe(s *snapshot.Snapshot) string {
+	var parts []string
+	for _, n := range s.HostLocal.Networks {
+		p := fmt.Sprintf("%s %d reserved", n.Name, len(n.Reservations))
+		if n.Missing {
+			p = fmt.Sprintf("%s empty (no %s)", n.Name, n.Dir)
+		}
+		if n.RangeSets == nil {
+			p += ", no configuration"
+		}
+		if n.Ignored > 0 {
+			p += fmt.Sprintf(", %d other files ignored (%s)", n.Ignored, n.IgnoredExample)
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// readNetwork reads one network directory into n.
+func readNetwork(root string, n *snapshot.HostLocalNetwork) error {
+	dir := filepath.Join(root, n.Dir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("reading host-local network %s: %w", n.Dir, err)
+	}
+	n.Missing = false
+	for _, e := range entries {
+		name := e.Name()
+		switch {
+		case name == "lock":
+			continue
+		case strings.HasPrefix(name, "last_reserved_ip."):
+			i, err := strconv.Atoi(strings.TrimPrefix(name, "last_reserved_ip."))
+			if err != nil || i < 0 {
+				ignore(n, name)
+				continue
+			}
+			b, err := readSmall(filepath.Join(dir, name))
+			if err != nil {
+				return fmt.Errorf("reading %s: %w", path.Join(n.Dir, name), err)
+			}
+			a, err := netip.ParseAddr(strings.TrimSpace(string(b)))
+			if err != nil {
+				return fmt.Errorf("%s holds %q, not an address: host-local would start its next allocation at the range's start", path.Join(n.Dir, name), truncate(b))
+			}
+			if n.LastReserved == nil {
+				n.LastReserved = map[int]netip.Addr{}
+			}
+			n.LastReserved[i] = a.Unmap()
+		default:
+			a, err := netip.ParseAddr(name)
+			if err != nil || a.Zone() != "" || !e.Type().IsRegular() {
+				ignore(n, name)
+				continue
+			}
+			b, err := readSmall(filepath.Join(dir, name))
+			if err != nil {
+				return fmt.Errorf("reading reservation %s: %w", path.Join(n.Dir, name), err)
+			}
+			fi, err := e.Info()
+			if err != nil {
+				return fmt.Errorf("reading reservation %s: %w", path.Join(n.Dir, name), err)
+			}
+			id, ifName, _ := strings.Cut(string(b), "\r\n")
+			n.Reservations = append(n.Reservations, snapshot.Reservation{
+				IP: a.Unmap(), ContainerID: strings.TrimSpace(id), IfName: strings.TrimSpace(ifName), Modified: fi.ModTime(),
+			})
+		}
+	}
+	slices.SortFunc(n.Reservations, func(a, b snapshot.Reservation) int { return a.IP.Compare(b.IP) })
+	return nil
+}
+
+func readSmall(p string) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxFile {
+		return nil, fmt.Errorf("larger than %d bytes", maxFile)
+	}
+	return b, nil
+}
+
+func truncate(b []byte) string {
+	if len(b) > 40 {
+		return string(b[:40]) + "…"
+	}
+	return string(b)
+}
+
+// ignore counts an entry of n's directory that is not host-local's.
+func ignore(n *snapshot.HostLocalNetwork, name string) {
+	if n.Ignored == 0 {
+		n.IgnoredExample = name
+	}
+	n.Ignored++
+}
