@@ -278,7 +278,7 @@ func startWith(t *testing.T, client kubernetes.Interface, st *remedy.Settings, c
 		}
 		st.Now = h.clock.now
 		var err error
-		if rems, err = remedy.Build(rules, rule.RemedyIDs(rules), *st, &remedy.Flows{Table: h.tab}); err != nil {
+		if rems, err = remedy.Build(rules, []string{rule.StaleNATFlowID}, *st, &remedy.Flows{Table: h.tab}); err != nil {
 			t.Fatal(err)
 		}
 	}

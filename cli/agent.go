@@ -286,7 +286,7 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 	rules := agentRules(rule.Config{Conntrack: rule.ConntrackConfig{NodePortAddresses: npa, ServiceCIDRs: scidrs, ClockSkew: o.clockSkew}})
 	rems, err := remedy.Build(rules, o.remedies, remedy.Settings{
 		Grace: o.grace, DryRun: o.dryRun, Budget: o.budget, BudgetInterval: o.budgetInterval, MaxPerGroup: o.maxPerBackend,
-	}, &remedy.Flows{Table: conn})
+	}, &remedy.Flows{Table: conn}, &remedy.Reservations{Root: o.hostRoot})
 	if err != nil {
 		return withCode(ExitError, fmt.Errorf("--remedy: %w", err))
 	}

@@ -25,7 +25,7 @@ func TestAgentFlagErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--remedy", "delete-everything"}, `--remedy "delete-everything": the remedies are stale-nat-flow`},
+		{[]string{"--remedy", "delete-everything"}, `--remedy "delete-everything": the remedies are hostlocal-reserve, stale-nat-flow`},
 		{[]string{"--dry-run"}, "--dry-run needs --remedy"},
 		{[]string{"--remedy", "stale-nat-flow", "--budget", "0"}, "--budget 0: must be at least 1"},
 		{[]string{"--grace", "500ms"}, "--grace 500ms: must be at least 1s"},

@@ -2,6 +2,7 @@ package finding
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -167,6 +168,38 @@ func (t *FlowTarget) String() string {
 		s += fmt.Sprintf(", conntrack id %d", f.ID)
 	}
 	return s + ")"
+}
+
+// ReservationKind is the Kind of a ReservationTarget.
+const ReservationKind = "hostlocal-reservation"
+
+// ReservationTarget is a reservation host-local's store lacks: the file
+// named by IP in Store (the network's directory as the node sees it),
+// holding ContainerID, "\r\n" and IfName, for the pod that holds IP.
+type ReservationTarget struct {
+	Store       string
+	IP          netip.Addr
+	ContainerID string
+	IfName      string
+	Pod         snapshot.ObjectRef
+	PodUID      string
+}
+
+// Kind returns ReservationKind.
+func (t *ReservationTarget) Kind() string { return ReservationKind }
+
+// Key identifies the reservation by its file and what it would hold.
+func (t *ReservationTarget) Key() any {
+	return [4]string{t.Store, t.IP.String(), t.ContainerID, t.IfName}
+}
+
+// Group is the IP.
+func (t *ReservationTarget) Group() string { return t.IP.String() }
+
+// String renders "10.244.2.3 in /run/cni-ipam-state/kindnet for container
+// 5f1b… (eth0) of pod default/web-0".
+func (t *ReservationTarget) String() string {
+	return fmt.Sprintf("%s in %s for container %s (%s) of pod %s", t.IP, t.Store, t.ContainerID, t.IfName, t.Pod)
 }
 
 // Skipped names a rule that did not run and why.

@@ -30,8 +30,9 @@ func (e *env) startAgent(ctx context.Context, o Options, actions *actionLog) (st
 		return nil, err
 	}
 	rules := rule.InScope(rule.All(rule.Config{}), rule.ScopeNode)
-	// Every remedy the agent can run, with the lab's grace period.
-	rems, err := remedy.Build(rules, rule.RemedyIDs(rules),
+	// The conntrack remedy, with the lab's grace period: the lab's node has
+	// no host-local store.
+	rems, err := remedy.Build(rules, []string{rule.StaleNATFlowID},
 		remedy.Settings{Grace: o.Grace, Budget: 50, BudgetInterval: time.Minute},
 		&remedy.Flows{Table: conn})
 	if err != nil {

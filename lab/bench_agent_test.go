@@ -114,7 +114,7 @@ func benchAgent(b *testing.B, node *netbed.Node, cl *Cluster, cfg agent.Config, 
 	cfg.Rules = rules
 	cfg.Metrics = m
 	if del != nil {
-		rems, err := remedy.Build(rules, rule.RemedyIDs(rules), remedy.Settings{Budget: 1 << 30, BudgetInterval: time.Minute}, &remedy.Flows{Table: del})
+		rems, err := remedy.Build(rules, []string{rule.StaleNATFlowID}, remedy.Settings{Budget: 1 << 30, BudgetInterval: time.Minute}, &remedy.Flows{Table: del})
 		if err != nil {
 			b.Fatal(err)
 		}

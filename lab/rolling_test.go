@@ -249,7 +249,7 @@ func (e *realEnv) rollingAgent(t *testing.T, ctx context.Context, o rollingOptio
 		t.Fatal(err)
 	}
 	rules := rule.InScope(rule.All(rule.Config{}), rule.ScopeNode)
-	rems, err := remedy.Build(rules, rule.RemedyIDs(rules), remedy.Settings{
+	rems, err := remedy.Build(rules, []string{rule.StaleNATFlowID}, remedy.Settings{
 		Grace: o.grace, Budget: o.budget, BudgetInterval: remedy.DefaultBudgetInterval, MaxPerGroup: remedy.DefaultMaxPerGroup,
 	}, &remedy.Flows{Table: log})
 	if err != nil {

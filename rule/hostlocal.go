@@ -1,6 +1,7 @@
 package rule
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -34,6 +35,7 @@ type hostLocalView struct {
 	// holders are every pod of the cluster that holds a pod-network IP.
 	holders map[netip.Addr][]*snapshot.Pod
 	node    *snapshot.Node
+	cached  []snapshot.CachedResult
 }
 
 // newHostLocalView builds the view of s, or returns nil when s has no
@@ -52,6 +54,7 @@ func newHostLocalView(s *snapshot.Snapshot) *hostLocalView {
 	if v.node == nil {
 		return nil
 	}
+	v.cached = s.HostLocal.Cached
 	for i := range s.Kube.Pods {
 		p := &s.Kube.Pods[i]
 		if !holdsPodIP(p) {
@@ -197,9 +200,72 @@ func (*IPAMUnbookedIP) Info() Info {
 			return fmt.Sprintf("no reservation in %v; the next ADD returns %v", f.Evidence["store"], f.Evidence["next_allocation"])
 		},
 		Summary: "a running pod's IP is missing from the IPAM ledger: the next allocations on its node will hand it to a second pod",
-		Fix:     "cordon the node, then write the pod's reservation back under host-local's lock before another pod starts there (see the runbook)",
+		Fix:     "cordon the node, then write the pod's reservation back under host-local's lock before another pod starts there (the agent's --remedy=hostlocal-reserve does it)",
 		Runbook: "docs/runbooks/ipam-unbooked-ip.md",
+		Remedy: &RemedyInfo{
+			ID:     HostLocalReserveID,
+			Action: "write the missing host-local reservation of a running pod, for the sandbox the runtime's CNI result cache names, under host-local's lock and never over an existing file",
+			Verb:   "write",
+			Past:   "wrote",
+			Target: finding.ReservationKind,
+			Events: RemedyEvents{Done: "ReservationRestored", DryRun: "ReservationRestoreDryRun",
+				Refused: "ReservationRestoreRefused", Failed: "ReservationRestoreFailed"},
+			Counter: &Counter{Name: "hostlocal_reservations_written_total",
+				Help: "host-local reservations the agent wrote back, by the rule that named them."},
+		},
 	}
+}
+
+// HostLocalReserveID is the ID of ipam-unbooked-ip's remedy.
+const HostLocalReserveID = "hostlocal-reserve"
+
+// RecheckQuery names what proves the finding still holds: the pods that
+// hold its IP, and its node (rule.Rechecker).
+func (*IPAMUnbookedIP) RecheckQuery(s *snapshot.Snapshot, f finding.Finding) snapshot.KubeQuery {
+	t, ok := f.Target.(*finding.ReservationTarget)
+	if !ok {
+		return snapshot.KubeQuery{}
+	}
+	return snapshot.KubeQuery{PodIPs: []netip.Addr{t.IP}, Nodes: []string{s.NodeName}}
+}
+
+// Recheck confirms on a quorum read that the pod the reservation is for
+// still exists (same UID), runs on this node, holds the IP, and is the
+// only pod that does; the store itself is re-read by the actuator under
+// host-local's lock.
+func (*IPAMUnbookedIP) Recheck(fresh *snapshot.Snapshot, fs []finding.Finding) []error {
+	errs := make([]error, len(fs))
+	for i, f := range fs {
+		t, ok := f.Target.(*finding.ReservationTarget)
+		switch {
+		case !ok:
+			errs[i] = errors.New("the finding names no host-local reservation")
+			continue
+		case fresh.Kube == nil:
+			errs[i] = errors.New("no fresh view of the cluster")
+			continue
+		}
+		var holders []*snapshot.Pod
+		for j := range fresh.Kube.Pods {
+			p := &fresh.Kube.Pods[j]
+			if holdsPodIP(p) && p.HasIP(t.IP) {
+				holders = append(holders, p)
+			}
+		}
+		switch {
+		case len(holders) == 0:
+			errs[i] = fmt.Errorf("no pod holds %s any more", t.IP)
+		case len(holders) > 1:
+			errs[i] = fmt.Errorf("%d pods hold %s: a duplicate is repaired by deleting the newer pod, not by booking the address", len(holders), t.IP)
+		case holders[0].UID != t.PodUID:
+			errs[i] = fmt.Errorf("%s is held by pod %s (uid %s), not by the pod the reservation was for", t.IP, holders[0].Ref(), holders[0].UID)
+		case holders[0].Node != fresh.NodeName:
+			errs[i] = fmt.Errorf("pod %s runs on node %s, not on %s", holders[0].Ref(), holders[0].Node, fresh.NodeName)
+		case holders[0].Deleting:
+			errs[i] = fmt.Errorf("pod %s is terminating", holders[0].Ref())
+		}
+	}
+	return errs
 }
 
 // Evaluate returns one finding per unbooked pod IP.
@@ -269,6 +335,15 @@ func unbooked(s *snapshot.Snapshot, v *hostLocalView, hn *hostLocalNet, set int,
 		}
 		when += fmt.Sprintf("; %s follows when the walk reaches it", a)
 	}
+	var target finding.Target
+	if c, why := v.sandboxOf(hn, a, p); c != nil {
+		ev["container_id"] = c.ContainerID
+		ev["container_id_from"] = c.File
+		target = &finding.ReservationTarget{Store: hn.n.Dir, IP: a, ContainerID: c.ContainerID, IfName: c.IfName,
+			Pod: p.Ref(), PodUID: p.UID}
+	} else {
+		ev["container_id"] = "unknown: " + why
+	}
 	from := "from the range start"
 	if hasLast && hn.sets[set].Contains(last) {
 		from = "after last_reserved_ip " + last.String()
@@ -286,7 +361,32 @@ func unbooked(s *snapshot.Snapshot, v *hostLocalView, hn *hostLocalNet, set int,
 		},
 		Evidence: ev,
 		Concerns: []finding.ObjectRef{{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID}, {Kind: "Node", Name: s.NodeName}},
+		Target:   target,
 	}
+}
+
+// sandboxOf returns the runtime's cached ADD result that gave a to pod p on
+// network hn: the sandbox whose reservation is missing. The API does not
+// name sandboxes; the cache does, with the pod's namespace and name (and
+// UID, when the runtime passes it) in the arguments of the ADD. Several
+// sandboxes, or none, and the reason is returned instead.
+func (v *hostLocalView) sandboxOf(hn *hostLocalNet, a netip.Addr, p *snapshot.Pod) (*snapshot.CachedResult, string) {
+	var found *snapshot.CachedResult
+	for i := range v.cached {
+		c := &v.cached[i]
+		if c.Network != hn.n.Name || !slices.Contains(c.IPs, a) || c.PodNamespace != p.Namespace || c.PodName != p.Name ||
+			(c.PodUID != "" && c.PodUID != p.UID) {
+			continue
+		}
+		if found != nil && (found.ContainerID != c.ContainerID || found.IfName != c.IfName) {
+			return nil, fmt.Sprintf("%s and %s both name pod %s with %s", found.File, c.File, p.Ref(), a)
+		}
+		found = c
+	}
+	if found == nil {
+		return nil, fmt.Sprintf("no cached ADD result in %s names pod %s with %s", "/var/lib/cni/results", p.Ref(), a)
+	}
+	return found, ""
 }
 
 func describeRanges(rs snapshot.RangeSet) []string {

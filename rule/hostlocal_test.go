@@ -3,6 +3,7 @@ package rule
 import (
 	"net/netip"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -194,6 +195,38 @@ func TestNextAllocation(t *testing.T) {
 			got := nextAllocation(c.rs, last, c.res)
 			if (c.want == "" && got.IsValid()) || (c.want != "" && got != ip(c.want)) {
 				t.Errorf("next = %v, want %q", got, c.want)
+			}
+		})
+	}
+}
+
+// The re-check before a reservation is written reads the pods of the IP
+// afresh: the very pod must still hold it, alone, on this node, running.
+func TestIPAMUnbookedIPRecheck(t *testing.T) {
+	tgt := &finding.ReservationTarget{Store: "/run/cni-ipam-state/kindnet", IP: ip("10.244.2.3"), ContainerID: "c", IfName: "eth0",
+		Pod: snapshot.ObjectRef{Namespace: "default", Name: "debug-10.244.2.3"}, PodUID: "uid-10.244.2.3"}
+	f := finding.Finding{Rule: IPAMUnbookedIPID, Target: tgt}
+	r := &IPAMUnbookedIP{}
+	if q := r.RecheckQuery(&snapshot.Snapshot{NodeName: "kind-worker3"}, f); len(q.PodIPs) != 1 || q.PodIPs[0] != tgt.IP || len(q.Nodes) != 1 {
+		t.Errorf("query %+v", q)
+	}
+	for _, c := range []struct {
+		name string
+		pods []snapshot.Pod
+		want string
+	}{
+		{"the same pod, running here", debugPods("10.244.2.3"), ""},
+		{"gone", nil, "no pod holds 10.244.2.3 any more"},
+		{"another pod now", []snapshot.Pod{pod("default", "other", "uid-x", "10.244.2.3", t0)}, "not by the pod the reservation was for"},
+		{"two pods: a duplicate already", append(debugPods("10.244.2.3"), pod("default", "other", "uid-x", "10.244.2.3", t0)), "2 pods hold 10.244.2.3"},
+		{"terminating", []snapshot.Pod{deleting(pod("default", "debug-10.244.2.3", "uid-10.244.2.3", "10.244.2.3", t0))}, "is terminating"},
+		{"moved to another node", []snapshot.Pod{on(pod("default", "debug-10.244.2.3", "uid-10.244.2.3", "10.244.2.3", t0), "kind-worker2")}, "runs on node kind-worker2"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fresh := worker3(c.pods)
+			err := r.Recheck(fresh, []finding.Finding{f})[0]
+			if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
+				t.Errorf("Recheck = %v, want %q", err, c.want)
 			}
 		})
 	}

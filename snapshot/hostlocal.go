@@ -12,6 +12,24 @@ type HostLocal struct {
 	// data directories, and every network a CNI configuration of the node
 	// gives to host-local.
 	Networks []HostLocalNetwork
+	// Cached are the results the runtime's CNI library cached for each ADD
+	// until its DEL (/var/lib/cni/results): they name the sandbox whose
+	// ADD got an address, which the API does not.
+	Cached []CachedResult
+	// CacheSkipped counts the files of the cache that are not results.
+	CacheSkipped int
+}
+
+// CachedResult is one cached ADD result.
+type CachedResult struct {
+	File        string
+	Network     string
+	ContainerID string
+	IfName      string
+	// PodNamespace, PodName and PodUID are the K8S_POD_* arguments the
+	// runtime passed.
+	PodNamespace, PodName, PodUID string
+	IPs                           []netip.Addr
 }
 
 // HostLocalNetwork is one host-local network on the node.

@@ -120,6 +120,11 @@ func (src *Source) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 			n.Config, n.RangeSets = c.file, c.rangeSets
 		}
 	}
+	if len(h.Networks) > 0 {
+		if err := readCache(root, h); err != nil {
+			return err
+		}
+	}
 	if len(h.Networks) == 0 {
 		return source.Unsupported("no host-local network on this node (no directory under %s, no configuration in %s gives host-local)",
 			DefaultDataDir, ConfDir)

@@ -76,6 +76,10 @@ func TestCollect(t *testing.T) {
 		"var/lib/cni/networks/old/10.88.0.5":            "cafe",
 		"var/lib/cni/networks/old/last_reserved_ip.0":   "10.88.0.5",
 		"var/lib/cni/networks/notes.txt":                "a file beside the networks",
+		"var/lib/cni/results/kindnet-fc3a04aa-eth0": `{"kind":"cniCacheV1","containerId":"fc3a04aa","config":"e30=","ifName":"eth0","networkName":"kindnet",
+			"cniArgs":[["IgnoreUnknown","1"],["K8S_POD_NAMESPACE","default"],["K8S_POD_NAME","web-0"],["K8S_POD_UID","u-0"]],
+			"result":{"cniVersion":"1.0.0","ips":[{"address":"10.244.2.2/24","gateway":"10.244.2.1"}]}}`,
+		"var/lib/cni/results/half-written": `{"kind":"cniCacheV1","contai`,
 	})
 	h, err := collect(t, root)
 	if err != nil {
@@ -121,6 +125,11 @@ func TestCollect(t *testing.T) {
 	old := byName["old"]
 	if old.RangeSets != nil || old.Config != "" || len(old.Reservations) != 1 || old.Reservations[0].ContainerID != "cafe" {
 		t.Errorf("old: %+v", old)
+	}
+	wantCache := []snapshot.CachedResult{{File: "/var/lib/cni/results/kindnet-fc3a04aa-eth0", Network: "kindnet", ContainerID: "fc3a04aa", IfName: "eth0",
+		PodNamespace: "default", PodName: "web-0", PodUID: "u-0", IPs: []netip.Addr{addr("10.244.2.2")}}}
+	if !reflect.DeepEqual(h.Cached, wantCache) || h.CacheSkipped != 1 {
+		t.Errorf("cache %+v (skipped %d), want %+v and the half-written file skipped", h.Cached, h.CacheSkipped, wantCache)
 	}
 	if d := (&Source{}).Describe(&snapshot.Snapshot{HostLocal: h}); !strings.Contains(d, "kindnet 3 reserved, 1 other files ignored (10.244.2.2.bak)") || !strings.Contains(d, "old 1 reserved, no configuration") {
 		t.Errorf("Describe = %q", d)
