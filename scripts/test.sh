@@ -4,7 +4,8 @@
 # a real kube-apiserver, EndpointSlice controller and kube-proxy. Installs
 # the Debian packages they use (conntrack, iproute2, iptables, nftables) when
 # missing, and builds the Kubernetes binaries once into a cache outside the
-# repository (scripts/kube-binaries.sh: ~10 minutes cold, nothing after).
+# repository (scripts/kube-binaries.sh: ~10 minutes cold, nothing after),
+# and Calico's (scripts/calico-binaries.sh: ~5 minutes cold).
 # GHOSTWATCH_E2E=0 skips the build and the end-to-end tests.
 # Under CI=true nothing may skip: the script fails when it is not root, when
 # it cannot install those packages, or when GHOSTWATCH_E2E=0, and the tests
@@ -60,5 +61,9 @@ go vet ./...
 if [ "${GHOSTWATCH_E2E:-1}" != 0 ] && [ "$(id -u)" = 0 ] && [ -z "${GHOSTWATCH_KUBE_BIN:-}" ]; then
   GHOSTWATCH_KUBE_BIN=$(./scripts/kube-binaries.sh)
   export GHOSTWATCH_KUBE_BIN
+fi
+if [ "${GHOSTWATCH_E2E:-1}" != 0 ] && [ "$(id -u)" = 0 ] && [ -z "${GHOSTWATCH_CALICO_BIN:-}" ]; then
+  GHOSTWATCH_CALICO_BIN=$(./scripts/calico-binaries.sh)
+  export GHOSTWATCH_CALICO_BIN
 fi
 go test -count=1 -timeout 45m "$@" ./...
