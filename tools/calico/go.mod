@@ -1,16 +1,22 @@
 // Builds the Calico components the Calico IPAM tests run against the real
-// control plane: calico-kube-controllers (kubernetes datastore) and
-// calicoctl, both from Calico's monorepo module at the commit tagged
-// v3.30.1. A module of its own so that none of this reaches ghostwatch's
-// go.mod. scripts/calico-binaries.sh builds from it.
+// control plane: calico-kube-controllers (kubernetes datastore), calicoctl
+// and the calico-ipam CNI plugin, from Calico's monorepo module at the
+// commit tagged v3.30.1. A module of its own so that none of this reaches
+// ghostwatch's go.mod. scripts/calico-binaries.sh builds from it.
 //
 // The module proxy serves the monorepo only as pseudo-versions, and of
 // those only some: v3.30.1 is the newest release whose commit it serves
 // together with a matching github.com/projectcalico/api (the monorepo's
 // api/ directory is a module of its own, left out of the monorepo's zip;
 // the api repository's commit below holds the same pkg/ tree as v3.30.1's
-// api/). lib/std is the other nested module the two commands import. The
+// api/). lib/std is the other nested module the commands import. The
 // k8s.io and lumberjack replacements are those of Calico's own go.mod.
+//
+// The checksum database answers 404 for these pseudo-versions, and for
+// k8s.io/kubernetes v1.32.4 that go mod tidy reads for Calico's tests:
+// go.sum pins what the proxy served, so builds need no lookup, but
+// changing a version here needs GOSUMDB=off (or GONOSUMDB for the modules
+// concerned) for go mod tidy.
 module github.com/ghostwatch/ghostwatch/tools/calico
 
 go 1.26.8
