@@ -5,7 +5,7 @@
 # the Debian packages they use (conntrack, iproute2, iptables, nftables) when
 # missing, and builds the Kubernetes binaries once into a cache outside the
 # repository (scripts/kube-binaries.sh: ~10 minutes cold, nothing after),
-# and Calico's (scripts/calico-binaries.sh: ~5 minutes cold).
+# and Calico's (scripts/calico-binaries.sh: ~8 minutes cold).
 # GHOSTWATCH_E2E=0 skips the build and the end-to-end tests.
 # Under CI=true nothing may skip: the script fails when it is not root, when
 # it cannot install those packages, or when GHOSTWATCH_E2E=0, and the tests
