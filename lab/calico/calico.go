@@ -107,8 +107,8 @@ func (c *Cluster) run(ctx context.Context, env []string, stdin []byte, name stri
 	var stdout, stderr bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(stdin), &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return stdout.Bytes(), fmt.Errorf("%s %s: %w: %s%s", name, strings.Join(args, " "), err,
-			strings.TrimSpace(stderr.String()), strings.TrimSpace(stdout.String()))
+		out := strings.TrimSpace(strings.Join([]string{stderr.String(), stdout.String()}, "\n"))
+		return stdout.Bytes(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, out)
 	}
 	return stdout.Bytes(), nil
 }

@@ -42,17 +42,15 @@ type IPAMRequest struct {
 	Namespace, Pod string
 	// ContainerID is the sandbox's ID (CNI_CONTAINERID).
 	ContainerID string
-	// IP, when valid, asks for that address (CNI_ARGS IP=), as Calico's
-	// cni.projectcalico.org/ipAddrs annotation does; otherwise the plugin
-	// picks one from the node's blocks.
-	IP netip.Addr
 }
 
 // HandleID is the IPAM handle the plugin books r's allocation under.
 func (r IPAMRequest) HandleID() string { return NetworkName + "." + r.ContainerID }
 
-// AssignIP runs calico-ipam's ADD for r and returns the address it
-// assigned. The plugin's own log goes to the error when it fails.
+// AssignIP runs calico-ipam's ADD for r, which picks an address from the
+// blocks of r.Nodename's pools (claiming a block for that node when it has
+// none with room), and returns it. The plugin's own log goes to the error
+// when it fails.
 func (c *Cluster) AssignIP(ctx context.Context, r IPAMRequest) (netip.Addr, error) {
 	nodenameFile := filepath.Join(c.Dir, "nodename-"+r.ContainerID)
 	if err := os.WriteFile(nodenameFile, []byte(r.Nodename), 0o644); err != nil {
@@ -74,9 +72,6 @@ func (c *Cluster) AssignIP(ctx context.Context, r IPAMRequest) (netip.Addr, erro
 	}
 	args := "IgnoreUnknown=1;K8S_POD_NAMESPACE=" + r.Namespace + ";K8S_POD_NAME=" + r.Pod +
 		";K8S_POD_INFRA_CONTAINER_ID=" + r.ContainerID
-	if r.IP.IsValid() {
-		args += ";IP=" + r.IP.String()
-	}
 	out, err := c.run(ctx, []string{
 		"CNI_COMMAND=ADD", "CNI_CONTAINERID=" + r.ContainerID, "CNI_IFNAME=eth0",
 		// The IPAM plugin never enters the sandbox; the path only has to be set.
@@ -147,7 +142,8 @@ type Allocation struct {
 	IPAMAttribute
 }
 
-// Spec decodes an IPAMBlock object's spec.
+// Spec decodes a Calico object's spec as T (IPAMBlock, IPAMHandle,
+// BlockAffinity).
 func Spec[T any](obj *unstructured.Unstructured) (T, error) {
 	var spec T
 	m, ok := obj.Object["spec"].(map[string]any)
