@@ -4,8 +4,9 @@
 # a real kube-apiserver, EndpointSlice controller and kube-proxy. Installs
 # the Debian packages they use (conntrack, iproute2, iptables, nftables) when
 # missing, and builds the Kubernetes binaries (scripts/kube-binaries.sh: ~10
-# minutes cold) and the CNI host-local plugin (scripts/cni-plugins.sh: ~1
-# minute cold) once into a cache outside the repository, nothing after.
+# minutes cold), the CNI host-local plugin (scripts/cni-plugins.sh: ~1 minute
+# cold) and Calico's binaries (scripts/calico-binaries.sh: ~8 minutes cold)
+# once into a cache outside the repository, nothing after.
 # GHOSTWATCH_E2E=0 skips the builds and the tests that run those binaries.
 # Under CI=true nothing may skip: the script fails when it is not root, when
 # it cannot install those packages, or when GHOSTWATCH_E2E=0, and the tests
@@ -65,5 +66,9 @@ fi
 if [ "${GHOSTWATCH_E2E:-1}" != 0 ] && [ "$(id -u)" = 0 ] && [ -z "${GHOSTWATCH_CNI_BIN:-}" ]; then
   GHOSTWATCH_CNI_BIN=$(./scripts/cni-plugins.sh)
   export GHOSTWATCH_CNI_BIN
+fi
+if [ "${GHOSTWATCH_E2E:-1}" != 0 ] && [ "$(id -u)" = 0 ] && [ -z "${GHOSTWATCH_CALICO_BIN:-}" ]; then
+  GHOSTWATCH_CALICO_BIN=$(./scripts/calico-binaries.sh)
+  export GHOSTWATCH_CALICO_BIN
 fi
 go test -count=1 -timeout 45m "$@" ./...

@@ -197,7 +197,7 @@ func Start(ctx context.Context, o Options) (cp *ControlPlane, err error) {
 }
 
 func (cp *ControlPlane) start(name, bin string, args ...string) (*process, error) {
-	p, err := startProcess(cp.Dir, name, append([]string{bin}, args...)...)
+	p, err := startProcess(cp.Dir, name, nil, append([]string{bin}, args...)...)
 	if err != nil {
 		return nil, err
 	}

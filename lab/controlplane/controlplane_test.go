@@ -4,10 +4,13 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 func TestFindBinaries(t *testing.T) {
@@ -59,5 +62,26 @@ func TestPKIServesLoopback(t *testing.T) {
 	}
 	if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: "example.com"}); err == nil {
 		t.Error("serving certificate valid for example.com")
+	}
+}
+
+func TestCRDConditions(t *testing.T) {
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"status": map[string]any{"conditions": []any{
+			map[string]any{"type": "NamesAccepted", "status": "True", "reason": "NoConflicts"},
+			map[string]any{"type": "Established", "status": "False", "reason": "Installing", "message": "the initial names have not been accepted"},
+			"not a condition",
+		}},
+	}}
+	got := crdConditions(obj)
+	want := map[string]crdCondition{
+		"NamesAccepted": {status: "True", reason: "NoConflicts"},
+		"Established":   {status: "False", reason: "Installing", message: "the initial names have not been accepted"},
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("crdConditions = %v, want %v", got, want)
+	}
+	if got := crdConditions(&unstructured.Unstructured{Object: map[string]any{}}); len(got) != 0 {
+		t.Errorf("no status: %v, want none", got)
 	}
 }

@@ -103,7 +103,7 @@ func (cp *ControlPlane) AddNode(ctx context.Context, bed *netbed.Bed, name strin
 	if err != nil {
 		return nil, err
 	}
-	n.proxy, err = startProcess(cp.Dir, "kube-proxy-"+name, "ip", "netns", "exec", nn.Name(),
+	n.proxy, err = startProcess(cp.Dir, "kube-proxy-"+name, nil, "ip", "netns", "exec", nn.Name(),
 		filepath.Join(cp.bin, "kube-proxy"),
 		"--kubeconfig="+kubeconfig, "--hostname-override="+name, "--proxy-mode="+string(o.Mode),
 		"--cluster-cidr="+ClusterCIDR,

@@ -23,10 +23,11 @@ type process struct {
 	err  error
 }
 
-// startProcess runs argv with its output in dir/name.log. The process dies
-// with the test process (PR_SET_PDEATHSIG), so a killed test leaves none
-// behind.
-func startProcess(dir, name string, argv ...string) (*process, error) {
+// startProcess runs argv with its output in dir/name.log and env added to
+// the test's environment (a later entry wins over an earlier one of the
+// same name). The process dies with the test process (PR_SET_PDEATHSIG), so
+// a killed test leaves none behind.
+func startProcess(dir, name string, env []string, argv ...string) (*process, error) {
 	logPath := filepath.Join(dir, name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
@@ -34,6 +35,9 @@ func startProcess(dir, name string, argv ...string) (*process, error) {
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = f, f
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		f.Close()
@@ -137,3 +141,40 @@ func etcdHealthy(b []byte) error {
 	}
 	return fmt.Errorf("%w: %s", errNotReady, bytes.TrimSpace(b))
 }
+
+// Process is a program a test runs beside the control plane, such as a
+// network plugin's controller: Run starts it, and the control plane's Stop
+// stops it with its own processes.
+type Process struct{ p *process }
+
+// Run starts argv as a process of the control plane: its output goes to
+// Dir/name.log, and env (NAME=value) is added to the test's environment.
+func (cp *ControlPlane) Run(name string, env []string, argv ...string) (*Process, error) {
+	p, err := startProcess(cp.Dir, name, env, argv...)
+	if err != nil {
+		return nil, err
+	}
+	cp.procs = append(cp.procs, p)
+	return &Process{p}, nil
+}
+
+// Log is the path of the process's log.
+func (p *Process) Log() string { return p.p.log }
+
+// Check reports the process's exit, with the end of its log.
+func (p *Process) Check() error {
+	if done, err := p.p.exited(); done {
+		return fmt.Errorf("%s exited (%v); its log (%s) ends:\n%s", p.p.name, err, p.p.log, p.p.tail())
+	}
+	return nil
+}
+
+// WaitFor polls ready every 50ms until it returns nil, the process exits
+// or deadline passes; the error then carries ready's last error and the end
+// of the log.
+func (p *Process) WaitFor(ctx context.Context, deadline time.Duration, what string, ready func(context.Context) error) error {
+	return p.p.waitFor(ctx, deadline, what, ready)
+}
+
+// Stop sends SIGTERM, then SIGKILL after grace.
+func (p *Process) Stop(grace time.Duration) { p.p.stop(grace) }

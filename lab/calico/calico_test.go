@@ -1,0 +1,483 @@
+package calico
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ghostwatch/ghostwatch/internal/testenv"
+	"github.com/ghostwatch/ghostwatch/lab/controlplane"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// env is a real control plane with Calico's CRDs installed.
+type env struct {
+	cp  *controlplane.ControlPlane
+	c   *Cluster
+	api kubernetes.Interface
+}
+
+// newEnv starts the control plane and installs Calico; without the
+// binaries (scripts/kube-binaries.sh, scripts/calico-binaries.sh) the test
+// skips, and fails under CI.
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	kubeBin, err := controlplane.FindBinaries()
+	if errors.Is(err, controlplane.ErrNoBinaries) {
+		testenv.Unavailable(t, err.Error())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	calicoBin, err := FindBinaries()
+	if errors.Is(err, ErrNoBinaries) {
+		testenv.Unavailable(t, err.Error())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	cp, err := controlplane.Start(ctx, controlplane.Options{Bin: kubeBin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, l := range cp.Logs() {
+				logTail(t, l)
+			}
+		}
+		cp.Stop()
+	})
+	c, err := Install(ctx, cp, calicoBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{cp: cp, c: c, api: cp.Admin}
+}
+
+func logTail(t *testing.T, path string) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > 40 {
+		lines = lines[len(lines)-40:]
+	}
+	t.Logf("%s ends:\n%s", path, strings.Join(lines, "\n"))
+}
+
+// node registers a Node with the hostname label Calico's pool selectors
+// read.
+func (e *env) node(t *testing.T, name string) {
+	t.Helper()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}}}
+	if _, err := e.api.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pod is one pod scheduled to node, given an address by calico-ipam
+// booked under bookedAs, and reported Running with that address in its
+// status, as the kubelet does once the CNI ADD returns.
+type pod struct {
+	name, node, bookedAs string
+	req                  IPAMRequest
+	ip                   netip.Addr
+}
+
+// runPod creates the Pod, runs the CNI ADD, and sets the Pod's status.
+func (e *env) runPod(t *testing.T, name, node, bookedAs string) *pod {
+	t.Helper()
+	ctx := context.Background()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: corev1.PodSpec{NodeName: node,
+			Containers: []corev1.Container{{Name: "workload", Image: "lab"}}},
+	}
+	created, err := e.api.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte(name))
+	req := IPAMRequest{Nodename: bookedAs, Namespace: "default", Pod: name, ContainerID: hex.EncodeToString(sum[:])}
+	ip, err := e.c.AssignIP(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.Now()
+	created.Status = corev1.PodStatus{
+		Phase: corev1.PodRunning, StartTime: &now,
+		PodIP: ip.String(), PodIPs: []corev1.PodIP{{IP: ip.String()}},
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}},
+	}
+	if _, err := e.api.CoreV1().Pods("default").UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("pod %s on %s: calico-ipam booked %s under node %q", name, node, ip, bookedAs)
+	return &pod{name: name, node: node, bookedAs: bookedAs, req: req, ip: ip}
+}
+
+// allocation is the attribute of the block allocation holding ip, or nil
+// when the address is free.
+func (e *env) allocation(t *testing.T, ip netip.Addr) *IPAMAttribute {
+	t.Helper()
+	blocks, err := e.c.List(context.Background(), IPAMBlocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range blocks {
+		b, err := Spec[IPAMBlock](&blocks[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !netip.MustParsePrefix(b.CIDR).Contains(ip) {
+			continue
+		}
+		allocs, err := b.AllocationsOf()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range allocs {
+			if a.IP == ip {
+				return &a.IPAMAttribute
+			}
+		}
+	}
+	return nil
+}
+
+// handleExists reports whether the IPAMHandle of id exists.
+func (e *env) handleExists(t *testing.T, id string) bool {
+	t.Helper()
+	_, err := e.c.Get(context.Background(), IPAMHandles, HandleName(id))
+	if apierrors.IsNotFound(err) {
+		return false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return true
+}
+
+// eventually polls cond every 100ms until it holds, failing after deadline.
+func eventually(t *testing.T, deadline time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > deadline {
+			t.Fatalf("not %s after %s", what, deadline)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// seed002Pools are one pool per node, each a single block of four
+// addresses, so that every address the test sees is the same at every run
+// and a freed address comes round again after three more pods.
+const seed002Pools = `apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata:
+  name: node-a
+spec:
+  cidr: 10.244.0.0/30
+  blockSize: 30
+  ipipMode: Never
+  vxlanMode: Never
+  nodeSelector: kubernetes.io/hostname == 'node-a'
+---
+apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata:
+  name: node-b
+spec:
+  cidr: 10.244.0.4/30
+  blockSize: 30
+  ipipMode: Never
+  vxlanMode: Never
+  nodeSelector: kubernetes.io/hostname == 'node-b'
+---
+apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata:
+  name: node-c
+spec:
+  cidr: 10.244.0.8/30
+  blockSize: 30
+  ipipMode: Never
+  vxlanMode: Never
+  nodeSelector: kubernetes.io/hostname == 'node-c'
+`
+
+// TestStaleNodenameAllocationCollected reproduces Calico issue #12257
+// (seed 002) with Calico's own binaries: calico-ipam books a pod's address
+// under the stale node name its nodename file holds (node-a) while the pod
+// runs on node-b; calico-kube-controllers' leak collector reads the node
+// mismatch as a rescheduled pod and frees the address the running pod
+// still has; the next pod on node-a is then given the same address. The
+// controls keep their allocations through the same scans: a pod on node-b
+// booked under node-b, and one booked under the stale name of node-c,
+// deleted since, which the collector does not compare.
+func TestStaleNodenameAllocationCollected(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.node(t, "node-a")
+	e.node(t, "node-b")
+	e.node(t, "node-c")
+	if err := e.c.Apply(ctx, seed002Pools); err != nil {
+		t.Fatal(err)
+	}
+	const grace = 5 * time.Second
+	kcOptions := KubeControllersOptions{LeakGracePeriod: grace}
+	if err := e.c.Configure(ctx, kcOptions); err != nil {
+		t.Fatal(err)
+	}
+
+	misbooked := e.runPod(t, "misbooked", "node-b", "node-a")
+	control := e.runPod(t, "control", "node-b", "node-b")
+	deletedNode := e.runPod(t, "booked-on-deleted", "node-b", "node-c")
+	if err := e.api.CoreV1().Nodes().Delete(ctx, "node-c", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*pod{misbooked, control, deletedNode} {
+		a := e.allocation(t, p.ip)
+		if a == nil || a.HandleID == nil || *a.HandleID != p.req.HandleID() || a.Secondary["node"] != p.bookedAs || a.Secondary["pod"] != p.name {
+			t.Fatalf("%s's allocation of %s: %+v, want handle %s booked under %s", p.name, p.ip, a, p.req.HandleID(), p.bookedAs)
+		}
+	}
+	e.golden(t, "seed002")
+
+	before, beforeJSON, beforeOut, err := e.c.IPAMCheck(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("calicoctl ipam check before the collector runs:\n%s", beforeOut)
+	goldenReport(t, "seed002/ipam-check-before.json", beforeJSON)
+	for _, p := range []*pod{misbooked, control, deletedNode} {
+		if as := before.Allocations[p.ip.String()]; len(as) != 1 || !as[0].InUse {
+			t.Errorf("ipam check before the collector: %s: %+v, want one allocation in use", p.ip, as)
+		}
+	}
+
+	start := time.Now()
+	kc, err := e.c.StartKubeControllers(ctx, kcOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			logTail(t, kc.Log())
+		}
+	})
+	// One grace period after the first scan, plus up to a scan interval
+	// (grace/2), plus the start of the process; bounded well above that.
+	eventually(t, 3*grace+30*time.Second, "the misbooked allocation freed", func() bool {
+		if err := kc.Check(); err != nil {
+			t.Fatal(err)
+		}
+		return e.allocation(t, misbooked.ip) == nil && !e.handleExists(t, misbooked.req.HandleID())
+	})
+	t.Logf("kube-controllers freed %s (pod %s, running, booked under %s) %s after it started (leakGracePeriod %s)",
+		misbooked.ip, misbooked.name, misbooked.bookedAs, time.Since(start).Round(100*time.Millisecond), grace)
+	for _, words := range [][]string{
+		{"Pod rescheduled on new node. Allocation no longer valid", ipField(misbooked.ip), `new="node-b"`, `old="node-a"`},
+		{"Candidate IP leak", ipField(misbooked.ip)},
+		{"Confirmed IP leak", ipField(misbooked.ip)},
+		{"Garbage collecting leaked IP address", ipField(misbooked.ip)},
+	} {
+		if ok, err := kc.Logged(words...); err != nil || !ok {
+			t.Errorf("kube-controllers' log has no line with %q (%v)", words, err)
+		}
+	}
+	// The controls were judged in every one of those scans: they are
+	// still allocated, and no scan made them even candidates.
+	for _, p := range []*pod{control, deletedNode} {
+		if a := e.allocation(t, p.ip); a == nil || a.HandleID == nil || *a.HandleID != p.req.HandleID() {
+			t.Errorf("%s's allocation of %s: %+v, want it kept", p.name, p.ip, a)
+		}
+		if !e.handleExists(t, p.req.HandleID()) {
+			t.Errorf("%s's handle %s was deleted", p.name, p.req.HandleID())
+		}
+		if ok, err := kc.Logged("Candidate IP leak", ipField(p.ip)); err != nil || ok {
+			t.Errorf("kube-controllers took %s's %s for a leak (%v)", p.name, p.ip, err)
+		}
+	}
+
+	after, afterJSON, afterOut, err := e.c.IPAMCheck(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("calicoctl ipam check after the collector freed %s:\n%s", misbooked.ip, afterOut)
+	goldenReport(t, "seed002/ipam-check-after-gc.json", afterJSON)
+	if as := after.Allocations[misbooked.ip.String()]; len(as) != 0 {
+		t.Errorf("ipam check after the collector: %s: %+v, want no allocation", misbooked.ip, as)
+	}
+
+	e.golden(t, "seed002/after-gc")
+
+	// Calico hands a freed address out again after the block's other free
+	// addresses: the fourth pod booked under node-a gets it, and two
+	// running pods then have it.
+	var second *pod
+	for i := 1; i <= 4 && second == nil; i++ {
+		if p := e.runPod(t, fmt.Sprintf("next-%d", i), "node-a", "node-a"); p.ip == misbooked.ip {
+			second = p
+		}
+	}
+	if second == nil {
+		t.Fatalf("no pod of four booked under node-a got the freed %s", misbooked.ip)
+	}
+	dup, dupJSON, dupOut, err := e.c.IPAMCheck(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("calicoctl ipam check with %s on two pods:\n%s", second.ip, dupOut)
+	goldenReport(t, "seed002/ipam-check-duplicate.json", dupJSON)
+	if as := dup.Allocations[second.ip.String()]; len(as) != 1 || len(as[0].Owners) != 2 {
+		t.Errorf("ipam check with the duplicate: %s: %+v, want one allocation with two owners", second.ip, as)
+	}
+}
+
+// golden compares the IPAM objects as stored (less what changes from run
+// to run) with testdata/dir/*.json.
+func (e *env) golden(t *testing.T, dir string) {
+	t.Helper()
+	for _, r := range []struct {
+		file string
+		list func() ([]unstructured.Unstructured, error)
+	}{
+		{"ipamblocks.json", func() ([]unstructured.Unstructured, error) { return e.c.List(context.Background(), IPAMBlocks) }},
+		{"ipamhandles.json", func() ([]unstructured.Unstructured, error) { return e.c.List(context.Background(), IPAMHandles) }},
+		{"blockaffinities.json", func() ([]unstructured.Unstructured, error) {
+			return e.c.List(context.Background(), BlockAffinities)
+		}},
+	} {
+		objs, err := r.list()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []map[string]any
+		for _, o := range objs {
+			out = append(out, stable(o.Object))
+		}
+		b, err := marshalStable(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		compareGolden(t, filepath.Join("testdata", dir, r.file), b)
+	}
+}
+
+// goldenReport compares a calicoctl ipam check report, less what changes
+// from run to run, with testdata/file.
+func goldenReport(t *testing.T, file string, report []byte) {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(report, &m); err != nil {
+		t.Fatal(err)
+	}
+	b, err := marshalStable(stable(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	compareGolden(t, filepath.Join("testdata", file), b)
+}
+
+// volatile are the fields whose values change from run to run: the
+// golden files hold a placeholder instead. A block's sequence numbers start
+// at the clock's nanoseconds when it is made.
+var volatile = map[string]bool{
+	"resourceVersion": true, "uid": true, "creationTimestamp": true, "managedFields": true,
+	"timestamp": true, "clusterGUID": true, "clusterInformationRevision": true,
+	"sequenceNumber": true, "UID": true, "Revision": true,
+}
+
+// stable replaces the volatile fields' values with "<volatile>", and the
+// values of sequenceNumberForAllocation, keeping its keys (the allocated
+// ordinals).
+func stable(v map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, x := range v {
+		switch m, isMap := x.(map[string]any); {
+		case volatile[k]:
+			out[k] = "<volatile>"
+		case k == "sequenceNumberForAllocation" && isMap:
+			seq := map[string]any{}
+			for ord := range m {
+				seq[ord] = "<volatile>"
+			}
+			out[k] = seq
+		default:
+			out[k] = stableValue(x)
+		}
+	}
+	return out
+}
+
+// marshalStable is stable(v) as indented JSON, with < and > as they are.
+func marshalStable(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	err := enc.Encode(v)
+	return b.Bytes(), err
+}
+
+func stableValue(x any) any {
+	switch x := x.(type) {
+	case map[string]any:
+		return stable(x)
+	case []any:
+		out := make([]any, len(x))
+		for i, y := range x {
+			out[i] = stableValue(y)
+		}
+		return out
+	}
+	return x
+}
+
+func compareGolden(t *testing.T, path string, got []byte) {
+	t.Helper()
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run the test with -update to write it)", err)
+	}
+	if string(got) != string(want) {
+		t.Errorf("%s differs (run with -update to accept):\n got: %s\nwant: %s", path, got, want)
+	}
+}
+
+// ipField is how kube-controllers logs an allocation's address.
+func ipField(ip netip.Addr) string { return `ip="` + ip.String() + `"` }

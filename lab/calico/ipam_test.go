@@ -1,0 +1,105 @@
+package calico
+
+import (
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+func TestFindBinaries(t *testing.T) {
+	t.Setenv(BinEnv, "")
+	if _, err := FindBinaries(); !errors.Is(err, ErrNoBinaries) {
+		t.Errorf("unset: %v, want ErrNoBinaries", err)
+	}
+	dir := t.TempDir()
+	for _, b := range Binaries[:len(Binaries)-1] {
+		if err := os.WriteFile(filepath.Join(dir, b), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv(BinEnv, dir)
+	last := Binaries[len(Binaries)-1]
+	if _, err := FindBinaries(); err == nil || errors.Is(err, ErrNoBinaries) || !strings.Contains(err.Error(), last) {
+		t.Errorf("without %s: %v, want an error naming it", last, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, last), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := FindBinaries(); err != nil || got != dir {
+		t.Errorf("complete: %q, %v", got, err)
+	}
+}
+
+func TestCRDsEmbedded(t *testing.T) {
+	for _, plural := range []string{"ipamblocks", "ipamhandles", "blockaffinities", "ippools", "ipamconfigs",
+		"ipreservations", "clusterinformations", "kubecontrollersconfigurations", "tiers"} {
+		b, err := os.ReadFile(filepath.Join("crds", "crd.projectcalico.org_"+plural+".yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), "name: "+plural+".crd.projectcalico.org") {
+			t.Errorf("%s: not the CRD of %s.crd.projectcalico.org", plural, plural)
+		}
+	}
+}
+
+func TestAllocationsOf(t *testing.T) {
+	handle := func(s string) *string { return &s }
+	idx := func(i int) *int { return &i }
+	// A block after churn: ordinal 3 points at attribute 0, ordinal 0 at
+	// attribute 1; ordinals 1 and 2 are free.
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"kind": "IPAMBlock", "metadata": map[string]any{"name": "10-244-0-0-30"},
+		"spec": map[string]any{
+			"cidr": "10.244.0.0/30", "affinity": "host:node-a", "strictAffinity": false,
+			"allocations": []any{int64(1), nil, nil, int64(0)},
+			"unallocated": []any{int64(1), int64(2)},
+			"attributes": []any{
+				map[string]any{"handle_id": "k8s-pod-network.b", "secondary": map[string]any{"node": "node-a", "pod": "b", "namespace": "default"}},
+				map[string]any{"handle_id": "k8s-pod-network.a", "secondary": map[string]any{"node": "node-b", "pod": "a", "namespace": "default"}},
+			},
+			"sequenceNumber": int64(1763900000000000003), "sequenceNumberForAllocation": map[string]any{"0": int64(1763900000000000000), "3": int64(1763900000000000002)},
+		},
+	}}
+	b, err := Spec[IPAMBlock](obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Affinity == nil || *b.Affinity != "host:node-a" || b.SequenceNumberForAllocation["3"] != 1763900000000000002 {
+		t.Errorf("spec decoded as %+v", b)
+	}
+	got, err := b.AllocationsOf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Allocation{
+		{IP: netip.MustParseAddr("10.244.0.0"), IPAMAttribute: IPAMAttribute{HandleID: handle("k8s-pod-network.a"), Secondary: map[string]string{"node": "node-b", "pod": "a", "namespace": "default"}}},
+		{IP: netip.MustParseAddr("10.244.0.3"), IPAMAttribute: IPAMAttribute{HandleID: handle("k8s-pod-network.b"), Secondary: map[string]string{"node": "node-a", "pod": "b", "namespace": "default"}}},
+	}
+	if !slices.EqualFunc(got, want, func(a, b Allocation) bool {
+		return a.IP == b.IP && *a.HandleID == *b.HandleID && a.Secondary["node"] == b.Secondary["node"] && a.Secondary["pod"] == b.Secondary["pod"]
+	}) {
+		t.Errorf("allocations %+v, want %+v", got, want)
+	}
+
+	b.Allocations[1] = idx(2)
+	if _, err := b.AllocationsOf(); err == nil || !strings.Contains(err.Error(), "ordinal 1") {
+		t.Errorf("an ordinal past the attributes: %v, want an error naming it", err)
+	}
+}
+
+func TestHandleName(t *testing.T) {
+	if got := HandleName("k8s-pod-network.ABC123"); got != "k8s-pod-network.abc123" {
+		t.Errorf("HandleName = %q", got)
+	}
+	r := IPAMRequest{ContainerID: "abc"}
+	if got := r.HandleID(); got != "k8s-pod-network.abc" {
+		t.Errorf("HandleID = %q", got)
+	}
+}
