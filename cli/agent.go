@@ -29,6 +29,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
+	"github.com/ghostwatch/ghostwatch/source/caliconode"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
 	"github.com/ghostwatch/ghostwatch/source/host"
 	"github.com/ghostwatch/ghostwatch/source/hostlocal"
@@ -185,7 +186,7 @@ and nothing else; it exits with status 2 when it lacks it.`,
 	f.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.DurationVar(&o.clockSkew, "clock-skew", 2*time.Second, "how far the node clock may be ahead of the API server's when proving a flow predates a pod")
-	f.StringVar(&o.hostRoot, "host-root", "/host", "where the node's files are mounted: host-local's store and the CNI configurations are read under it ("+hostlocal.DefaultDataDir+", "+hostlocal.ConfDir+"); deploy/agent mounts those two read-only. A store that cannot be read leaves its rules out, not the conntrack audits")
+	f.StringVar(&o.hostRoot, "host-root", "/host", "where the node's files are mounted: host-local's store, the CNI configurations and Calico's nodename file are read under it ("+hostlocal.DefaultDataDir+", "+hostlocal.ConfDir+", "+caliconode.DefaultNodename+"); deploy/agent mounts those read-only. A store that cannot be read leaves its rules out, not the conntrack audits")
 	return cmd, o
 }
 
@@ -297,7 +298,7 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 		Conntrack:  func(observe func(*snapshot.Flow)) source.Source { return &conntrack.KernelSource{Observe: observe} },
 		FlowEvents: events,
 		Host:       nodePortHost(npa),
-		Sources:    []source.Source{&hostlocal.Source{Root: o.hostRoot}},
+		Sources:    []source.Source{&hostlocal.Source{Root: o.hostRoot}, &caliconode.Source{Root: o.hostRoot}},
 		Rules:      rules,
 		Remedies:   rems,
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path"
 	"strings"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/sink"
 	"github.com/ghostwatch/ghostwatch/source"
+	"github.com/ghostwatch/ghostwatch/source/caliconode"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
 	"github.com/ghostwatch/ghostwatch/source/host"
 	"github.com/ghostwatch/ghostwatch/source/hostlocal"
@@ -83,7 +85,7 @@ source was incomplete (then no finding is claimed for what it would have read).`
 	f.StringVar(&o.capturedAt, "captured-at", "", "with --conntrack-file: when the listing was captured (RFC 3339, e.g. 2026-11-22T14:05:00Z); flow ages (delta-time=) count from it. Default: the file's modification time; for stdin, unknown")
 	f.DurationVar(&o.syncTimeout, "sync-timeout", 30*time.Second, "how long to wait for the API server to list the objects")
 	f.DurationVar(&o.clockSkew, "clock-skew", 2*time.Second, "how far the node clock may be ahead of the API server's when proving a flow predates a pod")
-	f.StringVar(&o.hostRoot, "host-root", "/", "the node's / as this process sees it: host-local's store and the CNI configurations are read under it ("+hostlocal.DefaultDataDir+", "+hostlocal.ConfDir+"); offline (with --kube-objects or --conntrack-file) they are read only when this is given, from a copy")
+	f.StringVar(&o.hostRoot, "host-root", "/", "the node's / as this process sees it: host-local's store, the CNI configurations and Calico's nodename file are read under it ("+hostlocal.DefaultDataDir+", "+hostlocal.ConfDir+", "+caliconode.DefaultNodename+"); offline (with --kube-objects or --conntrack-file) they are read only when this is given, from a copy")
 	addOutputFlag(cmd, &o.output, `text is the table ("table" works too), json and yaml the report as one object`)
 	completeWith(cmd, "fail-on", "info", "warning", "critical", "none")
 	completeWith(cmd, "rule", rule.IDs(rule.All(rule.Config{}))...)
@@ -123,10 +125,11 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	if !readStore {
 		var kept []rule.Rule
 		for _, r := range rules {
-			if len(rule.ReadersOf([]rule.Rule{r}, hostlocal.Name)) == 0 {
+			one := []rule.Rule{r}
+			if len(rule.ReadersOf(one, hostlocal.Name))+len(rule.ReadersOf(one, caliconode.Name)) == 0 {
 				kept = append(kept, r)
 			} else if len(o.rules) > 0 {
-				return withCode(ExitError, fmt.Errorf("--rule %s reads host-local's store, and an offline scan reads none of this host: pass --host-root with a copy of the node's %s and %s", r.Info().ID, hostlocal.DefaultDataDir, hostlocal.ConfDir))
+				return withCode(ExitError, fmt.Errorf("--rule %s reads the node's files, and an offline scan reads none of this host: pass --host-root with a copy of the node's %s, %s and %s", r.Info().ID, hostlocal.ConfDir, hostlocal.DefaultDataDir, path.Dir(caliconode.DefaultNodename)))
 			}
 		}
 		rules = kept
@@ -181,6 +184,9 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	if len(rule.ReadersOf(rules, hostlocal.Name)) > 0 {
 		sources = append(sources, &hostlocal.Source{Root: o.hostRoot})
 	}
+	if len(rule.ReadersOf(rules, caliconode.Name)) > 0 {
+		sources = append(sources, &caliconode.Source{Root: o.hostRoot})
+	}
 	res := audit.Run(cmd.Context(), audit.Config{
 		NodeName: node,
 		Sources:  sources,
@@ -232,13 +238,13 @@ func stdinUses(kubeObjects []string, conntrackFile string) int {
 // and every rule of it would silently find nothing.
 func checkNodeForHostLocal(res *audit.Result, node string) error {
 	s := res.Snapshot
-	if s.Kube == nil || s.HostLocal == nil {
+	if s.Kube == nil || (s.HostLocal == nil && s.CalicoNode == nil) {
 		return nil
 	}
 	if _, ok := kube.LookupNode(s.Kube, node); ok {
 		return nil
 	}
-	return fmt.Errorf("node %q is not in the cluster objects, so no pod can be tied to its host-local store: pass --node-name (the Node's name, not the hostname), and save nodes with the objects (%s)", node, kube.SaveCommand)
+	return fmt.Errorf("node %q is not in the cluster objects, so no pod can be tied to its IPAM files: pass --node-name (the Node's name, not the hostname), and save nodes with the objects (%s)", node, kube.SaveCommand)
 }
 
 // checkNode refuses a scan whose node is unknown while a Service has a

@@ -100,9 +100,10 @@ func TestAgentDaemonSetHasOnlyNetAdmin(t *testing.T) {
 	if !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
 		t.Errorf("capabilities.drop = %v, want [ALL]", sc.Capabilities.Drop)
 	}
-	// Only host-local's store and the CNI configurations, read-only, where
+	// Only host-local's store, the CNI configurations and Calico's
+	// nodename file, read-only, where
 	// --host-root reads them.
-	wantMounts := map[string]string{"/host/etc/cni/net.d": "/etc/cni/net.d", "/host/var/lib/cni": "/var/lib/cni"}
+	wantMounts := map[string]string{"/host/etc/cni/net.d": "/etc/cni/net.d", "/host/var/lib/cni": "/var/lib/cni", "/host/var/lib/calico": "/var/lib/calico"}
 	hostPaths := map[string]string{}
 	for _, v := range spec.Volumes {
 		if v.HostPath != nil {

@@ -531,6 +531,8 @@ func (e *realEnv) agentMetric(t *testing.T, prefix string) int {
 }
 
 type scanOutput struct {
+	// Raw is the report as printed, for failure messages.
+	Raw string `json:"-"`
 	Findings []struct {
 		Rule     string `json:"rule"`
 		Severity string `json:"severity"`
@@ -559,6 +561,7 @@ func (e *realEnv) scan(t *testing.T) scanOutput {
 	if err := json.Unmarshal(out, &s); err != nil {
 		t.Fatalf("ghostwatch scan output: %v\n%s", err, out)
 	}
+	s.Raw = string(out)
 	return s
 }
 

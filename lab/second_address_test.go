@@ -57,6 +57,9 @@ func TestRealNodePortOnASecondAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.gone(t, "web", "api-v1")
+	// Judged once the EndpointSlice controller has dropped it: until then
+	// a listed, ready endpoint is a live backend.
+	e.eventually(t, time.Minute, "api-v1 gone from web/api's slices", func() bool { return !e.inSlices(t, "web", "api", "api-v1") })
 	e.eventually(t, time.Minute, "the client's flow still translated to the dead pod", func() bool {
 		for _, f := range e.flowsTo(t, backend) {
 			if f.Orig.Dst == second {
@@ -72,7 +75,7 @@ func TestRealNodePortOnASecondAddress(t *testing.T) {
 			f.Evidence["frontend"] == netip.AddrPortFrom(second, 30080).String() && f.Evidence["frontend_kind"] == "NodePort")
 	}
 	if !found {
-		t.Fatalf("the live scan missed the ghost behind the NodePort on %s: %+v", second, out.Findings)
+		t.Fatalf("the live scan missed the ghost behind the NodePort on %s:\n%s", second, out.Raw)
 	}
 	e.eventually(t, time.Minute, "the agent reporting the ghost behind the new address", func() bool {
 		return e.agentMetric(t, `ghostwatch_findings{rule="stale-nat-flow"`) > 0

@@ -22,6 +22,7 @@ func All(cfg Config) []Rule {
 		&DuplicatePodIP{},
 		&IPAMUnbookedIP{},
 		&IPAMLeakedIP{},
+		&StaleNodenameFile{},
 	}
 }
 

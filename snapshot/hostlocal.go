@@ -100,3 +100,21 @@ func (r IPRange) Contains(a netip.Addr) bool {
 	a = a.Unmap()
 	return r.Subnet.Contains(a) && r.Start.Compare(a) <= 0 && a.Compare(r.End) <= 0
 }
+
+// CalicoNode is where Calico's CNI plugin on one node takes the node name
+// it books pod addresses under.
+type CalicoNode struct {
+	// Config is the CNI configuration file with the calico plugin;
+	// ConfigInUse is true when it is the file the kubelet uses (the first
+	// by name).
+	Config      string
+	ConfigInUse bool
+	// ConfNodename is its "nodename": when set, the plugin uses it.
+	ConfNodename string
+	// NodenameFile is the file the plugin reads otherwise, and
+	// FileNodename its content, as is (the plugin does not trim it).
+	NodenameFile string
+	FileExists   bool
+	FileNodename string
+	FileModified time.Time
+}

@@ -40,6 +40,9 @@ type Snapshot struct {
 	Kube      *Kube
 	Conntrack *Conntrack
 	HostLocal *HostLocal
+	// CalicoNode is where Calico's CNI plugin on this node takes its node
+	// name (source "calico-node").
+	CalicoNode *CalicoNode
 	// LocalAddresses are the addresses of the host whose conntrack table
 	// is read, read live from it (source "host"); nil offline.
 	LocalAddresses []netip.Addr
