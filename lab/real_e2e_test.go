@@ -532,7 +532,7 @@ func (e *realEnv) agentMetric(t *testing.T, prefix string) int {
 
 type scanOutput struct {
 	// Raw is the report as printed, for failure messages.
-	Raw string `json:"-"`
+	Raw      string `json:"-"`
 	Findings []struct {
 		Rule     string `json:"rule"`
 		Severity string `json:"severity"`
