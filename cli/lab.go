@@ -79,8 +79,59 @@ as kube-proxy does for Local.`),
 ClusterIP. The database pod is replaced. The pool keeps using its connection, which
 the kernel still translates to the deleted pod: every query times out, while new
 connections work. ghostwatch reports the stale NAT flow.`),
+		newHostLocalWipeCommand(streams),
 		newLabCleanupCommand(streams),
 	)
+	return cmd
+}
+
+func newHostLocalWipeCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	var o lab.HostLocalOptions
+	var output string
+	cmd := &cobra.Command{
+		Use:   "hostlocal-wipe",
+		Short: "Seed 003: host-local's store is wiped while its pods run, and the next pod gets a running pod's IP",
+		Long: `Pods start on a node whose CNI allocates with host-local (kindnet's
+configuration: 10.244.2.0/24, store /run/cni-ipam-state/kindnet), each through
+the real host-local plugin called by libcni as containerd and CRI-O call it.
+The store is then wiped while the pods run, as a node restore that cleans CNI
+state does. ghostwatch reads the store as its agent does: ipam-unbooked-ip
+names every running pod whose IP the store forgot and the address the next
+ADD returns.
+
+The incident is then played twice from the same wiped state. Left alone, the
+next pod on the node gets a running pod's IP: duplicate-pod-ip. Repaired by
+hostlocal-reserve (the agent's remedy: the forgotten reservations written back
+under host-local's lock, for the sandboxes the runtime's CNI result cache
+names), it gets a fresh address.
+
+The node's files live in a temporary directory, removed at the end; no network
+namespace is needed. It needs the host-local plugin: scripts/cni-plugins.sh
+builds it (--cni-bin, default $GHOSTWATCH_CNI_BIN).`,
+		Example: "  ghostwatch lab hostlocal-wipe --cni-bin \"$(scripts/cni-plugins.sh)\"\n  ghostwatch lab hostlocal-wipe --pods 10 -o json",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			format, err := checkOutput(output, nil)
+			if err != nil {
+				return err
+			}
+			o.Out = streams.Out
+			if format != "text" {
+				o.Out = streams.ErrOut // stdout carries one object
+			}
+			res, err := lab.HostLocalWipe(cmd.Context(), o)
+			if err != nil {
+				return withCode(ExitError, err)
+			}
+			if err := writeResult(streams.Out, format, res); err != nil {
+				return withCode(ExitError, fmt.Errorf("writing the result: %w", err))
+			}
+			return nil
+		},
+	}
+	addOutputFlag(cmd, &output, "text is the timeline; json and yaml print what the runs measured, as one object, and the timeline goes to stderr")
+	cmd.Flags().StringVar(&o.CNIBin, "cni-bin", "", "the directory holding the host-local plugin scripts/cni-plugins.sh builds (default $GHOSTWATCH_CNI_BIN)")
+	cmd.Flags().IntVar(&o.Pods, "pods", 3, "how many pods run on the node when its store is wiped")
 	return cmd
 }
 
@@ -170,7 +221,7 @@ func newScenarioCommand(streams genericiooptions.IOStreams, name string, run sce
 
 // writeResult prints what the scenario measured in format: json and yaml
 // the same object; text nothing more, the timeline said it all.
-func writeResult(w io.Writer, format string, res *lab.Result) error {
+func writeResult(w io.Writer, format string, res any) error {
 	switch format {
 	case "json":
 		enc := json.NewEncoder(w)

@@ -3,16 +3,13 @@ package lab
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/containernetworking/cni/libcni"
-	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/ghostwatch/ghostwatch/audit"
 	"github.com/ghostwatch/ghostwatch/finding"
@@ -20,28 +17,11 @@ import (
 	"github.com/ghostwatch/ghostwatch/lab/cni"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
-	"github.com/ghostwatch/ghostwatch/snapshot"
-	"github.com/ghostwatch/ghostwatch/source"
-	"github.com/ghostwatch/ghostwatch/source/hostlocal"
 )
 
-// hostLocalNode is a node whose pods get their IPs from the real host-local
-// plugin, called through libcni as containerd and CRI-O call it (so the
-// runtime's result cache is written too), with kindnet's configuration:
-// a data directory of its own, /run/cni-ipam-state, and 10.244.2.0/24.
-// Its files live under root, as the node's / would.
-type hostLocalNode struct {
-	t    *testing.T
-	root string
-	cni  *libcni.CNIConfig
-	list *libcni.NetworkConfigList
-	pods []snapshot.Pod
-}
-
-const kindnetConf = `{"cniVersion":"1.0.0","name":"kindnet","plugins":[{"type":"host-local",
- "ipam":{"type":"host-local","dataDir":%q,"ranges":[[{"subnet":"10.244.2.0/24"}]]}}]}`
-
-func newHostLocalNode(t *testing.T) *hostLocalNode {
+// newHostLocalNode is the scenario's node in a directory of the test,
+// with the real plugin, or stops the test when the plugin is not built.
+func newHostLocalNode(t *testing.T) *wipeNode {
 	t.Helper()
 	bin, err := cni.FindHostLocal()
 	if errors.Is(err, cni.ErrNoBinary) {
@@ -50,77 +30,29 @@ func newHostLocalNode(t *testing.T) *hostLocalNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root := t.TempDir()
-	// The configuration the node holds names its own paths; the runtime
-	// here runs the plugin on the copy under root.
-	for p, content := range map[string]string{
-		"etc/cni/net.d/10-kindnet.conflist": fmt.Sprintf(kindnetConf, "/run/cni-ipam-state"),
-		"run/.keep":                         "",
-	} {
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(root, p), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	list, err := libcni.ConfListFromBytes([]byte(fmt.Sprintf(kindnetConf, filepath.Join(root, "run/cni-ipam-state"))))
+	n, err := newWipeNode(t.TempDir(), filepath.Dir(bin))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &hostLocalNode{t: t, root: root, list: list,
-		cni: libcni.NewCNIConfigWithCacheDir([]string{filepath.Dir(bin)}, filepath.Join(root, "var/lib/cni"), nil)}
+	return n
 }
 
-// start runs the CNI ADD of a pod's sandbox, as the runtime does, and
-// records the pod as running with the address it got.
-func (n *hostLocalNode) start(name string) netip.Addr {
-	n.t.Helper()
-	a, err := n.add(name)
+func start(t *testing.T, n *wipeNode, name string) netip.Addr {
+	t.Helper()
+	a, err := n.start(context.Background(), name)
 	if err != nil {
-		n.t.Fatalf("ADD for pod %s: %v", name, err)
+		t.Fatal(err)
 	}
-	n.pods = append(n.pods, snapshot.Pod{UID: "uid-" + name, Namespace: "default", Name: name, Node: "kind-worker3",
-		Phase: snapshot.PodRunning, IPs: []netip.Addr{a}, Created: time.Now(), StartTime: time.Now()})
 	return a
 }
 
-func (n *hostLocalNode) add(name string) (netip.Addr, error) {
-	res, err := n.cni.AddNetworkList(context.Background(), n.list, &libcni.RuntimeConf{
-		ContainerID: "sandbox-" + name, NetNS: filepath.Join(n.root, "netns", name), IfName: "eth0",
-		Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "default"}, {"K8S_POD_NAME", name}, {"K8S_POD_UID", "uid-" + name}},
-	})
+func auditOf(t *testing.T, n *wipeNode) *audit.Result {
+	t.Helper()
+	r, err := n.audit(context.Background())
 	if err != nil {
-		return netip.Addr{}, err
+		t.Fatal(err)
 	}
-	r, err := current.NewResultFromResult(res)
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	a, _ := netip.AddrFromSlice(r.IPs[0].Address.IP)
-	return a.Unmap(), nil
-}
-
-// audit reads the node's store as the agent does and runs the host-local
-// rules against its pods.
-func (n *hostLocalNode) audit() *audit.Result {
-	n.t.Helper()
-	kubeSrc := staticKube{Kube: snapshot.Kube{Pods: n.pods, Nodes: []snapshot.Node{{Name: "kind-worker3"}}}}
-	return audit.Run(context.Background(), audit.Config{
-		NodeName: "kind-worker3",
-		Sources:  []source.Source{kubeSrc, &hostlocal.Source{Root: n.root}},
-		Rules:    []rule.Rule{&rule.IPAMUnbookedIP{}, &rule.DuplicatePodIP{}},
-	})
-}
-
-// staticKube is a kube source of fixed objects.
-type staticKube struct{ snapshot.Kube }
-
-func (staticKube) Name() string { return "kube" }
-func (k staticKube) Collect(_ context.Context, s *snapshot.Snapshot) error {
-	kk := k.Kube
-	s.Kube = &kk
-	return nil
+	return r
 }
 
 // Seed 003 with the real plugin: pods get .2, .3, .4; the store is wiped
@@ -132,22 +64,22 @@ func (k staticKube) Collect(_ context.Context, s *snapshot.Snapshot) error {
 func TestRealHostLocalWipe(t *testing.T) {
 	n := newHostLocalNode(t)
 	for i, name := range []string{"web-0", "web-1", "web-2"} {
-		if got, want := n.start(name), netip.AddrFrom4([4]byte{10, 244, 2, byte(2 + i)}); got != want {
+		if got, want := start(t, n, name), netip.AddrFrom4([4]byte{10, 244, 2, byte(2 + i)}); got != want {
 			t.Fatalf("pod %s got %s, want %s", name, got, want)
 		}
 	}
-	if fs := n.audit().Findings; len(fs) != 0 {
+	if fs := auditOf(t, n).Findings; len(fs) != 0 {
 		t.Fatalf("findings on a whole store: %+v", fs)
 	}
 	if err := os.RemoveAll(filepath.Join(n.root, "run/cni-ipam-state")); err != nil {
 		t.Fatal(err)
 	}
-	alone := copyNode(t, n)
-
-	res := n.audit()
-	if err := res.Incomplete(); err != nil {
+	alone, err := n.copyTo(t.TempDir())
+	if err != nil {
 		t.Fatal(err)
 	}
+
+	res := auditOf(t, n)
 	var targets []finding.Target
 	for _, f := range res.Findings {
 		if f.Rule != rule.IPAMUnbookedIPID {
@@ -179,15 +111,15 @@ func TestRealHostLocalWipe(t *testing.T) {
 			t.Fatalf("Act %s: %v", tgt, err)
 		}
 	}
-	if fs := n.audit().Findings; len(fs) != 0 {
+	if fs := auditOf(t, n).Findings; len(fs) != 0 {
 		t.Errorf("findings after the repair: %+v", fs)
 	}
-	if got := n.start("web-3"); got != netip.MustParseAddr("10.244.2.5") {
+	if got := start(t, n, "web-3"); got != netip.MustParseAddr("10.244.2.5") {
 		t.Errorf("after the repair the next pod got %s, want a fresh 10.244.2.5", got)
 	}
 	// The repaired reservations are the runtime's own: its DEL frees them.
 	if err := n.cni.DelNetworkList(context.Background(), n.list, &libcni.RuntimeConf{
-		ContainerID: "sandbox-web-1", NetNS: filepath.Join(n.root, "netns", "web-1"), IfName: "eth0",
+		ContainerID: n.sandbox("web-1"), NetNS: filepath.Join(n.root, "netns", "web-1"), IfName: "eth0",
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -196,11 +128,11 @@ func TestRealHostLocalWipe(t *testing.T) {
 	}
 
 	// Without the repair.
-	if got := alone.start("web-3"); got != netip.MustParseAddr("10.244.2.2") {
+	if got := start(t, alone, "web-3"); got != netip.MustParseAddr("10.244.2.2") {
 		t.Errorf("without the repair the next pod got %s, want the duplicate 10.244.2.2", got)
 	}
 	dups := 0
-	for _, f := range alone.audit().Findings {
+	for _, f := range auditOf(t, alone).Findings {
 		if f.Rule == rule.DuplicatePodIPID && f.Subject.IP == "10.244.2.2" {
 			dups++
 		}
@@ -210,22 +142,41 @@ func TestRealHostLocalWipe(t *testing.T) {
 	}
 }
 
-// copyNode copies n's files and pods to a new node.
-func copyNode(t *testing.T, n *hostLocalNode) *hostLocalNode {
-	t.Helper()
-	c := newHostLocalNode(t)
-	for _, sub := range []string{"run", "var/lib/cni"} {
-		from := filepath.Join(n.root, sub)
-		if _, err := os.Stat(from); errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err := os.RemoveAll(filepath.Join(c.root, sub)); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.CopyFS(filepath.Join(c.root, sub), os.DirFS(from)); err != nil {
-			t.Fatal(err)
+// The hostlocal-wipe lab, as `ghostwatch lab hostlocal-wipe` runs it: its
+// prediction and both endings, measured, and a timeline that says them.
+func TestHostLocalWipeScenario(t *testing.T) {
+	bin, err := cni.FindHostLocal()
+	if errors.Is(err, cni.ErrNoBinary) {
+		testenv.Unavailable(t, err.Error())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	res, err := HostLocalWipe(context.Background(), HostLocalOptions{Out: &out, CNIBin: filepath.Dir(bin)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(res.Before, " ") != "10.244.2.2 10.244.2.3 10.244.2.4" || res.Predicted != "10.244.2.2" || len(res.Runs) != 2 {
+		t.Fatalf("result %+v", res)
+	}
+	alone, repaired := res.Runs[0], res.Runs[1]
+	if alone.Repaired || alone.NextPodIP != "10.244.2.2" || alone.DuplicateOf != "default/web-0" {
+		t.Errorf("left alone: %+v, want the next pod on web-0's 10.244.2.2", alone)
+	}
+	if !repaired.Repaired || len(repaired.Written) != 3 || repaired.NextPodIP != "10.244.2.5" || repaired.DuplicateOf != "" {
+		t.Errorf("repaired: %+v, want three reservations written and a fresh 10.244.2.5", repaired)
+	}
+	for _, want := range []string{
+		"rm -rf /run/cni-ipam-state",
+		"critical ipam-unbooked-ip: pod default/web-0 holds 10.244.2.2",
+		"pod default/web-3: CNI ADD -> 10.244.2.2, which pod default/web-0 still holds",
+		"critical duplicate-pod-ip: IP 10.244.2.2 is held by 2 pods",
+		"hostlocal-reserve wrote 10.244.2.2 in /run/cni-ipam-state/kindnet for container sandbox-web-0 (eth0) of pod default/web-0",
+		"after 3 reservations written back: the next pod got 10.244.2.5, a fresh address",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the timeline lacks %q:\n%s", want, out.String())
 		}
 	}
-	c.pods = append([]snapshot.Pod(nil), n.pods...)
-	return c
 }
