@@ -21,12 +21,15 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-//go:embed agent/*.yaml
+//go:embed agent/*.yaml controller/*.yaml
 var files embed.FS
 
-// AgentDir is the kustomization directory of the agent, relative to the
-// repository root.
-const AgentDir = "agent"
+// AgentDir and ControllerDir are the kustomization directories of the
+// agent and the controller, relative to deploy/.
+const (
+	AgentDir      = "agent"
+	ControllerDir = "controller"
+)
 
 // Manifest is one object of a kustomization, with the file it came from.
 type Manifest struct {
@@ -38,6 +41,12 @@ type Manifest struct {
 // an unknown or duplicated field is an error that names the file.
 func Agent() ([]Manifest, error) {
 	return read(AgentDir)
+}
+
+// Controller decodes every resource the controller's kustomization lists,
+// as Agent does.
+func Controller() ([]Manifest, error) {
+	return read(ControllerDir)
 }
 
 func read(dir string) ([]Manifest, error) {
@@ -101,17 +110,32 @@ func Files(dir string) ([]string, error) {
 
 // AgentDaemonSet is the agent's DaemonSet.
 func AgentDaemonSet() (*appsv1.DaemonSet, error) {
-	return only[*appsv1.DaemonSet]("DaemonSet")
+	return only[*appsv1.DaemonSet](AgentDir, "DaemonSet")
 }
 
 // AgentClusterRole is the agent's ClusterRole.
 func AgentClusterRole() (*rbacv1.ClusterRole, error) {
-	return only[*rbacv1.ClusterRole]("ClusterRole")
+	return only[*rbacv1.ClusterRole](AgentDir, "ClusterRole")
 }
 
-func only[T runtime.Object](kind string) (T, error) {
+// ControllerDeployment is the controller's Deployment.
+func ControllerDeployment() (*appsv1.Deployment, error) {
+	return only[*appsv1.Deployment](ControllerDir, "Deployment")
+}
+
+// ControllerClusterRole is the controller's ClusterRole.
+func ControllerClusterRole() (*rbacv1.ClusterRole, error) {
+	return only[*rbacv1.ClusterRole](ControllerDir, "ClusterRole")
+}
+
+// ControllerRole is the controller's Role in its own namespace (its Lease).
+func ControllerRole() (*rbacv1.Role, error) {
+	return only[*rbacv1.Role](ControllerDir, "Role")
+}
+
+func only[T runtime.Object](dir, kind string) (T, error) {
 	var zero T
-	ms, err := Agent()
+	ms, err := read(dir)
 	if err != nil {
 		return zero, err
 	}
@@ -122,7 +146,7 @@ func only[T runtime.Object](kind string) (T, error) {
 		}
 	}
 	if len(found) != 1 {
-		return zero, fmt.Errorf("deploy/%s: want one %s, found %d", AgentDir, kind, len(found))
+		return zero, fmt.Errorf("deploy/%s: want one %s, found %d", dir, kind, len(found))
 	}
 	return found[0], nil
 }

@@ -15,17 +15,117 @@ import (
 )
 
 func TestKustomizationListsEveryFile(t *testing.T) {
-	res, err := Resources(AgentDir)
+	for _, dir := range []string{AgentDir, ControllerDir} {
+		res, err := Resources(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Files(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sort.Strings(res)
+		if !slices.Equal(res, got) {
+			t.Errorf("deploy/%s: kustomization lists %v, the directory holds %v", dir, res, got)
+		}
+	}
+}
+
+// Both kustomizations create the namespace: they must create the same one.
+func TestOneNamespace(t *testing.T) {
+	a, err := files.ReadFile("agent/namespace.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := Files(AgentDir)
+	c, err := files.ReadFile("controller/namespace.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sort.Strings(res)
-	if !slices.Equal(res, got) {
-		t.Errorf("deploy/agent: kustomization lists %v, the directory holds %v", res, got)
+	if string(a) != string(c) {
+		t.Errorf("deploy/agent and deploy/controller create different namespaces:\n%s\n%s", a, c)
+	}
+}
+
+func TestControllerManifests(t *testing.T) {
+	ms, err := Controller()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	for _, m := range ms {
+		kinds[m.Object.GetObjectKind().GroupVersionKind().Kind]++
+	}
+	for _, k := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment"} {
+		if kinds[k] != 1 {
+			t.Errorf("want one %s, found %d", k, kinds[k])
+		}
+	}
+	d, err := ControllerDeployment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := d.Spec.Template.Spec
+	c := spec.Containers[0]
+	sc := c.SecurityContext
+	switch {
+	case spec.HostNetwork || spec.HostPID || spec.HostIPC:
+		t.Error("the controller needs no host namespace")
+	case len(spec.Volumes) != 0 || len(c.VolumeMounts) != 0:
+		t.Error("the controller needs no volume")
+	case sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+		t.Error("the controller must run as non-root on a read-only root")
+	case sc.Capabilities == nil || len(sc.Capabilities.Add) != 0 || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}):
+		t.Errorf("capabilities %+v, want all dropped, none added", sc.Capabilities)
+	case len(c.Args) == 0 || c.Args[0] != "controller":
+		t.Errorf("args %v do not start with controller", c.Args)
+	case d.Spec.Replicas == nil || *d.Spec.Replicas < 2:
+		t.Error("one replica: a standby takes over only if there is one")
+	}
+	env := map[string]string{}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			env[e.Name] = e.ValueFrom.FieldRef.FieldPath
+		}
+	}
+	if env["POD_NAME"] != "metadata.name" || env["POD_NAMESPACE"] != "metadata.namespace" {
+		t.Errorf("env %v: the identity and the Lease's namespace come from the downward API", env)
+	}
+	if !hasPort(c.Ports, "9809") {
+		t.Errorf("no container port 9809 for --listen=:9809")
+	}
+}
+
+// The controller's roles grant what it uses: every Pod, listed and
+// watched; Events; and its Lease in its own namespace. Nothing more.
+func TestControllerRolesGrantExactlyWhatTheControllerUses(t *testing.T) {
+	cr, err := ControllerClusterRole()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := ControllerRole()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		got  map[string]bool
+		want []string
+	}{
+		"ClusterRole " + cr.Name: {grants(t, cr.Rules), []string{"/pods/list", "/pods/watch", "/events/create", "/events/patch"}},
+		// client-go's Lease lock gets, creates and updates its Lease.
+		"Role " + r.Name: {grants(t, r.Rules), []string{"coordination.k8s.io/leases/get", "coordination.k8s.io/leases/create", "coordination.k8s.io/leases/update"}},
+	} {
+		want := map[string]bool{}
+		for _, w := range c.want {
+			want[w] = true
+			if !c.got[w] {
+				t.Errorf("%s lacks %s", name, w)
+			}
+		}
+		for g := range c.got {
+			if !want[g] {
+				t.Errorf("%s grants %s, which the controller does not use", name, g)
+			}
+		}
 	}
 }
 
@@ -162,14 +262,14 @@ func TestAgentDaemonSetHasOnlyNetAdmin(t *testing.T) {
 		t.Errorf("--listen=%s but no container port %s", listen, port)
 	}
 
-	sas, err := only[*corev1.ServiceAccount]("ServiceAccount")
+	sas, err := only[*corev1.ServiceAccount](AgentDir, "ServiceAccount")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if spec.ServiceAccountName != sas.Name {
 		t.Errorf("serviceAccountName %q, the ServiceAccount is %q", spec.ServiceAccountName, sas.Name)
 	}
-	crb, err := only[*rbacv1.ClusterRoleBinding]("ClusterRoleBinding")
+	crb, err := only[*rbacv1.ClusterRoleBinding](AgentDir, "ClusterRoleBinding")
 	if err != nil {
 		t.Fatal(err)
 	}

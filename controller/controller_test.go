@@ -1,0 +1,198 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/ghostwatch/ghostwatch/rule"
+)
+
+// events records Events.
+type events struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (e *events) Event(obj runtime.Object, typ, reason, msg string) {
+	ref := obj.(*corev1.ObjectReference)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.list = append(e.list, fmt.Sprintf("%s %s/%s %s %s", typ, ref.Namespace, ref.Name, reason, msg))
+}
+func (e *events) Eventf(obj runtime.Object, typ, reason, f string, a ...any) {
+	e.Event(obj, typ, reason, fmt.Sprintf(f, a...))
+}
+func (e *events) AnnotatedEventf(obj runtime.Object, _ map[string]string, typ, reason, f string, a ...any) {
+	e.Eventf(obj, typ, reason, f, a...)
+}
+func (e *events) all() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.list...)
+}
+
+type replica struct {
+	c      *Controller
+	m      *Metrics
+	ev     *events
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startReplica(t *testing.T, client kubernetes.Interface, id string) *replica {
+	t.Helper()
+	rules := rule.InScope(rule.All(rule.Config{}), rule.ScopeCluster)
+	r := &replica{m: NewMetrics(prometheus.NewRegistry(), rules), ev: &events{}, done: make(chan error, 1)}
+	r.c = New(Config{Client: client, Identity: id, LeaseNamespace: "ghostwatch", LeaseName: "ghostwatch-controller",
+		LeaseDuration: 1500 * time.Millisecond, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
+		Rules: rules, Metrics: r.m, Events: r.ev, Debounce: 10 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() { r.done <- r.c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-r.done
+	})
+	return r
+}
+
+func (r *replica) duplicates() float64 {
+	return testutil.ToFloat64(r.m.Findings.WithLabelValues(rule.DuplicatePodIPID, "critical"))
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func podWithIP(name, uid, node, ip string, start time.Time) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + uid)},
+		Spec:   corev1.PodSpec{NodeName: node},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}, StartTime: &metav1.Time{Time: start}}}
+}
+
+// One of two replicas leads and reports a duplicate pod IP as it appears:
+// a metric and one Event on each pod, once; the finding goes when the
+// duplicate does. When the leader stops, the other takes over and reports
+// what is there.
+func TestOneLeaderReportsDuplicates(t *testing.T) {
+	client := fake.NewClientset(
+		podWithIP("web-0", "0", "node-a", "10.244.2.2", time.Now().Add(-time.Hour)),
+		podWithIP("web-1", "1", "node-a", "10.244.2.3", time.Now().Add(-time.Hour)),
+	)
+	a := startReplica(t, client, "replica-a")
+	waitFor(t, "replica-a to lead and pass", func() bool { st := a.c.Status(); return st.Leading && !st.LastPass.IsZero() })
+	b := startReplica(t, client, "replica-b")
+	waitFor(t, "replica-b to see the leader", func() bool { return b.c.Status().Leader == "replica-a" })
+	if b.c.Status().Leading {
+		t.Fatal("two leaders")
+	}
+	srv := httptest.NewServer(b.c.Handler(prometheus.NewRegistry()))
+	defer srv.Close()
+	if body := get(t, srv.URL+"/readyz"); !strings.Contains(body, "standing by (leader: replica-a)") {
+		t.Errorf("standby /readyz: %q", body)
+	}
+
+	ctx := context.Background()
+	if _, err := client.CoreV1().Pods("default").Create(ctx, podWithIP("web-2", "2", "node-b", "10.244.2.2", time.Now()), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the duplicate reported", func() bool { return a.duplicates() == 1 })
+	if v := testutil.ToFloat64(a.m.RuleGauge(rule.DuplicatePodIPID).WithLabelValues("critical")); v != 1 {
+		t.Errorf("ghostwatch_duplicate_pod_ips{severity=critical} = %v", v)
+	}
+	// Another pass (an unrelated change) reports nothing new.
+	if _, err := client.CoreV1().Pods("default").Create(ctx, podWithIP("web-9", "9", "node-b", "10.244.2.9", time.Now()), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the next pass", func() bool { return testutil.ToFloat64(a.m.Pods) == 4 })
+	evs := a.ev.all()
+	if len(evs) != 2 || !strings.Contains(evs[0], "Warning default/web-0 DuplicatePodIP IP 10.244.2.2 is held by 2 pods on 2 nodes") ||
+		!strings.HasPrefix(evs[1], "Warning default/web-2 DuplicatePodIP") {
+		t.Errorf("Events %q, want one on each holder, once", evs)
+	}
+	if got := b.ev.all(); len(got) != 0 || b.duplicates() != 0 {
+		t.Errorf("the standby reported: %v", got)
+	}
+
+	if err := client.CoreV1().Pods("default").Delete(ctx, "web-2", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the finding to go", func() bool { return a.duplicates() == 0 })
+	if _, err := client.CoreV1().Pods("default").Create(ctx, podWithIP("web-3", "3", "node-b", "10.244.2.3", time.Now()), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the second duplicate", func() bool { return a.duplicates() == 1 })
+
+	// The leader stops: it gives the Lease up, and the standby takes over.
+	a.cancel()
+	if err := <-a.done; err != nil {
+		t.Fatalf("the leader's Run on cancel: %v", err)
+	}
+	a.done <- nil // for the cleanup
+	waitFor(t, "replica-b to lead", func() bool { return b.c.Status().Leading })
+	waitFor(t, "replica-b to report the duplicate", func() bool { return b.duplicates() == 1 })
+	if v := testutil.ToFloat64(b.m.Leader); v != 1 {
+		t.Errorf("ghostwatch_controller_leader = %v on the new leader", v)
+	}
+}
+
+// Without its Lease it does not run; a missing setting is an error.
+func TestRunNeedsItsSettings(t *testing.T) {
+	err := New(Config{Client: fake.NewClientset()}).Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "an identity and a Lease namespace and name are required") {
+		t.Errorf("Run = %v", err)
+	}
+	if errors.Is(err, ErrLostLease) {
+		t.Error("a missing setting reads as a lost Lease")
+	}
+}
+
+func TestEventReason(t *testing.T) {
+	for id, want := range map[string]string{
+		"duplicate-pod-ip":    "DuplicatePodIP",
+		"ipam-misbooked":      "IPAMMisbooked",
+		"stale-nodename-file": "StaleNodenameFile",
+	} {
+		if got := EventReason(id); got != want {
+			t.Errorf("EventReason(%q) = %q, want %q", id, got, want)
+		}
+	}
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

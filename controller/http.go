@@ -1,0 +1,34 @@
+package controller
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Handler serves /metrics from g, /healthz (the process answers) and
+// /readyz: a standby replica is ready (it campaigns for the Lease); the
+// leader once it has listed every Pod and run the rules.
+func (c *Controller) Handler(g prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		st := c.Status()
+		switch {
+		case !st.Leading:
+			leader := st.Leader
+			if leader == "" {
+				leader = "none yet"
+			}
+			fmt.Fprintf(w, "ok: standing by (leader: %s)\n", leader)
+		case !st.Synced || st.LastPass.IsZero():
+			http.Error(w, "leading, listing the cluster", http.StatusServiceUnavailable)
+		default:
+			fmt.Fprintf(w, "ok: leading, %d findings in the last pass\n", st.Findings)
+		}
+	})
+	return mux
+}
