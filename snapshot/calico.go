@@ -55,9 +55,9 @@ type LeakGC struct {
 	// GracePeriod is how long an allocation judged leaked while its
 	// Kubernetes Node exists stays a candidate before the collector frees
 	// it. Zero means never: leakGracePeriod 0s, the node controller not
-	// running, or running without a leakGracePeriod. Even then the
-	// collector frees at once an allocation whose pod and Node are both
-	// gone.
+	// running, or running without a leakGracePeriod. Whatever the grace, a
+	// running node controller frees at once an allocation whose pod and
+	// Node are both gone.
 	GracePeriod time.Duration
 	// From says where GracePeriod was read, or why it is zero, for
 	// reports: status.runningConfig (what the running kube-controllers
