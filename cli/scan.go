@@ -18,6 +18,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/sink"
 	"github.com/ghostwatch/ghostwatch/source"
+	"github.com/ghostwatch/ghostwatch/source/calico"
 	"github.com/ghostwatch/ghostwatch/source/caliconode"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
 	"github.com/ghostwatch/ghostwatch/source/host"
@@ -175,6 +176,13 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	// live, on this host's addresses: kube-proxy's default NodePort
 	// frontends).
 	sources := []source.Source{kubeSrc}
+	if len(rule.ReadersOf(rules, calico.Name)) > 0 {
+		src, err := o.calicoSource()
+		if err != nil {
+			return withCode(ExitError, err)
+		}
+		sources = append(sources, src)
+	}
 	if readsTable && o.conntrackFile == "" && len(npa) == 0 {
 		sources = append(sources, &host.Addresses{})
 	}
@@ -217,6 +225,25 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 		return errFindings
 	}
 	return nil
+}
+
+// calicoSource reads Calico's IPAM ledger where the cluster objects come
+// from: the --kube-objects files (which the kube source reads, and which
+// it must follow), or the API server.
+func (o *scanOptions) calicoSource() (source.Source, error) {
+	if len(o.kubeObjects) > 0 {
+		return calico.FileSource{}, nil
+	}
+	cfg, err := o.kubeFlags.ToRESTConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	src, err := calico.NewAPISource(cfg)
+	if err != nil {
+		return nil, err
+	}
+	src.Timeout = o.syncTimeout
+	return src, nil
 }
 
 // stdinUses counts the inputs that read stdin ("-").

@@ -10,8 +10,12 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/ghostwatch/ghostwatch/source/calico"
 )
 
 // run executes the command line with buffers and returns the exit code,
@@ -271,5 +275,23 @@ func TestKubectlPluginHelp(t *testing.T) {
 		if strings.HasPrefix(strings.TrimSpace(line), "ghostwatch ") {
 			t.Errorf("plugin help shows a command kubectl would not run: %q", line)
 		}
+	}
+}
+
+// Calico's ledger is read where the cluster objects come from: the saved
+// files, through the kube source, or the API server the flags name.
+func TestScanCalicoSource(t *testing.T) {
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "none"))
+	o := &scanOptions{kubeFlags: genericclioptions.NewConfigFlags(true), kubeObjects: []string{"testdata/objects.yaml"}}
+	if src, err := o.calicoSource(); err != nil || src != (calico.FileSource{}) {
+		t.Errorf("with --kube-objects: %#v, %v", src, err)
+	}
+	server := "https://127.0.0.1:6443"
+	o = &scanOptions{kubeFlags: genericclioptions.NewConfigFlags(true), syncTimeout: 7 * time.Second}
+	o.kubeFlags.APIServer = &server
+	src, err := o.calicoSource()
+	api, ok := src.(*calico.APISource)
+	if err != nil || !ok || api.Timeout != 7*time.Second || api.Client == nil || api.Discovery == nil || src.Name() != calico.Name {
+		t.Errorf("live: %#v, %v", src, err)
 	}
 }

@@ -43,6 +43,8 @@ type Snapshot struct {
 	// CalicoNode is where Calico's CNI plugin on this node takes its node
 	// name (source "calico-node").
 	CalicoNode *CalicoNode
+	// Calico is Calico's IPAM ledger, cluster-wide (source "calico").
+	Calico *Calico
 	// LocalAddresses are the addresses of the host whose conntrack table
 	// is read, read live from it (source "host"); nil offline.
 	LocalAddresses []netip.Addr

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -18,6 +19,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source/calico"
 )
 
 // SaveCommand is the kubectl command that saves every object a scan reads.
@@ -31,6 +33,9 @@ type Objects struct {
 	// Kube holds the Pods, Services, EndpointSlices and Nodes, in the order
 	// the input listed them.
 	Kube snapshot.Kube
+	// Calico holds Calico's IPAM objects (source/calico converts them), in
+	// the order the input listed them.
+	Calico snapshot.Calico
 	// Ignored counts the objects of other kinds, by "apiVersion Kind"
 	// ("apps/v1 Deployment").
 	Ignored map[string]int
@@ -46,6 +51,8 @@ type Objects struct {
 // checkpoint is the state of Objects at one moment.
 type checkpoint struct {
 	pods, services, endpoints, nodes, cidrs, added int
+	blocks, handles, affinities, pools             int
+	leakGC                                         *snapshot.LeakGC
 	ignored                                        map[string]int
 }
 
@@ -53,6 +60,8 @@ func (o *Objects) checkpoint() checkpoint {
 	c := checkpoint{
 		pods: len(o.Kube.Pods), services: len(o.Kube.Services),
 		endpoints: len(o.Kube.Endpoints), nodes: len(o.Kube.Nodes), cidrs: len(o.Kube.ServiceCIDRs),
+		blocks: len(o.Calico.Blocks), handles: len(o.Calico.Handles),
+		affinities: len(o.Calico.Affinities), pools: len(o.Calico.Pools), leakGC: o.Calico.LeakGC,
 		added: len(o.added), ignored: make(map[string]int, len(o.Ignored)),
 	}
 	for k, n := range o.Ignored {
@@ -68,6 +77,11 @@ func (o *Objects) rollback(c checkpoint) {
 	o.Kube.Endpoints = o.Kube.Endpoints[:c.endpoints]
 	o.Kube.Nodes = o.Kube.Nodes[:c.nodes]
 	o.Kube.ServiceCIDRs = o.Kube.ServiceCIDRs[:c.cidrs]
+	o.Calico.Blocks = o.Calico.Blocks[:c.blocks]
+	o.Calico.Handles = o.Calico.Handles[:c.handles]
+	o.Calico.Affinities = o.Calico.Affinities[:c.affinities]
+	o.Calico.Pools = o.Calico.Pools[:c.pools]
+	o.Calico.LeakGC = c.leakGC
 	for _, k := range o.added[c.added:] {
 		delete(o.seen, k)
 	}
@@ -99,7 +113,11 @@ func ReadObjects(name string, r io.Reader) (*Objects, error) {
 // values); each document or value is an object or a list of objects (kind
 // List, or PodList, ServiceList, ...: items of a typed list may leave out
 // apiVersion and kind). v1 Pods, Services and Nodes, discovery.k8s.io/v1
-// EndpointSlices and networking.k8s.io/v1 ServiceCIDRs are kept; objects of other kinds are counted in Ignored.
+// EndpointSlices and networking.k8s.io/v1 ServiceCIDRs are kept, and so
+// are Calico's IPAM objects (crd.projectcalico.org/v1 or
+// projectcalico.org/v3 IPAMBlocks, IPAMHandles, BlockAffinities, IPPools
+// and the KubeControllersConfiguration "default"); objects of other kinds
+// are counted in Ignored.
 // The items of a list are read one at a time, so a list as large as a big
 // cluster's reads in the memory its largest item takes, plus what is kept.
 // YAML reads as Kubernetes reads it (sigs.k8s.io/yaml, YAML 1.1): unquoted
@@ -114,8 +132,9 @@ func ReadObjects(name string, r io.Reader) (*Objects, error) {
 // object that appears twice with different contents (two different
 // resourceVersions) is an error; fields these API types do not know are
 // ignored, so output from newer clusters still reads. An object repeated
-// exactly (same uid and resourceVersion) is kept once. On error, o holds
-// what was read before it.
+// exactly (same uid and resourceVersion) is kept once. What a Calico
+// object holds that cannot be read is no error: source/calico lists it in
+// the object's Malformed. On error, o holds what was read before it.
 func (o *Objects) Read(name string, r io.Reader) error {
 	if o.Ignored == nil {
 		o.Ignored = map[string]int{}
@@ -198,9 +217,54 @@ func (o *Objects) add(name string, obj object, h *header) error {
 		}
 		o.Kube.ServiceCIDRs = append(o.Kube.ServiceCIDRs, ServiceCIDR(&c))
 	default:
-		o.Ignored[gvk]++
+		if !calico.Is(h.APIVersion, h.Kind) {
+			o.Ignored[gvk]++
+			return nil
+		}
+		return o.addCalico(name, obj, h, what)
 	}
 	return nil
+}
+
+// addCalico converts one of Calico's objects. Only its metadata must be
+// right: what else it holds goes to the ledger as Calico wrote it.
+func (o *Objects) addCalico(name string, obj object, h *header, what string) error {
+	var md struct {
+		Metadata struct {
+			UID             string `json:"uid"`
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(obj.raw, &md); err != nil {
+		return decodeError(obj, what, err)
+	}
+	if h.Kind == calico.KindKubeControllers && h.Metadata.Name != "default" {
+		// kube-controllers reads only the one named default.
+		o.Ignored[h.APIVersion+" "+h.Kind]++
+		return nil
+	}
+	if skip, err := o.remember(name, obj, h.Kind, "", h.Metadata.Name, md.Metadata.UID, md.Metadata.ResourceVersion); skip || err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(obj.raw))
+	// Sequence numbers exceed 2^53: kept exact as json.Number.
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		return decodeError(obj, what, err)
+	}
+	calico.Add(&o.Calico, m)
+	return nil
+}
+
+// sawCalico reports whether any of Calico's IPAM objects was read.
+func (o *Objects) sawCalico() bool {
+	for k := range o.seen {
+		if slices.Contains(calico.Kinds, k.kind) {
+			return true
+		}
+	}
+	return false
 }
 
 // defaultNamespace gives objects saved without a namespace the one kubectl
@@ -280,7 +344,8 @@ func (f *FileSource) Narrow(readers []any) {
 // Name returns "kube".
 func (f *FileSource) Name() string { return Name }
 
-// Collect reads every file into s.Kube. It fails, leaving s untouched, when
+// Collect reads every file into s.Kube, and Calico's IPAM objects into
+// s.Calico (nil when the files hold none). It fails, leaving s untouched, when
 // a file cannot be read or parsed, or when the files together hold none of
 // a kind the rules read (Pods, Services and EndpointSlices for the
 // conntrack rules): judging flows against a partial cluster would report
@@ -310,6 +375,11 @@ func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	}
 	k := objs.Kube
 	s.Kube = &k
+	if objs.sawCalico() {
+		c := objs.Calico
+		calico.Sort(&c)
+		s.Calico = &c
+	}
 	return nil
 }
 
@@ -406,7 +476,14 @@ func (o *Objects) complete(paths []string, kinds []string) error {
 		sort.Strings(ig)
 		msg += " (ignored: " + strings.Join(ig, ", ") + ")"
 	}
-	return errors.New(msg + "; save them all with: " + SaveCommand)
+	msg += "; save them all with: " + SaveCommand
+	for _, k := range missing {
+		if slices.Contains(calico.Kinds, k) {
+			msg += ", and Calico's with: " + calico.SaveCommand
+			break
+		}
+	}
+	return errors.New(msg)
 }
 
 func (o *Objects) sawKind(kind string) bool {

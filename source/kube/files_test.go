@@ -397,6 +397,7 @@ func FuzzReadObjects(f *testing.F) {
 		"a: &x [*x]\n",
 		"--- |\n  text\n...\n",
 		"{a: 1}\n---\n{b: 2}\n",
+		calicoObjects,
 	} {
 		f.Add([]byte(s))
 	}

@@ -1,0 +1,308 @@
+package calico_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/cli-runtime/pkg/printers"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/ghostwatch/ghostwatch/internal/testenv"
+	labcalico "github.com/ghostwatch/ghostwatch/lab/calico"
+	"github.com/ghostwatch/ghostwatch/lab/controlplane"
+	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source"
+	"github.com/ghostwatch/ghostwatch/source/calico"
+	"github.com/ghostwatch/ghostwatch/source/kube"
+)
+
+// binaries returns the Kubernetes and Calico binaries' directories, or
+// stops the test as internal/testenv says.
+func binaries(t *testing.T) (kubeBin, calicoBin string) {
+	t.Helper()
+	kubeBin, err := controlplane.FindBinaries()
+	if errors.Is(err, controlplane.ErrNoBinaries) {
+		testenv.Unavailable(t, err.Error())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	calicoBin, err = labcalico.FindBinaries()
+	if errors.Is(err, labcalico.ErrNoBinaries) {
+		testenv.Unavailable(t, err.Error())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kubeBin, calicoBin
+}
+
+// pools are seed 002's, one block of four addresses per node, and a
+// disabled one.
+const pools = `apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata:
+  name: node-a
+spec:
+  cidr: 10.244.0.0/30
+  blockSize: 30
+  ipipMode: Never
+  vxlanMode: Never
+  nodeSelector: kubernetes.io/hostname == 'node-a'
+---
+apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata:
+  name: node-b
+spec:
+  cidr: 10.244.0.4/30
+  blockSize: 30
+  ipipMode: Never
+  vxlanMode: Never
+  nodeSelector: kubernetes.io/hostname == 'node-b'
+---
+apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata:
+  name: retired
+spec:
+  cidr: 10.245.0.0/24
+  blockSize: 26
+  disabled: true
+`
+
+// calicoKinds is a rule that reads Calico's objects only.
+type calicoKinds struct{}
+
+func (calicoKinds) KubeKinds() []string { return []string{calico.KindIPAMBlock} }
+
+// The live source reads from a real API server exactly what the file path
+// reads from kubectl's output of the same objects, written there by
+// Calico's own binaries: calico-ipam's allocations, one of them booked
+// under a stale node name and freed by calico-kube-controllers, as in
+// seed 002. Before Calico's CRDs are installed the ledger is unsupported;
+// a user without permission is told which resource and verb.
+func TestLiveLedgerIsTheSavedOne(t *testing.T) {
+	kubeBin, calicoBin := binaries(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	cp, err := controlplane.Start(ctx, controlplane.Options{Bin: kubeBin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cp.Stop)
+	admin := cp.Config(controlplane.UserAdmin)
+
+	// No Calico: unsupported, whether discovery or the list says so.
+	live, err := calico.NewAPISource(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []*calico.APISource{live, {Client: live.Client}} {
+		s := &snapshot.Snapshot{}
+		if err := src.Collect(ctx, s); !errors.Is(err, source.ErrUnsupported) || s.Calico != nil {
+			t.Errorf("without Calico's CRDs (discovery %t): %v", src.Discovery != nil, err)
+		}
+	}
+
+	cl, err := labcalico.Install(ctx, cp, calicoBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A user the cluster grants nothing: Calico is there, the ledger not
+	// readable.
+	agent, err := calico.NewAPISource(cp.Config(controlplane.UserAgent))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.Collect(ctx, &snapshot.Snapshot{}); err == nil || errors.Is(err, source.ErrUnsupported) ||
+		!strings.Contains(err.Error(), "listing ipamblocks.crd.projectcalico.org: ") ||
+		!strings.Contains(err.Error(), "(403 Forbidden): missing permission to list ipamblocks (API group crd.projectcalico.org)") {
+		t.Errorf("without permission: %v", err)
+	}
+
+	for _, n := range []string{"node-a", "node-b"} {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"kubernetes.io/hostname": n}}}
+		if _, err := cp.Admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cl.Apply(ctx, pools); err != nil {
+		t.Fatal(err)
+	}
+	const grace = 5 * time.Second
+	kc, err := cl.StartKubeControllers(ctx, labcalico.KubeControllersOptions{LeakGracePeriod: grace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	misbooked := runPod(t, cp, cl, "misbooked", "node-b", "node-a")
+	control := runPod(t, cp, cl, "control", "node-b", "node-b")
+
+	// Until the collector has freed the misbooked address, and reported
+	// what it runs with.
+	var got *snapshot.Calico
+	deadline := time.Now().Add(3*grace + time.Minute)
+	for {
+		s := &snapshot.Snapshot{}
+		if err := live.Collect(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		got = s.Calico
+		if allocated(got, misbooked) == nil && got.LeakGC != nil && strings.HasPrefix(got.LeakGC.From, "status.") {
+			break
+		}
+		if err := kc.Check(); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the collector did not free %s: %+v", misbooked, got)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Nothing writes the ledger from here on.
+	kc.Stop(10 * time.Second)
+	s := &snapshot.Snapshot{}
+	if err := live.Collect(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	got = s.Calico
+	if d := live.Describe(s); d != "2 blocks (1 allocation), 1 handle, 2 affinities, 3 pools, leak grace period 5s" {
+		t.Errorf("Describe = %q", d)
+	}
+
+	// What the ledger holds.
+	if len(got.Blocks) != 2 || got.Blocks[0].Affinity != "node-a" || len(got.Blocks[0].Allocations) != 0 || got.Blocks[0].Unallocated != 4 {
+		t.Errorf("node-a's block after the collector: %+v", got.Blocks)
+	}
+	if a := allocated(got, control); a == nil || a.Node != "node-b" || a.Pod != "control" || a.Namespace != "default" ||
+		a.SequenceNumber == 0 || time.Since(a.Timestamp) > 5*time.Minute || !strings.HasPrefix(a.HandleID, "k8s-pod-network.") {
+		t.Errorf("control's allocation %+v", a)
+	}
+	for _, b := range got.Blocks {
+		if b.Malformed != nil || b.SequenceNumber < 1<<53 {
+			t.Errorf("block %+v", b)
+		}
+	}
+	if len(got.Handles) != 1 || len(got.Affinities) != 2 || got.Affinities[1].State != "confirmed" ||
+		len(got.Pools) != 3 || !got.Pools[2].Disabled || got.Pools[2].BlockSize != 26 || got.Pools[0].NodeSelector != "kubernetes.io/hostname == 'node-a'" {
+		t.Errorf("ledger %+v", got)
+	}
+	if want := (snapshot.LeakGC{GracePeriod: grace, From: "status.runningConfig.controllers.node.leakGracePeriod"}); !reflect.DeepEqual(*got.LeakGC, want) {
+		t.Errorf("leak collector %+v", *got.LeakGC)
+	}
+
+	// The same objects as kubectl get ipamblocks.crd.projectcalico.org,...
+	// -o yaml prints them, read as the scan reads --kube-objects.
+	dyn, err := dynamic.NewForConfig(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "calico.yaml")
+	if err := os.WriteFile(file, kubectlGetYAML(t, ctx, dyn), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fileSrc := &kube.FileSource{Paths: []string{file}}
+	fileSrc.Narrow([]any{calicoKinds{}})
+	saved := &snapshot.Snapshot{}
+	source.CollectInto(ctx, time.Now, saved, fileSrc, calico.FileSource{})
+	if err := saved.Ready("kube", "calico"); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(saved.Calico, got) {
+		t.Errorf("from kubectl's output:\n%+v\nlive:\n%+v", saved.Calico, got)
+	}
+
+	// calicoctl prints the pools and the configuration as
+	// projectcalico.org/v3: the same specs.
+	var v3 bytes.Buffer
+	for _, r := range []string{"ippools", "kubecontrollersconfigurations"} {
+		out, err := cl.Calicoctl(ctx, "get", r, "-o", "yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		v3.WriteString("---\n")
+		v3.Write(out)
+	}
+	o, err := kube.ReadObjects("calicoctl.yaml", &v3)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, v3.String())
+	}
+	calico.Sort(&o.Calico)
+	if !reflect.DeepEqual(o.Calico.Pools, got.Pools) || !reflect.DeepEqual(o.Calico.LeakGC, got.LeakGC) {
+		t.Errorf("from calicoctl: pools %+v, leak collector %+v", o.Calico.Pools, o.Calico.LeakGC)
+	}
+}
+
+// runPod creates a Pod on node, has calico-ipam book its address under
+// bookedAs, and reports the Pod running with it, as the kubelet does once
+// the CNI ADD returns.
+func runPod(t *testing.T, cp *controlplane.ControlPlane, cl *labcalico.Cluster, name, node, bookedAs string) netip.Addr {
+	t.Helper()
+	ctx := context.Background()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "workload", Image: "lab"}}},
+	}
+	created, err := cp.Admin.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte(name))
+	ip, err := cl.AssignIP(ctx, labcalico.IPAMRequest{Nodename: bookedAs, Namespace: "default", Pod: name, ContainerID: hex.EncodeToString(sum[:])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.Now()
+	created.Status = corev1.PodStatus{Phase: corev1.PodRunning, StartTime: &now, PodIP: ip.String(), PodIPs: []corev1.PodIP{{IP: ip.String()}}}
+	if _, err := cp.Admin.CoreV1().Pods("default").UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return ip
+}
+
+// allocated returns the allocation of ip, or nil.
+func allocated(c *snapshot.Calico, ip netip.Addr) *snapshot.Allocation {
+	for _, b := range c.Blocks {
+		for i := range b.Allocations {
+			if b.Allocations[i].IP == ip {
+				return &b.Allocations[i]
+			}
+		}
+	}
+	return nil
+}
+
+// kubectlGetYAML is what kubectl get of the five resources -o yaml prints:
+// a List of the objects as the API server returns them, through the
+// printer kubectl uses.
+func kubectlGetYAML(t *testing.T, ctx context.Context, dyn dynamic.Interface) []byte {
+	t.Helper()
+	list := &unstructured.UnstructuredList{Object: map[string]any{
+		"apiVersion": "v1", "kind": "List", "metadata": map[string]any{"resourceVersion": ""},
+	}}
+	for _, gr := range calico.Listed() {
+		l, err := dyn.Resource(gr.WithVersion("v1")).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		list.Items = append(list.Items, l.Items...)
+	}
+	var b bytes.Buffer
+	if err := (&printers.YAMLPrinter{}).PrintObj(list, &b); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
