@@ -39,7 +39,7 @@ type controllerOptions struct {
 func newControllerCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	o := &controllerOptions{kubeFlags: genericclioptions.NewConfigFlags(true)}
 	o.kubeFlags.Namespace = nil
-	rules := rule.InScope(rule.All(rule.Config{}), rule.ScopeCluster)
+	rules := controller.Rules(rule.InScope(rule.All(rule.Config{}), rule.ScopeCluster))
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Watch the whole cluster (one leader of a Deployment) and report its ghosts continuously",

@@ -115,6 +115,23 @@ func (c *Controller) Status() Status {
 	return c.status
 }
 
+// Judged are the IDs of the cluster rules the controller runs today; the
+// others run in scan.
+var Judged = []string{rule.DuplicatePodIPID}
+
+// Rules returns the rules of rules the controller runs.
+func Rules(rules []rule.Rule) []rule.Rule {
+	var out []rule.Rule
+	for _, r := range rules {
+		for _, id := range Judged {
+			if r.Info().ID == id {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
 // ErrLostLease is returned by Run when this replica lost the Lease while
 // leading: the process should exit, and its restart campaigns afresh with
 // empty caches.

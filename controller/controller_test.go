@@ -58,7 +58,7 @@ type replica struct {
 
 func startReplica(t *testing.T, client kubernetes.Interface, id string) *replica {
 	t.Helper()
-	rules := rule.InScope(rule.All(rule.Config{}), rule.ScopeCluster)
+	rules := Rules(rule.InScope(rule.All(rule.Config{}), rule.ScopeCluster))
 	r := &replica{m: NewMetrics(prometheus.NewRegistry(), rules), ev: &events{}, done: make(chan error, 1)}
 	r.c = New(Config{Client: client, Identity: id, LeaseNamespace: "ghostwatch", LeaseName: "ghostwatch-controller",
 		LeaseDuration: 1500 * time.Millisecond, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,

@@ -206,6 +206,10 @@ func (t *ReservationTarget) String() string {
 type Skipped struct {
 	Rule   string `json:"rule"`
 	Reason string `json:"reason"`
+	// NotApplicable is true when every source the rule lacked does not
+	// exist here (unsupported: no Calico in this cluster, no host-local on
+	// this node): nothing was missed.
+	NotApplicable bool `json:"not_applicable,omitempty"`
 }
 
 // AtLeast reports whether any finding has a severity of min or worse.

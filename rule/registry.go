@@ -23,6 +23,7 @@ func All(cfg Config) []Rule {
 		&IPAMUnbookedIP{},
 		&IPAMLeakedIP{},
 		&StaleNodenameFile{},
+		&IPAMMisbooked{},
 	}
 }
 

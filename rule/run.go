@@ -16,7 +16,7 @@ func Run(s *snapshot.Snapshot, rules []Rule) ([]finding.Finding, []finding.Skipp
 	for _, r := range rules {
 		info := r.Info()
 		if err := s.Ready(info.Sources...); err != nil {
-			skipped = append(skipped, finding.Skipped{Rule: info.ID, Reason: err.Error()})
+			skipped = append(skipped, finding.Skipped{Rule: info.ID, Reason: err.Error(), NotApplicable: unsupported(s, info.Sources)})
 			continue
 		}
 		fs := r.Evaluate(s)
@@ -49,4 +49,16 @@ func ReadersOf(rules []Rule, source string) []any {
 		}
 	}
 	return out
+}
+
+// unsupported reports whether every source of names that is not ready was
+// found unsupported: the ledger does not exist here.
+func unsupported(s *snapshot.Snapshot, names []string) bool {
+	for _, n := range names {
+		st, ok := s.Source(n)
+		if !ok || (st.Status != snapshot.StatusOK && st.Status != snapshot.StatusUnsupported) {
+			return false
+		}
+	}
+	return true
 }

@@ -94,9 +94,16 @@ func Table(w io.Writer, r *finding.Report, catalog []rule.Rule) error {
 	}
 	sort.SliceStable(order, func(i, j int) bool { return worst[order[i]] > worst[order[j]] })
 	ew := &errWriter{w: w}
-	complete := len(r.Skipped) == 0
+	// A ledger that does not exist here (unsupported) misses nothing.
+	var notJudged []finding.Skipped
+	for _, sk := range r.Skipped {
+		if !sk.NotApplicable {
+			notJudged = append(notJudged, sk)
+		}
+	}
+	complete := len(notJudged) == 0
 	for _, s := range r.Sources {
-		complete = complete && s.Status == snapshot.StatusOK
+		complete = complete && s.Status != snapshot.StatusError
 	}
 	switch {
 	case len(r.Findings) == 0 && complete:
@@ -156,9 +163,9 @@ func Table(w io.Writer, r *finding.Report, catalog []rule.Rule) error {
 		writeRemove(ew, fs)
 		ew.printf("\n")
 	}
-	if len(r.Skipped) > 0 {
+	if len(notJudged) > 0 {
 		ew.printf("Not judged (a source they read was not complete):\n")
-		for _, sk := range r.Skipped {
+		for _, sk := range notJudged {
 			ew.printf("  %s: %s\n", sk.Rule, sk.Reason)
 		}
 		ew.printf("\n")
