@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,8 +23,14 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/ghostwatch/ghostwatch/audit"
+	"github.com/ghostwatch/ghostwatch/finding"
 	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
+	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/source"
+	calicosrc "github.com/ghostwatch/ghostwatch/source/calico"
+	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -268,6 +275,13 @@ func TestStaleNodenameAllocationCollected(t *testing.T) {
 	}
 	e.golden(t, "seed002")
 
+	// ghostwatch, before kube-controllers runs: both wrong bookings, as
+	// warnings, since the configuration's status says the last
+	// kube-controllers ran no node controller: nothing frees them yet.
+	if got := e.misbookings(t); !slices.Equal(got, []string{misbooked.ip.String() + " warning", deletedNode.ip.String() + " warning"}) {
+		t.Errorf("ghostwatch before kube-controllers runs: %v", got)
+	}
+
 	before, beforeJSON, beforeOut, err := e.c.IPAMCheck(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -290,6 +304,14 @@ func TestStaleNodenameAllocationCollected(t *testing.T) {
 			logTail(t, kc.Log())
 		}
 	})
+	// ghostwatch, once it runs: the misbooking is critical, with the
+	// window in which the collector frees it; the booking under a node
+	// that no longer exists, which the collector keeps, stays a warning.
+	// The collector takes at least one grace to free it.
+	if got := e.misbookings(t); !slices.Equal(got, []string{misbooked.ip.String() + " critical", deletedNode.ip.String() + " warning"}) {
+		t.Errorf("ghostwatch while kube-controllers runs: %v", got)
+	}
+
 	// One grace period after the first scan, plus up to a scan interval
 	// (grace/2), plus the start of the process; bounded well above that.
 	eventually(t, 3*grace+30*time.Second, "the misbooked allocation freed", func() bool {
@@ -348,6 +370,16 @@ func TestStaleNodenameAllocationCollected(t *testing.T) {
 	if second == nil {
 		t.Fatalf("no pod of four booked under node-a got the freed %s", misbooked.ip)
 	}
+	// ghostwatch: the duplicate calicoctl does not count.
+	dups := 0
+	for _, f := range e.ghostwatch(t).Findings {
+		if f.Rule == rule.DuplicatePodIPID && f.Subject.IP == second.ip.String() && f.Severity == finding.Critical {
+			dups++
+		}
+	}
+	if dups != 1 {
+		t.Errorf("ghostwatch with %s on two pods: %d duplicate-pod-ip findings, want 1", second.ip, dups)
+	}
 	dup, dupJSON, dupOut, err := e.c.IPAMCheck(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -357,6 +389,52 @@ func TestStaleNodenameAllocationCollected(t *testing.T) {
 	if as := dup.Allocations[second.ip.String()]; len(as) != 1 || len(as[0].Owners) != 2 {
 		t.Errorf("ipam check with the duplicate: %s: %+v, want one allocation with two owners", second.ip, as)
 	}
+}
+
+// misbookings are ipam-misbooked's findings on the live cluster, "IP
+// severity" each; a critical one must give the window the collector frees
+// it in, from its booking and the grace.
+func (e *env) misbookings(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for _, f := range e.ghostwatch(t).Findings {
+		if f.Rule != rule.IPAMMisbookedID {
+			t.Errorf("unexpected %s %s: %s", f.Severity, f.Rule, f.Message)
+			continue
+		}
+		t.Logf("ghostwatch: %s %s: %s", f.Severity, f.Rule, f.Message)
+		out = append(out, f.Subject.IP+" "+f.Severity.String())
+		if f.Severity != finding.Critical {
+			continue
+		}
+		booked, err := time.Parse(time.RFC3339, f.Evidence["booked_at"].(string))
+		grace, gerr := time.ParseDuration(f.Evidence["leak_grace_period"].(string))
+		if err != nil || gerr != nil {
+			t.Fatalf("booked_at %v, leak_grace_period %v", f.Evidence["booked_at"], f.Evidence["leak_grace_period"])
+		}
+		if want := booked.Add(grace).UTC().Format(time.RFC3339); f.Evidence["freed_from"] != want {
+			t.Errorf("freed_from %v, want the booking plus the grace, %s", f.Evidence["freed_from"], want)
+		}
+	}
+	return out
+}
+
+// ghostwatch runs the cluster rules on the live cluster, as a scan does:
+// the Pods and Nodes, and Calico's ledger through the API server.
+func (e *env) ghostwatch(t *testing.T) *audit.Result {
+	t.Helper()
+	cal, err := calicosrc.NewAPISource(e.cp.Config(controlplane.UserAdmin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := audit.Run(context.Background(), audit.Config{
+		Sources: []source.Source{&kube.APISource{Client: e.api, Timeout: 30 * time.Second}, cal},
+		Rules:   []rule.Rule{&rule.IPAMMisbooked{}, &rule.DuplicatePodIP{}},
+	})
+	if err := res.Incomplete(); err != nil {
+		t.Fatal(err)
+	}
+	return res
 }
 
 // golden compares the IPAM objects as stored (less what changes from run
