@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/ghostwatch/ghostwatch/internal/eventstest"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -190,40 +191,6 @@ func cluster() []runtime.Object {
 	}
 }
 
-// events records Events without ever blocking the agent.
-type events struct {
-	mu   sync.Mutex
-	list []string
-}
-
-func (e *events) Event(obj runtime.Object, typ, reason, msg string) {
-	ref := obj.(*corev1.ObjectReference)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.list = append(e.list, fmt.Sprintf("%s %s %s/%s %s %s", ref.Kind, typ, ref.Namespace, ref.Name, reason, msg))
-}
-
-func (e *events) Eventf(obj runtime.Object, typ, reason, format string, args ...any) {
-	e.Event(obj, typ, reason, fmt.Sprintf(format, args...))
-}
-
-func (e *events) AnnotatedEventf(obj runtime.Object, _ map[string]string, typ, reason, format string, args ...any) {
-	e.Eventf(obj, typ, reason, format, args...)
-}
-
-// with returns the Events whose text contains s.
-func (e *events) with(s string) []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	var out []string
-	for _, ev := range e.list {
-		if strings.Contains(ev, s) {
-			out = append(out, ev)
-		}
-	}
-	return out
-}
-
 // clock is a manual clock: grace periods pass only when a test says so,
 // however slow the machine.
 type clock struct {
@@ -248,7 +215,7 @@ type harness struct {
 	clock  *clock
 	tab    *table
 	reg    *prometheus.Registry
-	events *events
+	events *eventstest.Recorder
 	logs   *syncBuffer
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -268,7 +235,7 @@ func start(t *testing.T, client kubernetes.Interface, st *remedy.Settings, flows
 // startWith is start with a last say on the configuration.
 func startWith(t *testing.T, client kubernetes.Interface, st *remedy.Settings, configure func(*Config), flows ...snapshot.Flow) *harness {
 	t.Helper()
-	h := &harness{tab: &table{flows: flows}, clock: &clock{t: time.Now()}, reg: prometheus.NewRegistry(), events: &events{},
+	h := &harness{tab: &table{flows: flows}, clock: &clock{t: time.Now()}, reg: prometheus.NewRegistry(), events: &eventstest.Recorder{},
 		logs: &syncBuffer{}, done: make(chan struct{})}
 	rules := rule.InScope(rule.All(rule.Config{}), rule.ScopeNode)
 	var rems []*remedy.Remedy
@@ -390,7 +357,7 @@ func TestDeletesAStaleFlowAndReportsIt(t *testing.T) {
 	if len(got) != 1 || got[0] != staleFlow() {
 		t.Errorf("deleted %+v, want exactly the reported flow, once", got)
 	}
-	evs := h.events.with("StaleFlowDeleted")
+	evs := h.events.With("StaleFlowDeleted")
 	if len(evs) != 1 || !strings.HasPrefix(evs[0], "Service Normal ns/svc StaleFlowDeleted") || !strings.Contains(evs[0], "10.244.0.9:8080") {
 		t.Errorf("Events for the deletion: %q", evs)
 	}

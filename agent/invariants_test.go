@@ -107,7 +107,7 @@ func TestBackendMovingBetweenSlicesKeepsItsFlows(t *testing.T) {
 	if n := h.tab.count(); n != 0 {
 		t.Fatalf("deleted %d flows of a backend that only moved between slices", n)
 	}
-	if evs := h.events.with("StaleFlowDeleted"); len(evs) != 0 {
+	if evs := h.events.With("StaleFlowDeleted"); len(evs) != 0 {
 		t.Errorf("Events: %q", evs)
 	}
 }
@@ -170,7 +170,7 @@ func TestRecheckRightBeforeDeleting(t *testing.T) {
 	if n := h.tab.count(); n != 0 {
 		t.Fatalf("deleted %d flows whose backend came back", n)
 	}
-	evs := h.events.with("StaleFlowDeleteRefused")
+	evs := h.events.With("StaleFlowDeleteRefused")
 	if len(evs) == 0 || !strings.Contains(evs[0], "re-check") || !strings.HasPrefix(evs[0], "Service Warning ns/svc") {
 		t.Errorf("Events: %q", evs)
 	}
@@ -188,7 +188,7 @@ func TestBudgetExceededRefusesTheWholeBatch(t *testing.T) {
 	if v := testutil.ToFloat64(h.agent.cfg.Metrics.Degraded.WithLabelValues("budget-exceeded")); v != 1 {
 		t.Errorf("degraded{budget-exceeded} = %v", v)
 	}
-	evs := h.events.with("RemedyBudgetExceeded")
+	evs := h.events.With("RemedyBudgetExceeded")
 	if len(evs) < 3 || !strings.HasPrefix(evs[0], "Service Warning ns/svc RemedyBudgetExceeded") || !strings.Contains(evs[0], "3 ghost IPs due but only 2") {
 		t.Errorf("Events: %q", evs)
 	}
@@ -202,7 +202,7 @@ func TestDryRunDeletesNothing(t *testing.T) {
 	if n := h.tab.count(); n != 0 {
 		t.Fatalf("dry run deleted %d flows", n)
 	}
-	if evs := h.events.with("StaleFlowDeleteDryRun"); len(evs) == 0 || !strings.Contains(evs[0], "would delete tcp 10.244.1.50:40000 -> 10.96.0.10:80") {
+	if evs := h.events.With("StaleFlowDeleteDryRun"); len(evs) == 0 || !strings.Contains(evs[0], "would delete tcp 10.244.1.50:40000 -> 10.96.0.10:80") {
 		t.Errorf("Events: %q", evs)
 	}
 }

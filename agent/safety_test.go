@@ -165,7 +165,7 @@ func TestRecheckReadsTheAPIServer(t *testing.T) {
 	if n := h.tab.count(); n != 0 {
 		t.Fatalf("deleted %d flows whose backend IP a pod holds", n)
 	}
-	evs := h.events.with("StaleFlowDeleteRefused")
+	evs := h.events.With("StaleFlowDeleteRefused")
 	if len(evs) == 0 || !strings.Contains(evs[0], "in a quorum read of the API server: 10.244.0.9 is held by pod ns/heir") {
 		t.Errorf("Events: %q", evs)
 	}
@@ -188,7 +188,7 @@ func TestChangedEntryIsNotDeleted(t *testing.T) {
 	if n := h.tab.count(); n != 0 {
 		t.Fatalf("deleted %d flows", n)
 	}
-	if evs := h.events.with("StaleFlowDeleteRefused"); len(evs) == 0 || !strings.Contains(evs[0], "the entry was replaced since it was judged (conntrack id 7, now 99)") {
+	if evs := h.events.With("StaleFlowDeleteRefused"); len(evs) == 0 || !strings.Contains(evs[0], "the entry was replaced since it was judged (conntrack id 7, now 99)") {
 		t.Errorf("Events: %q", evs)
 	}
 }
@@ -286,11 +286,11 @@ func TestEventsNameTheClientPodOnlyWhenProven(t *testing.T) {
 			f.Start = tc.flowAt
 			h := start(t, fake.NewClientset(objs...), nil, f)
 			waitFor(t, "the deletion", func() bool { return h.tab.count() == 1 })
-			if evs := h.events.with("StaleFlowDeleted"); len(evs) == 0 {
+			if evs := h.events.With("StaleFlowDeleted"); len(evs) == 0 {
 				t.Fatal("no Event")
 			}
-			if got := len(h.events.with("Pod Normal app/client")) > 0; got != tc.wantPod {
-				t.Errorf("Event on the client pod: %v, want %v (%q)", got, tc.wantPod, h.events.with("StaleFlowDeleted"))
+			if got := len(h.events.With("Pod Normal app/client")) > 0; got != tc.wantPod {
+				t.Errorf("Event on the client pod: %v, want %v (%q)", got, tc.wantPod, h.events.With("StaleFlowDeleted"))
 			}
 		})
 	}

@@ -216,6 +216,31 @@ func (o *agentOptions) validate(streams genericiooptions.IOStreams) (*slog.Logge
 	return newLogger(streams.ErrOut, o.logFormat, o.logLevel)
 }
 
+// serveHTTP serves handler on listen (nothing when it is empty) until the
+// returned function stops it, waiting up to 5 seconds for requests under
+// way.
+func serveHTTP(listen string, handler http.Handler, log *slog.Logger) (stop func(), err error) {
+	if listen == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, fmt.Errorf("--listen: %w", err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	log.Info("serving /metrics, /healthz and /readyz", "address", ln.Addr().String())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
+}
+
 // newLogger builds the structured logger of long-running commands. A
 // duration reads as one ("30s"), not as a count of nanoseconds.
 func newLogger(w io.Writer, format, levelName string) (*slog.Logger, error) {
@@ -317,29 +342,15 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 	}
 	a := agent.New(cfg)
 
-	var srv *http.Server
-	if o.listen != "" {
-		ln, err := net.Listen("tcp", o.listen)
-		if err != nil {
-			return withCode(ExitError, fmt.Errorf("--listen: %w", err))
-		}
-		srv = &http.Server{Handler: a.Handler(reg), ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("metrics server stopped", "err", err)
-			}
-		}()
-		log.Info("serving /metrics, /healthz and /readyz", "address", ln.Addr().String())
+	stopServing, err := serveHTTP(o.listen, a.Handler(reg), log)
+	if err != nil {
+		return withCode(ExitError, err)
 	}
 	log.Info("agent starting", "node", node, "apiServer", server, "mode", mode, "auditInterval", o.auditInterval,
 		"conntrackEvents", events != nil)
 	runErr := a.Run(ctx)
 	log.Info("agent stopping", "reason", context.Cause(ctx))
-	if srv != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}
+	stopServing()
 	if runErr != nil {
 		return withCode(ExitError, runErr)
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"time"
 
@@ -107,28 +105,14 @@ func (o *controllerOptions) run(ctx context.Context, streams genericiooptions.IO
 		Events: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "ghostwatch-controller"}),
 		Log:    log,
 	})
-	var srv *http.Server
-	if o.listen != "" {
-		ln, err := net.Listen("tcp", o.listen)
-		if err != nil {
-			return withCode(ExitError, fmt.Errorf("--listen: %w", err))
-		}
-		srv = &http.Server{Handler: c.Handler(reg), ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("metrics server stopped", "err", err)
-			}
-		}()
-		log.Info("serving /metrics, /healthz and /readyz", "address", ln.Addr().String())
+	stopServing, err := serveHTTP(o.listen, c.Handler(reg), log)
+	if err != nil {
+		return withCode(ExitError, err)
 	}
 	log.Info("controller starting", "identity", identity, "lease", ns+"/"+o.leaseName, "apiServer", server, "rules", rule.IDs(rules))
 	runErr := c.Run(ctx)
 	log.Info("controller stopping", "reason", context.Cause(ctx), "err", runErr)
-	if srv != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}
+	stopServing()
 	if runErr != nil {
 		return withCode(ExitError, fmt.Errorf("controller: %w", runErr))
 	}

@@ -3,12 +3,10 @@ package controller
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,42 +14,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/ghostwatch/ghostwatch/internal/eventstest"
 	"github.com/ghostwatch/ghostwatch/rule"
 )
-
-// events records Events.
-type events struct {
-	mu   sync.Mutex
-	list []string
-}
-
-func (e *events) Event(obj runtime.Object, typ, reason, msg string) {
-	ref := obj.(*corev1.ObjectReference)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.list = append(e.list, fmt.Sprintf("%s %s/%s %s %s", typ, ref.Namespace, ref.Name, reason, msg))
-}
-func (e *events) Eventf(obj runtime.Object, typ, reason, f string, a ...any) {
-	e.Event(obj, typ, reason, fmt.Sprintf(f, a...))
-}
-func (e *events) AnnotatedEventf(obj runtime.Object, _ map[string]string, typ, reason, f string, a ...any) {
-	e.Eventf(obj, typ, reason, f, a...)
-}
-func (e *events) all() []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]string(nil), e.list...)
-}
 
 type replica struct {
 	c      *Controller
 	m      *Metrics
-	ev     *events
+	ev     *eventstest.Recorder
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -59,7 +33,7 @@ type replica struct {
 func startReplica(t *testing.T, client kubernetes.Interface, id string) *replica {
 	t.Helper()
 	rules := Rules(rule.InScope(rule.All(rule.Config{}), rule.ScopeCluster))
-	r := &replica{m: NewMetrics(prometheus.NewRegistry(), rules), ev: &events{}, done: make(chan error, 1)}
+	r := &replica{m: NewMetrics(prometheus.NewRegistry(), rules), ev: &eventstest.Recorder{}, done: make(chan error, 1)}
 	r.c = New(Config{Client: client, Identity: id, LeaseNamespace: "ghostwatch", LeaseName: "ghostwatch-controller",
 		LeaseDuration: 1500 * time.Millisecond, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
 		Rules: rules, Metrics: r.m, Events: r.ev, Debounce: 10 * time.Millisecond})
@@ -129,12 +103,12 @@ func TestOneLeaderReportsDuplicates(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the next pass", func() bool { return testutil.ToFloat64(a.m.Pods) == 4 })
-	evs := a.ev.all()
-	if len(evs) != 2 || !strings.Contains(evs[0], "Warning default/web-0 DuplicatePodIP IP 10.244.2.2 is held by 2 pods on 2 nodes") ||
-		!strings.HasPrefix(evs[1], "Warning default/web-2 DuplicatePodIP") {
+	evs := a.ev.All()
+	if len(evs) != 2 || !strings.Contains(evs[0], "Pod Warning default/web-0 DuplicatePodIP IP 10.244.2.2 is held by 2 pods on 2 nodes") ||
+		!strings.HasPrefix(evs[1], "Pod Warning default/web-2 DuplicatePodIP") {
 		t.Errorf("Events %q, want one on each holder, once", evs)
 	}
-	if got := b.ev.all(); len(got) != 0 || b.duplicates() != 0 {
+	if got := b.ev.All(); len(got) != 0 || b.duplicates() != 0 {
 		t.Errorf("the standby reported: %v", got)
 	}
 

@@ -323,21 +323,7 @@ func TestRealIPReuseIsMisdelivered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A pooled connection, answered once, then idle and open.
-	// (kube-proxy programs the NodePort up to its minSyncPeriod later.)
-	var conn net.Conn
-	e.eventually(t, 30*time.Second, "an answer from api-v1 through the NodePort", func() bool {
-		c, err := client.Dial(context.Background(), "tcp", "", netip.AddrPortFrom(realNodeIP, 30080).String())
-		if err != nil {
-			return false
-		}
-		if got, _ := roundTrip(c); got != "api-v1" {
-			c.Close()
-			return false
-		}
-		conn = c
-		return true
-	})
+	conn := e.pooledConn(t, client, "api-v1")
 	defer conn.Close()
 	if err := e.api.CoreV1().Pods("web").Delete(context.Background(), "api-v1", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
@@ -392,19 +378,7 @@ func TestRealAgentProvesReuseWithoutTimestamps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var conn net.Conn
-	e.eventually(t, 30*time.Second, "an answer from api-v1 through the NodePort", func() bool {
-		c, err := client.Dial(context.Background(), "tcp", "", netip.AddrPortFrom(realNodeIP, 30080).String())
-		if err != nil {
-			return false
-		}
-		if got, _ := roundTrip(c); got != "api-v1" {
-			c.Close()
-			return false
-		}
-		conn = c
-		return true
-	})
+	conn := e.pooledConn(t, client, "api-v1")
 	defer conn.Close()
 	opened := time.Now()
 	if flows := e.flowsTo(t, ip); len(flows) != 1 || !flows[0].Start.IsZero() {
@@ -428,6 +402,28 @@ func TestRealAgentProvesReuseWithoutTimestamps(t *testing.T) {
 	e.eventually(t, time.Minute, "the agent reporting the misdelivered flow", func() bool {
 		return e.agentMetric(t, `ghostwatch_findings{rule="misdelivered-flow",severity="critical"}`) > 0
 	})
+}
+
+// pooledConn opens a connection from client to the NodePort 30080 of the
+// node that pod answers, once, and leaves it idle and open, as a pool
+// does. (kube-proxy programs the NodePort up to its minSyncPeriod after
+// the Service appears.)
+func (e *realEnv) pooledConn(t *testing.T, client *netbed.Host, pod string) net.Conn {
+	t.Helper()
+	var conn net.Conn
+	e.eventually(t, 30*time.Second, "an answer from "+pod+" through the NodePort", func() bool {
+		c, err := client.Dial(context.Background(), "tcp", "", netip.AddrPortFrom(realNodeIP, 30080).String())
+		if err != nil {
+			return false
+		}
+		if got, _ := roundTrip(c); got != pod {
+			c.Close()
+			return false
+		}
+		conn = c
+		return true
+	})
+	return conn
 }
 
 // The agent's identity, bound by deploy/agent, can do what docs/agent.md
