@@ -254,8 +254,8 @@ func (rw *realWorld) until(ctx context.Context, deadline time.Duration, what str
 	}
 }
 
-// createObject creates one of the kinds deploy/agent holds; the API server
-// validates it.
+// createObject creates one of the kinds deploy/agent and deploy/controller
+// hold; the API server validates it.
 func createObject(ctx context.Context, c kubernetes.Interface, obj runtime.Object) error {
 	var err error
 	switch o := obj.(type) {
@@ -269,6 +269,12 @@ func createObject(ctx context.Context, c kubernetes.Interface, obj runtime.Objec
 		_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
 	case *appsv1.DaemonSet:
 		_, err = c.AppsV1().DaemonSets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+	case *appsv1.Deployment:
+		_, err = c.AppsV1().Deployments(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+	case *rbacv1.Role:
+		_, err = c.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+	case *rbacv1.RoleBinding:
+		_, err = c.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 	default:
 		err = fmt.Errorf("cannot create a %T", obj)
 	}

@@ -55,6 +55,9 @@ const (
 	UserKCM       = "kube-controller-manager"
 	// UserAgent is the agent's ServiceAccount, as deploy/agent binds it.
 	UserAgent = "system:serviceaccount:ghostwatch:ghostwatch-agent"
+	// UserController is the controller's ServiceAccount, as
+	// deploy/controller binds it.
+	UserController = "system:serviceaccount:ghostwatch:ghostwatch-controller"
 )
 
 // Options configure Start.
@@ -122,6 +125,7 @@ func Start(ctx context.Context, o Options) (cp *ControlPlane, err error) {
 		{UserKubeProxy, ""},
 		{UserKCM, "system:masters"},
 		{UserAgent, "system:serviceaccounts,system:serviceaccounts:ghostwatch"},
+		{UserController, "system:serviceaccounts,system:serviceaccounts:ghostwatch"},
 	} {
 		t := newToken()
 		cp.tokens[u.name] = t
