@@ -1,12 +1,10 @@
 package lab
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -112,30 +110,8 @@ func (e *realEnv) realController(t *testing.T) func(*testing.T) string {
 		t.Fatal(err)
 	}
 	ln := "127.0.0.1:9809"
-	cmd := exec.Command(ghostwatchBinary(t), "controller", "--kubeconfig="+kubeconfig, "--identity=controller-0",
-		"--lease-namespace=ghostwatch", "--listen="+ln, "--log-format=text")
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("controller exited with %v after SIGINT; its log:\n%s", err, logs.String())
-			}
-		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			t.Errorf("controller did not stop within 30s of SIGINT")
-		}
-		if t.Failed() {
-			t.Logf("controller log:\n%s", logs.String())
-		}
-	})
+	runUntilCleanup(t, "controller", exec.Command(ghostwatchBinary(t), "controller", "--kubeconfig="+kubeconfig, "--identity=controller-0",
+		"--lease-namespace=ghostwatch", "--listen="+ln, "--log-format=text"))
 	return func(t *testing.T) string {
 		t.Helper()
 		resp, err := http.Get("http://" + ln + "/metrics")

@@ -298,38 +298,28 @@ func (n *wipeNode) nextPod(ctx context.Context, tl *timeline, targets []finding.
 	return run, nil
 }
 
-// describeStore lists what the store holds.
+// describeStore says what the store holds, as ghostwatch reads it.
 func (n *wipeNode) describeStore() string {
-	dir := filepath.Join(n.root, wipeDataDir, "kindnet")
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Sprintf("%s/kindnet does not exist: host-local sees an empty store", wipeDataDir)
-	}
-	if err != nil {
+	s := &snapshot.Snapshot{}
+	if err := (&hostlocal.Source{Root: n.root}).Collect(context.Background(), s); err != nil {
 		return err.Error()
 	}
-	var ips []string
+	net := s.HostLocal.Networks[0]
+	if net.Missing {
+		return fmt.Sprintf("%s does not exist: host-local sees an empty store", net.Dir)
+	}
 	last := "none"
-	for _, e := range entries {
-		switch {
-		case e.Name() == "lock":
-		case strings.HasPrefix(e.Name(), "last_reserved_ip."):
-			if b, err := os.ReadFile(filepath.Join(dir, e.Name())); err == nil {
-				last = string(b)
-			}
-		default:
-			ips = append(ips, e.Name())
-		}
+	if a, ok := net.LastReserved[0]; ok {
+		last = a.String()
 	}
-	sort.Slice(ips, func(i, j int) bool {
-		a, _ := netip.ParseAddr(ips[i])
-		b, _ := netip.ParseAddr(ips[j])
-		return a.Less(b)
-	})
-	if len(ips) == 0 {
-		return fmt.Sprintf("%s/kindnet holds no reservation; last_reserved_ip.0 %s", wipeDataDir, last)
+	if len(net.Reservations) == 0 {
+		return fmt.Sprintf("%s holds no reservation; last_reserved_ip.0 %s", net.Dir, last)
 	}
-	return fmt.Sprintf("%s/kindnet reserves %s; last_reserved_ip.0 %s", wipeDataDir, strings.Join(ips, ", "), last)
+	var ips []string
+	for _, r := range net.Reservations {
+		ips = append(ips, r.IP.String())
+	}
+	return fmt.Sprintf("%s reserves %s; last_reserved_ip.0 %s", net.Dir, strings.Join(ips, ", "), last)
 }
 
 // copyTo copies the node's files and pods under a new root.

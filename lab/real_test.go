@@ -356,6 +356,37 @@ func ghostwatchBinary(t *testing.T) string {
 	return ghostwatchBin
 }
 
+// runUntilCleanup starts cmd, one of ghostwatch's long-running commands
+// (named what in messages), with its output in logs, and stops it with
+// SIGINT when the test ends: it must then exit 0 within 30 seconds. done
+// receives its exit.
+func runUntilCleanup(t *testing.T, what string, cmd *exec.Cmd) (logs *bytes.Buffer, done chan error) {
+	t.Helper()
+	logs = &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done = make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s log:\n%s", what, logs.String())
+		}
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("%s exited with %v after SIGINT; its log:\n%s", what, err, logs.String())
+			}
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			t.Errorf("%s did not stop within 30s of SIGINT", what)
+		}
+	})
+	return logs, done
+}
+
 // realAgent runs `ghostwatch agent` in the node's namespace, as the
 // DaemonSet would: the agent's own RBAC identity, CAP_NET_ADMIN, the
 // stale-nat-flow remedy with the given grace. It returns once /readyz
@@ -369,29 +400,7 @@ func (e *realEnv) realAgent(t *testing.T, extra ...string) *bytes.Buffer {
 	args := append([]string{"netns", "exec", e.node.Net.Name(), ghostwatchBinary(t), "agent",
 		"--kubeconfig=" + kubeconfig, "--node-name=" + e.node.Name, "--listen=127.0.0.1:9808",
 		"--log-format=text", "--log-level=debug", "--audit-interval=10s"}, extra...)
-	cmd := exec.Command("ip", args...)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("agent log:\n%s", logs.String())
-		}
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("agent exited with %v after SIGINT; its log:\n%s", err, logs.String())
-			}
-		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			t.Errorf("agent did not stop within 30s of SIGINT")
-		}
-	})
+	logs, done := runUntilCleanup(t, "agent", exec.Command("ip", args...))
 	hc := e.node.Net.HTTPClient(time.Second)
 	e.eventually(t, time.Minute, "agent ready", func() bool {
 		select {
@@ -406,5 +415,5 @@ func (e *realEnv) realAgent(t *testing.T, extra ...string) *bytes.Buffer {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
-	return &logs
+	return logs
 }

@@ -2,7 +2,6 @@ package rule
 
 import (
 	"fmt"
-	"net/netip"
 	"time"
 
 	"github.com/ghostwatch/ghostwatch/finding"
@@ -50,15 +49,7 @@ func (r *IPAMMisbooked) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 	if s.Kube == nil || s.Calico == nil {
 		return nil
 	}
-	holders := map[netip.Addr][]*snapshot.Pod{}
-	for i := range s.Kube.Pods {
-		p := &s.Kube.Pods[i]
-		if holdsPodIP(p) {
-			for _, a := range p.IPs {
-				holders[a.Unmap()] = append(holders[a.Unmap()], p)
-			}
-		}
-	}
+	holders := podsByIP(s.Kube.Pods)
 	nodes := map[string]bool{}
 	for _, n := range s.Kube.Nodes {
 		nodes[n.Name] = true

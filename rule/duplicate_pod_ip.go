@@ -98,6 +98,26 @@ func sharedIPs(pods []snapshot.Pod) map[netip.Addr][]*snapshot.Pod {
 	return dups
 }
 
+// podsByIP maps each pod-network IP to the pods that report it, each pod
+// once per address.
+func podsByIP(pods []snapshot.Pod) map[netip.Addr][]*snapshot.Pod {
+	by := map[netip.Addr][]*snapshot.Pod{}
+	for i := range pods {
+		p := &pods[i]
+		if !holdsPodIP(p) {
+			continue
+		}
+		for j, a := range p.IPs {
+			a = a.Unmap()
+			if j > 0 && slices.ContainsFunc(p.IPs[:j], func(b netip.Addr) bool { return b.Unmap() == a }) {
+				continue
+			}
+			by[a] = append(by[a], p)
+		}
+	}
+	return by
+}
+
 // holdsPodIP reports whether p's IPs are its own, taken from the pod
 // network: a non-hostNetwork pod that has not finished.
 func holdsPodIP(p *snapshot.Pod) bool { return !p.HostNetwork && !p.Terminal() }

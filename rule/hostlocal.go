@@ -45,7 +45,7 @@ func newHostLocalView(s *snapshot.Snapshot) *hostLocalView {
 	if s.HostLocal == nil || s.Kube == nil {
 		return nil
 	}
-	v := &hostLocalView{pods: map[netip.Addr][]*snapshot.Pod{}, holders: map[netip.Addr][]*snapshot.Pod{}}
+	v := &hostLocalView{pods: map[netip.Addr][]*snapshot.Pod{}}
 	for i := range s.Kube.Nodes {
 		if s.Kube.Nodes[i].Name == s.NodeName {
 			v.node = &s.Kube.Nodes[i]
@@ -55,14 +55,9 @@ func newHostLocalView(s *snapshot.Snapshot) *hostLocalView {
 		return nil
 	}
 	v.cached = s.HostLocal.Cached
-	for i := range s.Kube.Pods {
-		p := &s.Kube.Pods[i]
-		if !holdsPodIP(p) {
-			continue
-		}
-		for _, a := range p.IPs {
-			a = a.Unmap()
-			v.holders[a] = append(v.holders[a], p)
+	v.holders = podsByIP(s.Kube.Pods)
+	for a, ps := range v.holders {
+		for _, p := range ps {
 			if p.Node == s.NodeName {
 				v.pods[a] = append(v.pods[a], p)
 			}
@@ -73,7 +68,7 @@ func newHostLocalView(s *snapshot.Snapshot) *hostLocalView {
 		hn := hostLocalNet{n: n, sets: n.RangeSets, reserved: map[netip.Addr]*snapshot.Reservation{}}
 		if hn.sets == nil {
 			for _, c := range v.node.PodCIDRs {
-				if r, ok := podCIDRRange(c); ok {
+				if r, ok := snapshot.DefaultRange(c); ok {
 					hn.sets = append(hn.sets, snapshot.RangeSet{r})
 				}
 			}
@@ -88,29 +83,6 @@ func newHostLocalView(s *snapshot.Snapshot) *hostLocalView {
 		v.nets = append(v.nets, hn)
 	}
 	return v
-}
-
-// podCIDRRange is the range host-local gives a subnet by default.
-func podCIDRRange(p netip.Prefix) (snapshot.IPRange, bool) {
-	p = p.Masked()
-	if (p.Addr().Is4() && p.Bits() > 30) || (p.Addr().Is6() && p.Bits() > 126) {
-		return snapshot.IPRange{}, false
-	}
-	last := lastOf(p)
-	r := snapshot.IPRange{Subnet: p, Start: p.Addr().Next(), End: last, Gateway: p.Addr().Next()}
-	if p.Addr().Is4() {
-		r.End = last.Prev()
-	}
-	return r, true
-}
-
-func lastOf(p netip.Prefix) netip.Addr {
-	b := p.Masked().Addr().AsSlice()
-	for i := p.Bits(); i < len(b)*8; i++ {
-		b[i/8] |= 1 << (7 - i%8)
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
 }
 
 // nextAllocation is the address host-local's next ADD takes from range set

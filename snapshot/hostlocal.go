@@ -85,6 +85,29 @@ type IPRange struct {
 	Gateway netip.Addr
 }
 
+// DefaultRange is the range host-local gives subnet p when its
+// configuration sets nothing else: from the subnet's address plus one to
+// its last address (minus one for IPv4: the broadcast address), the
+// gateway being the subnet's address plus one. False when p is too small
+// for host-local to allocate from (narrower than /30 for IPv4, /126 for
+// IPv6).
+func DefaultRange(p netip.Prefix) (IPRange, bool) {
+	p = p.Masked()
+	if (p.Addr().Is4() && p.Bits() > 30) || (p.Addr().Is6() && p.Bits() > 126) {
+		return IPRange{}, false
+	}
+	b := p.Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 1 << (7 - i%8)
+	}
+	last, _ := netip.AddrFromSlice(b)
+	r := IPRange{Subnet: p, Start: p.Addr().Next(), End: last, Gateway: p.Addr().Next()}
+	if p.Addr().Is4() {
+		r.End = last.Prev()
+	}
+	return r, true
+}
+
 // Contains reports whether a is in one of the set's ranges.
 func (rs RangeSet) Contains(a netip.Addr) bool {
 	for _, r := range rs {

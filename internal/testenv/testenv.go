@@ -6,7 +6,9 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 )
@@ -38,4 +40,20 @@ func RequireRoot(tb testing.TB, why string) {
 	if geteuid() != 0 {
 		Unavailable(tb, why)
 	}
+}
+
+// BinDir returns the directory $env names, where script built the
+// executables names: unset is notBuilt (a test then stops with
+// Unavailable), a directory lacking one of them an error naming it.
+func BinDir(env, script string, notBuilt error, names ...string) (string, error) {
+	dir := os.Getenv(env)
+	if dir == "" {
+		return "", notBuilt
+	}
+	for _, b := range names {
+		if fi, err := os.Stat(filepath.Join(dir, b)); err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
+			return "", fmt.Errorf("%s=%s has no executable %s: run %s", env, dir, b, script)
+		}
+	}
+	return dir, nil
 }

@@ -1,7 +1,10 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -80,5 +83,30 @@ func TestRequireRoot(t *testing.T) {
 				t.Errorf("skipped %v, failed %v; want skipped %v, failed %v", f.skipped, f.failed, tc.skip, tc.fail)
 			}
 		})
+	}
+}
+
+func TestBinDir(t *testing.T) {
+	dir := t.TempDir()
+	notBuilt := errors.New("not built")
+	t.Setenv("GW_TEST_BIN", "")
+	if _, err := BinDir("GW_TEST_BIN", "scripts/x.sh", notBuilt, "tool"); err != notBuilt {
+		t.Errorf("unset: %v, want the not-built error", err)
+	}
+	t.Setenv("GW_TEST_BIN", dir)
+	if _, err := BinDir("GW_TEST_BIN", "scripts/x.sh", notBuilt, "tool"); err == nil || err.Error() != "GW_TEST_BIN="+dir+" has no executable tool: run scripts/x.sh" {
+		t.Errorf("missing tool: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tool"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := BinDir("GW_TEST_BIN", "scripts/x.sh", notBuilt, "tool"); err == nil {
+		t.Error("a file that is not executable passed")
+	}
+	if err := os.Chmod(filepath.Join(dir, "tool"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := BinDir("GW_TEST_BIN", "scripts/x.sh", notBuilt, "tool"); err != nil || got != dir {
+		t.Errorf("built: %q, %v", got, err)
 	}
 }

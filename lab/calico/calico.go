@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/client-go/dynamic"
 
+	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
 )
 
@@ -31,16 +32,7 @@ var ErrNoBinaries = errors.New("the Calico binaries are not built: run scripts/c
 // ErrNoBinaries when it is unset. A directory that lacks a binary is an
 // error naming it.
 func FindBinaries() (string, error) {
-	dir := os.Getenv(BinEnv)
-	if dir == "" {
-		return "", ErrNoBinaries
-	}
-	for _, b := range Binaries {
-		if fi, err := os.Stat(filepath.Join(dir, b)); err != nil || fi.Mode()&0o111 == 0 {
-			return "", fmt.Errorf("%s=%s has no executable %s: run scripts/calico-binaries.sh", BinEnv, dir, b)
-		}
-	}
-	return dir, nil
+	return testenv.BinDir(BinEnv, "scripts/calico-binaries.sh", ErrNoBinaries, Binaries...)
 }
 
 //go:embed crds/*.yaml

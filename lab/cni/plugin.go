@@ -12,6 +12,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/ghostwatch/ghostwatch/internal/testenv"
 )
 
 // BinEnv names the directory holding the CNI plugins; scripts/cni-plugins.sh
@@ -28,15 +30,11 @@ var ErrNoBinary = errors.New("the CNI host-local plugin is not built: run script
 // $GHOSTWATCH_CNI_BIN, or ErrNoBinary when it is unset. A directory that
 // lacks the executable is an error naming it.
 func FindHostLocal() (string, error) {
-	dir := os.Getenv(BinEnv)
-	if dir == "" {
-		return "", ErrNoBinary
+	dir, err := testenv.BinDir(BinEnv, "scripts/cni-plugins.sh", ErrNoBinary, HostLocalBinary)
+	if err != nil {
+		return "", err
 	}
-	bin := filepath.Join(dir, HostLocalBinary)
-	if fi, err := os.Stat(bin); err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
-		return "", fmt.Errorf("%s=%s has no executable %s: run scripts/cni-plugins.sh", BinEnv, dir, HostLocalBinary)
-	}
-	return bin, nil
+	return filepath.Join(dir, HostLocalBinary), nil
 }
 
 // The commands a runtime gives a plugin in CNI_COMMAND.

@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/ghostwatch/ghostwatch/internal/testenv"
 )
 
 // BinEnv names the directory holding the binaries; scripts/kube-binaries.sh
@@ -34,16 +36,7 @@ var ErrNoBinaries = errors.New("the Kubernetes binaries are not built: run scrip
 // ErrNoBinaries when it is unset. A directory that lacks a binary is an
 // error naming it.
 func FindBinaries() (string, error) {
-	dir := os.Getenv(BinEnv)
-	if dir == "" {
-		return "", ErrNoBinaries
-	}
-	for _, b := range Binaries {
-		if fi, err := os.Stat(filepath.Join(dir, b)); err != nil || fi.Mode()&0o111 == 0 {
-			return "", fmt.Errorf("%s=%s has no executable %s: run scripts/kube-binaries.sh", BinEnv, dir, b)
-		}
-	}
-	return dir, nil
+	return testenv.BinDir(BinEnv, "scripts/kube-binaries.sh", ErrNoBinaries, Binaries...)
 }
 
 // The identities the control plane knows, by bearer token. Each user's

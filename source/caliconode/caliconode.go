@@ -13,15 +13,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
-	"slices"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
+	"github.com/ghostwatch/ghostwatch/source/nodefs"
 )
 
 // Name is the source's name in reports.
@@ -29,7 +28,7 @@ const Name = "calico-node"
 
 // Where Calico's CNI plugin looks on a node.
 const (
-	ConfDir         = "/etc/cni/net.d"
+	ConfDir         = nodefs.CNIConfDir
 	DefaultNodename = "/var/lib/calico/nodename"
 )
 
@@ -53,13 +52,13 @@ func (src *Source) Collect(_ context.Context, s *snapshot.Snapshot) error {
 	if _, err := os.Stat(root); err != nil {
 		return fmt.Errorf("host root %s: %w (mount the node's / there, read-only)", root, err)
 	}
-	confs, err := configFiles(root)
+	confs, err := nodefs.CNIConfigs(root)
 	if err != nil {
 		return err
 	}
 	n := &snapshot.CalicoNode{}
 	for i, file := range confs {
-		b, err := readSmall(filepath.Join(root, file))
+		b, err := nodefs.ReadFile(filepath.Join(root, file))
 		if err != nil {
 			return fmt.Errorf("reading the CNI configuration %s: %w", file, err)
 		}
@@ -81,7 +80,7 @@ func (src *Source) Collect(_ context.Context, s *snapshot.Snapshot) error {
 		return source.Unsupported("no CNI configuration in %s gives pods to Calico", ConfDir)
 	}
 	f := filepath.Join(root, filepath.FromSlash(path.Clean("/"+n.NodenameFile)))
-	b, err := readSmall(f)
+	b, err := nodefs.ReadFile(f)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if _, perr := os.Stat(filepath.Dir(f)); perr != nil {
@@ -112,29 +111,6 @@ func (src *Source) Describe(s *snapshot.Snapshot) string {
 	return fmt.Sprintf("no node name in %s nor %s: the host name", n.Config, n.NodenameFile)
 }
 
-// configFiles lists the CNI configuration files in the order the kubelet
-// reads them: by name; it uses the first that holds a network.
-func configFiles(root string) ([]string, error) {
-	entries, err := os.ReadDir(filepath.Join(root, ConfDir))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading the CNI configurations in %s: %w", ConfDir, err)
-	}
-	var out []string
-	for _, e := range entries {
-		switch filepath.Ext(e.Name()) {
-		case ".conf", ".conflist", ".json":
-			if !e.IsDir() {
-				out = append(out, path.Join(ConfDir, e.Name()))
-			}
-		}
-	}
-	slices.Sort(out)
-	return out, nil
-}
-
 type pluginConf struct {
 	Type         string `json:"type"`
 	Nodename     string `json:"nodename"`
@@ -157,20 +133,4 @@ func calicoConf(b []byte) (pluginConf, bool, error) {
 		}
 	}
 	return pluginConf{}, false, nil
-}
-
-func readSmall(p string) ([]byte, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 1<<20+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > 1<<20 {
-		return nil, errors.New("larger than 1 MiB")
-	}
-	return b, nil
 }

@@ -13,6 +13,7 @@ import (
 	"slices"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source/nodefs"
 )
 
 // ResultsDir is where the runtimes' CNI library (libcni: containerd,
@@ -50,7 +51,7 @@ func readCache(root string, h *snapshot.HostLocal) error {
 		if !e.Type().IsRegular() {
 			continue
 		}
-		b, err := readSmall(filepath.Join(dir, e.Name()))
+		b, err := nodefs.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
 			return fmt.Errorf("reading the CNI result cache %s: %w", path.Join(ResultsDir, e.Name()), err)
 		}

@@ -4,14 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/netip"
-	"os"
 	"path"
 	"path/filepath"
 	"strings"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source/nodefs"
 )
 
 // conf is a network whose IPAM is host-local, from one CNI configuration.
@@ -54,23 +53,14 @@ type rangeConf struct {
 // root's ConfDir, in the order the kubelet reads the files (by name); a
 // network named twice keeps its first configuration.
 func readConfigs(root string) ([]conf, error) {
-	dir := filepath.Join(root, ConfDir)
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	files, err := nodefs.CNIConfigs(root)
 	if err != nil {
-		return nil, fmt.Errorf("reading the CNI configurations in %s: %w", ConfDir, err)
+		return nil, err
 	}
 	var out []conf
 	seen := map[string]bool{}
-	for _, e := range entries {
-		ext := filepath.Ext(e.Name())
-		if e.IsDir() || (ext != ".conf" && ext != ".conflist" && ext != ".json") {
-			continue
-		}
-		file := path.Join(ConfDir, e.Name())
-		b, err := readSmall(filepath.Join(dir, e.Name()))
+	for _, file := range files {
+		b, err := nodefs.ReadFile(filepath.Join(root, file))
 		if err != nil {
 			return nil, fmt.Errorf("reading the CNI configuration %s: %w", file, err)
 		}
@@ -131,9 +121,8 @@ func parseConfig(file string, b []byte) ([]conf, error) {
 	return out, nil
 }
 
-// canonical applies host-local's defaults to one range: Start is the
-// subnet's address plus one, End its last address (minus one for IPv4:
-// the broadcast address), Gateway the subnet's address plus one.
+// canonical applies host-local's defaults (snapshot.DefaultRange) to one
+// range, then what the configuration sets.
 func canonical(r rangeConf) (snapshot.IPRange, error) {
 	var ir snapshot.IPRange
 	if strings.TrimSpace(r.Subnet) == "" {
@@ -147,14 +136,9 @@ func canonical(r rangeConf) (snapshot.IPRange, error) {
 		return ir, fmt.Errorf("subnet %s: an IPv4-mapped IPv6 subnet (write it as IPv4)", p)
 	}
 	p = p.Masked()
-	if (p.Addr().Is4() && p.Bits() > 30) || (p.Addr().Is6() && p.Bits() > 126) {
+	ir, ok := snapshot.DefaultRange(p)
+	if !ok {
 		return ir, fmt.Errorf("subnet %s is too small to allocate from", p)
-	}
-	ir.Subnet = p
-	last := lastAddr(p)
-	ir.Start, ir.End, ir.Gateway = p.Addr().Next(), last, p.Addr().Next()
-	if p.Addr().Is4() {
-		ir.End = last.Prev()
 	}
 	for _, f := range []struct {
 		name string
@@ -178,14 +162,4 @@ func canonical(r rangeConf) (snapshot.IPRange, error) {
 		return ir, fmt.Errorf("rangeEnd %s is before rangeStart %s", ir.End, ir.Start)
 	}
 	return ir, nil
-}
-
-// lastAddr is the last address of p.
-func lastAddr(p netip.Prefix) netip.Addr {
-	b := p.Masked().Addr().AsSlice()
-	for i := p.Bits(); i < len(b)*8; i++ {
-		b[i/8] |= 1 << (7 - i%8)
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
 }

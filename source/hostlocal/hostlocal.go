@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net/netip"
 	"os"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
+	"github.com/ghostwatch/ghostwatch/source/nodefs"
 )
 
 // Name is the source's name in reports.
@@ -24,12 +24,8 @@ const Name = "hostlocal"
 // Where host-local and the CNI configurations live on a node.
 const (
 	DefaultDataDir = "/var/lib/cni/networks"
-	ConfDir        = "/etc/cni/net.d"
+	ConfDir        = nodefs.CNIConfDir
 )
-
-// maxFile bounds what is read of one file: a reservation holds a container
-// ID and an interface name, a configuration a few kilobytes.
-const maxFile = 1 << 20
 
 // Source reads the node's host-local ledger.
 type Source struct {
@@ -171,7 +167,7 @@ func readNetwork(root string, n *snapshot.HostLocalNetwork) error {
 				ignore(n, name)
 				continue
 			}
-			b, err := readSmall(filepath.Join(dir, name))
+			b, err := nodefs.ReadFile(filepath.Join(dir, name))
 			if err != nil {
 				return fmt.Errorf("reading %s: %w", path.Join(n.Dir, name), err)
 			}
@@ -189,7 +185,7 @@ func readNetwork(root string, n *snapshot.HostLocalNetwork) error {
 				ignore(n, name)
 				continue
 			}
-			b, err := readSmall(filepath.Join(dir, name))
+			b, err := nodefs.ReadFile(filepath.Join(dir, name))
 			if err != nil {
 				return fmt.Errorf("reading reservation %s: %w", path.Join(n.Dir, name), err)
 			}
@@ -205,22 +201,6 @@ func readNetwork(root string, n *snapshot.HostLocalNetwork) error {
 	}
 	slices.SortFunc(n.Reservations, func(a, b snapshot.Reservation) int { return a.IP.Compare(b.IP) })
 	return nil
-}
-
-func readSmall(p string) ([]byte, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxFile+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxFile {
-		return nil, fmt.Errorf("larger than %d bytes", maxFile)
-	}
-	return b, nil
 }
 
 func truncate(b []byte) string {

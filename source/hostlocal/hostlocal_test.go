@@ -12,6 +12,7 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
+	"github.com/ghostwatch/ghostwatch/source/nodefs"
 )
 
 // node writes files under a fresh host root: path (relative to /) to
@@ -191,7 +192,7 @@ func TestCollectErrors(t *testing.T) {
 			"the CNI configuration /etc/cni/net.d/10-x.conf, network x, range 0 of set 0: subnet 10.0.0.0/31 is too small to allocate from"},
 		{"last_reserved_ip holds no address", map[string]string{"var/lib/cni/networks/n/last_reserved_ip.0": "garbage"}, "",
 			`/var/lib/cni/networks/n/last_reserved_ip.0 holds "garbage", not an address: host-local would start its next allocation at the range's start`},
-		{"a reservation too large to be one", map[string]string{"var/lib/cni/networks/n/10.0.0.2": strings.Repeat("x", maxFile+1)}, "",
+		{"a reservation too large to be one", map[string]string{"var/lib/cni/networks/n/10.0.0.2": strings.Repeat("x", nodefs.MaxFile+1)}, "",
 			"reading reservation /var/lib/cni/networks/n/10.0.0.2: larger than 1048576 bytes"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
