@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -119,15 +120,16 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 		return withCode(ExitError, fmt.Errorf("--rule: %w", err))
 	}
 	// host-local's store is this host's when scanning live; offline, only
-	// the copy --host-root names: without it the rules of the store do
-	// not run, and naming one is an error.
+	// the copy --host-root names: without it the rules that need the
+	// node's files do not run, and naming one is an error. A rule that
+	// judges them as one of its ledgers judges the others.
 	offline := len(o.kubeObjects) > 0 || o.conntrackFile != ""
 	readStore := !offline || cmd.Flags().Changed("host-root")
 	if !readStore {
 		var kept []rule.Rule
 		for _, r := range rules {
-			one := []rule.Rule{r}
-			if len(rule.ReadersOf(one, hostlocal.Name))+len(rule.ReadersOf(one, caliconode.Name)) == 0 {
+			need := r.Info().Sources
+			if !slices.Contains(need, hostlocal.Name) && !slices.Contains(need, caliconode.Name) {
 				kept = append(kept, r)
 			} else if len(o.rules) > 0 {
 				return withCode(ExitError, fmt.Errorf("--rule %s reads the node's files, and an offline scan reads none of this host: pass --host-root with a copy of the node's %s, %s and %s", r.Info().ID, hostlocal.ConfDir, hostlocal.DefaultDataDir, path.Dir(caliconode.DefaultNodename)))
@@ -189,10 +191,10 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	if readsTable {
 		sources = append(sources, ctSrc)
 	}
-	if len(rule.ReadersOf(rules, hostlocal.Name)) > 0 {
+	if readStore && len(rule.ReadersOf(rules, hostlocal.Name)) > 0 {
 		sources = append(sources, &hostlocal.Source{Root: o.hostRoot})
 	}
-	if len(rule.ReadersOf(rules, caliconode.Name)) > 0 {
+	if readStore && len(rule.ReadersOf(rules, caliconode.Name)) > 0 {
 		sources = append(sources, &caliconode.Source{Root: o.hostRoot})
 	}
 	res := audit.Run(cmd.Context(), audit.Config{

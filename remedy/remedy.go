@@ -127,7 +127,11 @@ func (r *Remedy) now() time.Time {
 // all.
 func (r *Remedy) Apply(ctx context.Context, s *snapshot.Snapshot, fs []finding.Finding) ([]Action, error) {
 	t := r.now()
-	if err := s.Ready(r.Rule.Sources...); err != nil {
+	need := r.Rule.Sources
+	if r.Rule.Remedy != nil && r.Rule.Remedy.Ledger != "" {
+		need = append(append([]string(nil), need...), r.Rule.Remedy.Ledger)
+	}
+	if err := s.Ready(need...); err != nil {
 		r.Reset()
 		return nil, fmt.Errorf("%w: %v", ErrIncompleteEvidence, err)
 	}

@@ -11,6 +11,11 @@ import (
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
+// ipamLedgers are the IPAM ledgers ipam-unbooked-ip and ipam-leaked-ip
+// judge: host-local's store on each node, read by the agent, and Calico's
+// datastore, read by the controller. A scan judges both when it has them.
+var ipamLedgers = []Ledger{{Source: "hostlocal", Scope: ScopeNode}, {Source: "calico", Scope: ScopeCluster}}
+
 // hostLocalNet is what the host-local rules know of one network on the
 // node: its ledger, the ranges it allocates from, and where its next
 // allocation in each range set will land.
@@ -42,7 +47,7 @@ type hostLocalView struct {
 // host-local ledger or its node is not among the cluster objects (then no
 // pod can be tied to the node, and no verdict is possible).
 func newHostLocalView(s *snapshot.Snapshot) *hostLocalView {
-	if s.HostLocal == nil || s.Kube == nil {
+	if s.HostLocal == nil || s.Kube == nil || !ready(s, "hostlocal") {
 		return nil
 	}
 	v := &hostLocalView{pods: map[netip.Addr][]*snapshot.Pod{}}
@@ -162,8 +167,8 @@ func (*IPAMUnbookedIP) KubeKinds() []string { return []string{"Pod", "Node"} }
 func (*IPAMUnbookedIP) Info() Info {
 	return Info{
 		ID:      IPAMUnbookedIPID,
-		Sources: []string{"kube", "hostlocal"},
-		Scope:   ScopeNode,
+		Sources: []string{"kube"},
+		Ledgers: ipamLedgers,
 		Columns: []string{"ip", "pod", "node"},
 		Detail: func(f finding.Finding) string {
 			if f.Evidence["next_allocation"] == f.Subject.IP {
@@ -180,6 +185,7 @@ func (*IPAMUnbookedIP) Info() Info {
 			Verb:   "write",
 			Past:   "wrote",
 			Target: finding.ReservationKind,
+			Ledger: "hostlocal",
 			Events: RemedyEvents{Done: "ReservationRestored", DryRun: "ReservationRestoreDryRun",
 				Refused: "ReservationRestoreRefused", Failed: "ReservationRestoreFailed"},
 			Counter: &Counter{Name: "hostlocal_reservations_written_total",
@@ -401,8 +407,8 @@ func (*IPAMLeakedIP) KubeKinds() []string { return []string{"Pod", "Node"} }
 func (*IPAMLeakedIP) Info() Info {
 	return Info{
 		ID:      IPAMLeakedIPID,
-		Sources: []string{"kube", "hostlocal"},
-		Scope:   ScopeNode,
+		Sources: []string{"kube"},
+		Ledgers: ipamLedgers,
 		Columns: []string{"ip", "node"},
 		Detail: func(f finding.Finding) string {
 			return fmt.Sprintf("reserved for container %v, no pod holds it", f.Evidence["container_id"])

@@ -39,6 +39,7 @@ func worker3(pods []snapshot.Pod, nets ...snapshot.HostLocalNetwork) *snapshot.S
 		NodeName:  "kind-worker3",
 		Kube:      &snapshot.Kube{Pods: pods, Nodes: []snapshot.Node{{Name: "kind-worker3", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24")}}, {Name: "kind-worker2"}}},
 		HostLocal: &snapshot.HostLocal{Networks: nets},
+		Sources:   []snapshot.SourceStatus{{Name: "kube", Status: snapshot.StatusOK}, {Name: "hostlocal", Status: snapshot.StatusOK}},
 	}
 }
 

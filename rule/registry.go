@@ -69,7 +69,7 @@ func IDs(rules []Rule) []string {
 func InScope(rules []Rule, scope Scope) []Rule {
 	var out []Rule
 	for _, r := range rules {
-		if r.Info().Scope == scope {
+		if r.Info().RunsIn(scope) {
 			out = append(out, r)
 		}
 	}

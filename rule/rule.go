@@ -50,8 +50,16 @@ type Info struct {
 	// Sources the rule reads; all must be ready for it to run, or it is
 	// skipped with the reason in the report.
 	Sources []string
-	// Scope says where the rule runs.
+	// Scope says where the rule runs. A rule with Ledgers runs in the
+	// scopes of its ledgers instead.
 	Scope Scope
+	// Ledgers, when set, are alternative ledgers the rule judges, each in
+	// its own scope: the rule runs when Sources are ready and at least one
+	// ledger is, and judges every ledger that is ready. ipam-unbooked-ip
+	// judges host-local's store on a node (the agent) and Calico's
+	// datastore cluster-wide (the controller) with one meaning: a running
+	// pod's IP the IPAM ledger does not record.
+	Ledgers []Ledger
 	// Summary is a one-line "why this matters".
 	Summary string
 	// Fix is the one-line first fix from the runbook.
@@ -72,6 +80,37 @@ type Info struct {
 	Gauge *Gauge
 	// Remedy, when set, is the remedy that may act on the rule's findings.
 	Remedy *RemedyInfo
+}
+
+// Ledger is one of a rule's alternative ledgers: a source, and where it is
+// read.
+type Ledger struct {
+	Source string
+	Scope  Scope
+}
+
+// Reads returns every source the rule may read: its Sources, then its
+// ledgers'.
+func (i Info) Reads() []string {
+	out := append([]string(nil), i.Sources...)
+	for _, l := range i.Ledgers {
+		out = append(out, l.Source)
+	}
+	return out
+}
+
+// RunsIn reports whether the rule runs in scope: its Scope's, or one of its
+// ledgers'.
+func (i Info) RunsIn(scope Scope) bool {
+	if len(i.Ledgers) == 0 {
+		return i.Scope == scope
+	}
+	for _, l := range i.Ledgers {
+		if l.Scope == scope {
+			return true
+		}
+	}
+	return false
 }
 
 // Gauge describes a per-rule Prometheus gauge. Its label values must never
@@ -98,6 +137,10 @@ type RemedyInfo struct {
 	// Target is the finding.Target kind it acts on; an actuator for that
 	// kind does the work.
 	Target string
+	// Ledger, for a rule with Ledgers, is the source its targets belong
+	// to: it must be ready, besides the rule's Sources, for the remedy to
+	// act.
+	Ledger string
 	// Events are the Event reasons, by outcome.
 	Events RemedyEvents
 	// Counter, when set, counts the targets acted on, by rule.
