@@ -171,13 +171,16 @@ func (*IPAMUnbookedIP) Info() Info {
 		Ledgers: ipamLedgers,
 		Columns: []string{"ip", "pod", "node"},
 		Detail: func(f finding.Finding) string {
+			if f.Evidence["ledger"] == "calico" {
+				return calicoUnbookedDetail(f)
+			}
 			if f.Evidence["next_allocation"] == f.Subject.IP {
 				return fmt.Sprintf("no reservation in %v; the next ADD on the node returns it", f.Evidence["store"])
 			}
 			return fmt.Sprintf("no reservation in %v; the next ADD returns %v", f.Evidence["store"], f.Evidence["next_allocation"])
 		},
 		Summary: "a running pod's IP is missing from the IPAM ledger: the next allocations on its node will hand it to a second pod",
-		Fix:     "cordon the node, then write the pod's reservation back under host-local's lock before another pod starts there (the agent's --remedy=hostlocal-reserve does it)",
+		Fix:     "host-local: cordon the node, then write the pod's reservation back under host-local's lock (the agent's --remedy=hostlocal-reserve does it); Calico: re-create the pod so that it is booked, before Calico hands its address out",
 		Runbook: "docs/runbooks/ipam-unbooked-ip.md",
 		Remedy: &RemedyInfo{
 			ID:     HostLocalReserveID,
@@ -248,6 +251,12 @@ func (*IPAMUnbookedIP) Recheck(fresh *snapshot.Snapshot, fs []finding.Finding) [
 
 // Evaluate returns one finding per unbooked pod IP.
 func (r *IPAMUnbookedIP) Evaluate(s *snapshot.Snapshot) []finding.Finding {
+	return append(r.hostLocal(s), unbookedCalico(s)...)
+}
+
+// hostLocal is the host-local part: the pods of this node against its
+// store.
+func (r *IPAMUnbookedIP) hostLocal(s *snapshot.Snapshot) []finding.Finding {
 	v := newHostLocalView(s)
 	if v == nil {
 		return nil
@@ -411,16 +420,27 @@ func (*IPAMLeakedIP) Info() Info {
 		Ledgers: ipamLedgers,
 		Columns: []string{"ip", "node"},
 		Detail: func(f finding.Finding) string {
+			if f.Evidence["ledger"] == "calico" {
+				if f.Subject.IP == "" {
+					return fmt.Sprintf("handle %v holds no address", f.Evidence["handle"])
+				}
+				return fmt.Sprintf("booked for %v, no pod holds it", f.Evidence["booked_for"])
+			}
 			return fmt.Sprintf("reserved for container %v, no pod holds it", f.Evidence["container_id"])
 		},
 		Summary: "the IPAM ledger keeps an address for no pod: it is never handed out again, and a range full of leaks fails new pods",
-		Fix:     "check the container is gone (crictl ps -a), then remove the reservation file under host-local's lock",
+		Fix:     "check that no container holds it (crictl ps -a), then release it: host-local, remove the reservation file under its lock; Calico, calicoctl ipam release",
 		Runbook: "docs/runbooks/ipam-leaked-ip.md",
 	}
 }
 
 // Evaluate returns one finding per leaked reservation.
 func (r *IPAMLeakedIP) Evaluate(s *snapshot.Snapshot) []finding.Finding {
+	return append(r.hostLocal(s), leakedCalico(s)...)
+}
+
+// hostLocal is the host-local part: the node's store against its pods.
+func (r *IPAMLeakedIP) hostLocal(s *snapshot.Snapshot) []finding.Finding {
 	v := newHostLocalView(s)
 	if v == nil {
 		return nil

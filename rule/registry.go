@@ -24,6 +24,7 @@ func All(cfg Config) []Rule {
 		&IPAMLeakedIP{},
 		&StaleNodenameFile{},
 		&IPAMMisbooked{},
+		&IPAMLedgerCorrupt{},
 	}
 }
 

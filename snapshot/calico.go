@@ -94,10 +94,14 @@ type IPAMBlock struct {
 	// and none will be given them before the cooldown ends. They are not
 	// allocations.
 	Cooldown []Cooldown
-	// Unallocated counts the ordinals spec.unallocated lists as free,
-	// each once. Calico hands them out in that list's order and puts a
+	// Free are the ordinals spec.unallocated lists as free, each once, in
+	// the list's order: Calico hands them out from its front and puts a
 	// freed ordinal at its end.
-	Unallocated int
+	Free []int
+	// Reissuable are the addresses the block both allocates and lists as
+	// free: Calico may hand an address in use to another pod. Malformed
+	// says it too.
+	Reissuable []netip.Addr
 	// Malformed lists what could not be read and what does not hold
 	// together: the lists disagreeing with the CIDR or with each other,
 	// an allocation pointing at no attribute, a value of the wrong type.

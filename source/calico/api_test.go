@@ -182,7 +182,7 @@ func TestAPISourcePages(t *testing.T) {
 	if err := (&APISource{Client: client, PageSize: 3}).Collect(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
-	if len(s.Calico.Blocks) != 7 || s.Calico.Blocks[6].Name != "b6" || s.Calico.Blocks[6].Unallocated != 1 {
+	if len(s.Calico.Blocks) != 7 || s.Calico.Blocks[6].Name != "b6" || len(s.Calico.Blocks[6].Free) != 1 {
 		t.Errorf("blocks %+v", s.Calico.Blocks)
 	}
 	var got []string

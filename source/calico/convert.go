@@ -244,16 +244,17 @@ func Block(obj map[string]any) snapshot.IPAMBlock {
 				p.add("ordinal %d is listed twice in unallocated", ord)
 			case ordAllocated:
 				p.add("ordinal %d (%s) is both allocated and in unallocated", ord, nth(b.CIDR, int(ord)))
+				b.Reissuable = append(b.Reissuable, nth(b.CIDR, int(ord)))
 			case ordCooldown:
 				p.add("ordinal %d (%s) is both in cooldown and in unallocated", ord, nth(b.CIDR, int(ord)))
 			default:
 				taken.set(int(ord), ordFree)
-				b.Unallocated++
+				b.Free = append(b.Free, int(ord))
 			}
 		}
 	}
 	if b.CIDR.IsValid() && size <= 1<<maxBlockBits && len(allocs) == size {
-		if lost := size - len(b.Allocations) - len(b.Cooldown) - b.Unallocated - unreadable; lost > 0 {
+		if lost := size - len(b.Allocations) - len(b.Cooldown) - len(b.Free) - unreadable; lost > 0 {
 			p.add("%d of the %d addresses are neither allocated nor in unallocated: Calico never hands them out", lost, size)
 		}
 	}

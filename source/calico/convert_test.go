@@ -103,7 +103,7 @@ func podBlock(name, cidr, node, pod, handle string) snapshot.IPAMBlock {
 			Ordinal: 0, IP: p.Addr(), HandleID: handle, Node: node, Pod: pod, Namespace: "default",
 			Timestamp: stampRead, SequenceNumber: seqAllocated,
 		}},
-		Unallocated: 3,
+		Free: []int{1, 2, 3},
 	}
 }
 
@@ -143,7 +143,7 @@ func TestSeed002Ledger(t *testing.T) {
 
 	freed := snapshot.IPAMBlock{
 		Name: "10-244-0-0-30", CIDR: netip.MustParsePrefix("10.244.0.0/30"), Affinity: "node-a",
-		SequenceNumber: seqWritten, Unallocated: 4,
+		SequenceNumber: seqWritten, Free: []int{1, 2, 3, 0},
 	}
 	want = &snapshot.Calico{
 		Blocks:     []snapshot.IPAMBlock{freed, control, onDeleted},
@@ -208,7 +208,7 @@ func TestSeed002Placeholders(t *testing.T) {
 		t.Errorf("malformed %q\nwant %q", b.Malformed, want)
 	}
 	if len(b.Allocations) != 1 || b.Allocations[0].Pod != "misbooked" || !b.Allocations[0].Timestamp.IsZero() ||
-		b.Allocations[0].SequenceNumber != 0 || b.SequenceNumber != 0 || b.Unallocated != 3 {
+		b.Allocations[0].SequenceNumber != 0 || b.SequenceNumber != 0 || len(b.Free) != 3 {
 		t.Errorf("block %+v", b)
 	}
 }

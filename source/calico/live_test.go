@@ -184,7 +184,7 @@ func TestLiveLedgerIsTheSavedOne(t *testing.T) {
 	}
 
 	// What the ledger holds.
-	if len(got.Blocks) != 2 || got.Blocks[0].Affinity != "node-a" || len(got.Blocks[0].Allocations) != 0 || got.Blocks[0].Unallocated != 4 {
+	if len(got.Blocks) != 2 || got.Blocks[0].Affinity != "node-a" || len(got.Blocks[0].Allocations) != 0 || len(got.Blocks[0].Free) != 4 {
 		t.Errorf("node-a's block after the collector: %+v", got.Blocks)
 	}
 	if a := allocated(got, control); a == nil || a.Node != "node-b" || a.Pod != "control" || a.Namespace != "default" ||

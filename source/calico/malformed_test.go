@@ -183,8 +183,8 @@ func TestBlockMalformed(t *testing.T) {
 			if got := addrs(b.Allocations); !reflect.DeepEqual(got, tc.allocated) {
 				t.Errorf("allocations %q, want %q", got, tc.allocated)
 			}
-			if len(b.Cooldown) != tc.cooldown || b.Unallocated != tc.free {
-				t.Errorf("cooldown %d, unallocated %d; want %d, %d", len(b.Cooldown), b.Unallocated, tc.cooldown, tc.free)
+			if len(b.Cooldown) != tc.cooldown || len(b.Free) != tc.free {
+				t.Errorf("cooldown %d, unallocated %d; want %d, %d", len(b.Cooldown), len(b.Free), tc.cooldown, tc.free)
 			}
 			if !reflect.DeepEqual(b.Malformed, tc.malformed) {
 				t.Errorf("malformed:\n%s\nwant:\n%s", strings.Join(b.Malformed, "\n"), strings.Join(tc.malformed, "\n"))
