@@ -56,27 +56,7 @@ func (c *Cluster) AssignIP(ctx context.Context, r IPAMRequest) (netip.Addr, erro
 	if err := os.WriteFile(nodenameFile, []byte(r.Nodename), 0o644); err != nil {
 		return netip.Addr{}, err
 	}
-	conf, err := json.Marshal(map[string]any{
-		"cniVersion":     "0.3.1",
-		"name":           NetworkName,
-		"type":           "calico",
-		"datastore_type": "kubernetes",
-		"nodename_file":  nodenameFile,
-		"ipam_lock_file": filepath.Join(c.Dir, "ipam.lock"),
-		"log_level":      "info",
-		"kubernetes":     map[string]string{"kubeconfig": c.Kubeconfig},
-		"ipam":           map[string]string{"type": "calico-ipam"},
-	})
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	args := "IgnoreUnknown=1;K8S_POD_NAMESPACE=" + r.Namespace + ";K8S_POD_NAME=" + r.Pod +
-		";K8S_POD_INFRA_CONTAINER_ID=" + r.ContainerID
-	out, err := c.run(ctx, []string{
-		"CNI_COMMAND=ADD", "CNI_CONTAINERID=" + r.ContainerID, "CNI_IFNAME=eth0",
-		// The IPAM plugin never enters the sandbox; the path only has to be set.
-		"CNI_NETNS=/var/run/netns/cni-" + r.ContainerID, "CNI_PATH=" + c.bin, "CNI_ARGS=" + args,
-	}, conf, "calico-ipam")
+	out, err := c.ipam(ctx, "ADD", r, nodenameFile)
 	if err != nil {
 		return netip.Addr{}, err
 	}
@@ -96,6 +76,38 @@ func (c *Cluster) AssignIP(ctx context.Context, r IPAMRequest) (netip.Addr, erro
 		return netip.Addr{}, fmt.Errorf("calico-ipam result %q: %w", out, err)
 	}
 	return p.Addr(), nil
+}
+
+// ReleaseIP runs calico-ipam's DEL for r, as the runtime does when the
+// sandbox goes: the plugin releases the addresses of r's handle.
+func (c *Cluster) ReleaseIP(ctx context.Context, r IPAMRequest) error {
+	_, err := c.ipam(ctx, "DEL", r, filepath.Join(c.Dir, "nodename-"+r.ContainerID))
+	return err
+}
+
+// ipam runs calico-ipam with the CNI command for r and returns its stdout.
+func (c *Cluster) ipam(ctx context.Context, command string, r IPAMRequest, nodenameFile string) ([]byte, error) {
+	conf, err := json.Marshal(map[string]any{
+		"cniVersion":     "0.3.1",
+		"name":           NetworkName,
+		"type":           "calico",
+		"datastore_type": "kubernetes",
+		"nodename_file":  nodenameFile,
+		"ipam_lock_file": filepath.Join(c.Dir, "ipam.lock"),
+		"log_level":      "info",
+		"kubernetes":     map[string]string{"kubeconfig": c.Kubeconfig},
+		"ipam":           map[string]string{"type": "calico-ipam"},
+	})
+	if err != nil {
+		return nil, err
+	}
+	args := "IgnoreUnknown=1;K8S_POD_NAMESPACE=" + r.Namespace + ";K8S_POD_NAME=" + r.Pod +
+		";K8S_POD_INFRA_CONTAINER_ID=" + r.ContainerID
+	return c.run(ctx, []string{
+		"CNI_COMMAND=" + command, "CNI_CONTAINERID=" + r.ContainerID, "CNI_IFNAME=eth0",
+		// The IPAM plugin never enters the sandbox; the path only has to be set.
+		"CNI_NETNS=/var/run/netns/cni-" + r.ContainerID, "CNI_PATH=" + c.bin, "CNI_ARGS=" + args,
+	}, conf, "calico-ipam")
 }
 
 // List returns every object of a Calico resource, as stored.

@@ -555,10 +555,17 @@ func LeakGC(obj map[string]any) (gc snapshot.LeakGC, ok bool) {
 	var p problems
 	// What the running kube-controllers last reported, its environment
 	// applied, when it did; else what it is told.
+	// calicoctl stores an empty runningConfig (no controller) with the
+	// spec it applies, before any kube-controllers ran: not a report.
 	from := "status.runningConfig"
 	cfg, _ := obj["status"].(map[string]any)
 	cfg, _ = cfg["runningConfig"].(map[string]any)
+	if ctrls, _ := cfg["controllers"].(map[string]any); len(ctrls) == 0 {
+		cfg = nil
+	}
 	if cfg == nil {
+		// No kube-controllers has reported: the spec is what the
+		// collector runs with once one starts.
 		from = "spec"
 		if cfg = specOf(obj, &p); cfg == nil {
 			gc.From = "no spec: kube-controllers cannot read its configuration"

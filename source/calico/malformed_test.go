@@ -342,6 +342,9 @@ func TestLeakGC(t *testing.T) {
 		{"what the running controllers report wins", `,"spec":{"controllers":{"node":{"leakGracePeriod":"15m0s"}}},
 			"status":{"runningConfig":{"controllers":{"node":{"leakGracePeriod":"5s"}}}}`,
 			5 * time.Second, "status.runningConfig.controllers.node.leakGracePeriod", nil},
+		// As calicoctl apply stores it before any kube-controllers ran.
+		{"an empty runningConfig is no report", `,"spec":{"controllers":{"node":{"leakGracePeriod":"5m"}}},"status":{"runningConfig":{"controllers":{},"logSeverityScreen":""}}`,
+			5 * time.Minute, "spec.controllers.node.leakGracePeriod", nil},
 		{"node controller off where it runs", `,"spec":{"controllers":{"node":{"leakGracePeriod":"5s"}}},"status":{"runningConfig":{"controllers":{"policy":{}}}}`,
 			0, "status.runningConfig.controllers.node is unset: the node controller, which runs the collector, is off", nil},
 		{"disabled", `,"spec":{"controllers":{"node":{"leakGracePeriod":"0s"}}}`,
