@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/ghostwatch/ghostwatch/finding"
@@ -31,8 +32,9 @@ type calicoView struct {
 	pods  map[snapshot.ObjectRef]*snapshot.Pod
 	nodes map[string]bool
 	// allocs are the allocations of the blocks not marked deleted, by
-	// address (an address two blocks allocate has two).
-	allocs map[netip.Addr][]calicoAlloc
+	// address; more holds the others of an address two blocks allocate.
+	allocs map[netip.Addr]calicoAlloc
+	more   map[netip.Addr][]calicoAlloc
 	// blocks are the blocks not marked deleted, by CIDR; bits are the
 	// prefix lengths of those CIDRs.
 	blocks map[netip.Prefix]*snapshot.IPAMBlock
@@ -45,16 +47,35 @@ type calicoAlloc struct {
 	a *snapshot.Allocation
 }
 
-func newCalicoView(s *snapshot.Snapshot) *calicoView {
+// lastView is the view of the last snapshot the Calico rules judged: the
+// rules of one pass share it, so a pass over a large cluster indexes its
+// pods and allocations once. A snapshot is not changed once rules judge it.
+var lastView struct {
+	sync.Mutex
+	s *snapshot.Snapshot
+	v *calicoView
+}
+
+// calicoViewOf returns the view of s, or nil when s has no Calico ledger
+// ready.
+func calicoViewOf(s *snapshot.Snapshot) *calicoView {
 	if s.Kube == nil || s.Calico == nil || !ready(s, "calico") {
 		return nil
 	}
+	lastView.Lock()
+	defer lastView.Unlock()
+	if lastView.s != s {
+		lastView.s, lastView.v = s, newCalicoView(s)
+	}
+	return lastView.v
+}
+
+func newCalicoView(s *snapshot.Snapshot) *calicoView {
 	v := &calicoView{
 		c:       s.Calico,
 		holders: podsByIP(s.Kube.Pods),
 		pods:    make(map[snapshot.ObjectRef]*snapshot.Pod, len(s.Kube.Pods)),
 		nodes:   make(map[string]bool, len(s.Kube.Nodes)),
-		allocs:  map[netip.Addr][]calicoAlloc{},
 		blocks:  make(map[netip.Prefix]*snapshot.IPAMBlock, len(s.Calico.Blocks)),
 		grace:   s.Calico.LeakGracePeriod(),
 	}
@@ -69,7 +90,7 @@ func newCalicoView(s *snapshot.Snapshot) *calicoView {
 	for i := range s.Calico.Blocks {
 		n += len(s.Calico.Blocks[i].Allocations)
 	}
-	v.allocs = make(map[netip.Addr][]calicoAlloc, n)
+	v.allocs = make(map[netip.Addr]calicoAlloc, n)
 	for i := range s.Calico.Blocks {
 		b := &s.Calico.Blocks[i]
 		if b.Deleted {
@@ -83,12 +104,29 @@ func newCalicoView(s *snapshot.Snapshot) *calicoView {
 		}
 		for j := range b.Allocations {
 			a := &b.Allocations[j]
-			if a.IP.IsValid() {
-				v.allocs[a.IP] = append(v.allocs[a.IP], calicoAlloc{b, a})
+			if !a.IP.IsValid() {
+				continue
 			}
+			if _, dup := v.allocs[a.IP]; dup {
+				if v.more == nil {
+					v.more = map[netip.Addr][]calicoAlloc{}
+				}
+				v.more[a.IP] = append(v.more[a.IP], calicoAlloc{b, a})
+				continue
+			}
+			v.allocs[a.IP] = calicoAlloc{b, a}
 		}
 	}
 	return v
+}
+
+// allocsOf returns the allocations of ip.
+func (v *calicoView) allocsOf(ip netip.Addr) []calicoAlloc {
+	a, ok := v.allocs[ip]
+	if !ok {
+		return nil
+	}
+	return append([]calicoAlloc{a}, v.more[ip]...)
 }
 
 // blockOf returns the block that holds ip, or nil.
@@ -122,6 +160,12 @@ func (v *calicoView) poolOf(ip netip.Addr) *snapshot.IPPool {
 // it: namespace and pod attributes, and not a node's tunnel address.
 func isPodAllocation(a *snapshot.Allocation) bool {
 	return a.Type == "" && a.Namespace != "" && a.Pod != "" && a.HandleID != snapshot.WindowsReservedHandle
+}
+
+// ownedBy reports whether a is p's as the collector reads it: by namespace
+// and name.
+func ownedBy(a *snapshot.Allocation, p *snapshot.Pod) bool {
+	return isPodAllocation(a) && a.Namespace == p.Namespace && a.Pod == p.Name
 }
 
 // bookingSkew is how much earlier than a pod's creation an allocation may
@@ -163,33 +207,33 @@ func allocNode(b *snapshot.IPAMBlock, a *snapshot.Allocation) string {
 // mismatches of the pod's own allocation are ipam-misbooked's; an address
 // two live pods hold is duplicate-pod-ip's.
 func unbookedCalico(s *snapshot.Snapshot) []finding.Finding {
-	v := newCalicoView(s)
+	v := calicoViewOf(s)
 	if v == nil {
 		return nil
 	}
-	ips := make([]netip.Addr, 0, len(v.holders))
-	for ip := range v.holders {
-		ips = append(ips, ip)
-	}
-	slices.SortFunc(ips, func(a, b netip.Addr) int { return a.Compare(b) })
 	var out []finding.Finding
-	for _, ip := range ips {
-		ps := v.holders[ip]
+	for ip, ps := range v.holders {
 		if len(ps) != 1 {
 			continue
 		}
-		p := ps[0]
-		if f, ok := v.unbooked(s, p, ip); ok {
+		if f, ok := v.unbooked(s, ps[0], ip); ok {
 			out = append(out, f)
 		}
 	}
+	slices.SortFunc(out, func(a, b finding.Finding) int {
+		return netip.MustParseAddr(a.Subject.IP).Compare(netip.MustParseAddr(b.Subject.IP))
+	})
 	return out
 }
 
 // unbooked judges one pod's IP against the ledger.
 func (v *calicoView) unbooked(s *snapshot.Snapshot, p *snapshot.Pod, ip netip.Addr) (finding.Finding, bool) {
+	if a, ok := v.allocs[ip]; ok && v.more[ip] == nil && ownedBy(a.a, p) {
+		// The common case, decided without allocating.
+		return finding.Finding{}, false
+	}
 	ev := map[string]any{"ledger": "calico"}
-	allocs := v.allocs[ip]
+	allocs := v.allocsOf(ip)
 	var sev finding.Severity
 	var why string
 	if len(allocs) == 0 {
@@ -251,7 +295,7 @@ func (v *calicoView) unbooked(s *snapshot.Snapshot, p *snapshot.Pod, ip netip.Ad
 		return v.unbookedFinding(p, ip, sev, "Calico has no allocation for it: "+why, ev), true
 	}
 	for _, ca := range allocs {
-		if isPodAllocation(ca.a) && ca.a.Namespace == p.Namespace && ca.a.Pod == p.Name {
+		if ownedBy(ca.a, p) {
 			// The pod's own, as the collector reads it (by name):
 			// judged by ipam-misbooked if the node differs.
 			return finding.Finding{}, false
@@ -331,7 +375,7 @@ func (v *calicoView) unbookedFinding(p *snapshot.Pod, ip netip.Addr, sev finding
 // addresses (calicoctl does not know IPv6 VXLAN ones, and counts those of a
 // deleted node, which the collector frees with the node).
 func leakedCalico(s *snapshot.Snapshot) []finding.Finding {
-	v := newCalicoView(s)
+	v := calicoViewOf(s)
 	if v == nil {
 		return nil
 	}

@@ -2,6 +2,7 @@ package rule
 
 import (
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/ghostwatch/ghostwatch/finding"
@@ -49,10 +50,16 @@ func (r *IPAMMisbooked) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 	if s.Kube == nil || s.Calico == nil {
 		return nil
 	}
-	holders := podsByIP(s.Kube.Pods)
-	nodes := map[string]bool{}
-	for _, n := range s.Kube.Nodes {
-		nodes[n.Name] = true
+	var holders map[netip.Addr][]*snapshot.Pod
+	var nodes map[string]bool
+	if v := calicoViewOf(s); v != nil {
+		// The pass's index, shared with the other Calico rules.
+		holders, nodes = v.holders, v.nodes
+	} else {
+		holders, nodes = podsByIP(s.Kube.Pods), map[string]bool{}
+		for _, n := range s.Kube.Nodes {
+			nodes[n.Name] = true
+		}
 	}
 	grace := s.Calico.LeakGracePeriod()
 	var out []finding.Finding

@@ -101,7 +101,7 @@ func sharedIPs(pods []snapshot.Pod) map[netip.Addr][]*snapshot.Pod {
 // podsByIP maps each pod-network IP to the pods that report it, each pod
 // once per address.
 func podsByIP(pods []snapshot.Pod) map[netip.Addr][]*snapshot.Pod {
-	by := map[netip.Addr][]*snapshot.Pod{}
+	by := make(map[netip.Addr][]*snapshot.Pod, len(pods))
 	for i := range pods {
 		p := &pods[i]
 		if !holdsPodIP(p) {
