@@ -85,6 +85,24 @@ func judge(t *testing.T, r Rule, s *snapshot.Snapshot) []calicoGot {
 	return out
 }
 
+// judgeCase changes s with mod, judges it with r, and compares each
+// finding's IP, severity and a part of its message with want, in order.
+func judgeCase(t *testing.T, r Rule, s *snapshot.Snapshot, mod func(*snapshot.Snapshot), want []calicoGot) {
+	t.Helper()
+	if mod != nil {
+		mod(s)
+	}
+	got := judge(t, r, s)
+	if len(got) != len(want) {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	for i := range got {
+		if got[i].IP != want[i].IP || got[i].Sev != want[i].Sev || !strings.Contains(got[i].Says, want[i].Says) {
+			t.Errorf("got %+v, want %+v", got[i], want[i])
+		}
+	}
+}
+
 func TestCalicoUnbookedIP(t *testing.T) {
 	now := t0.Add(24 * time.Hour)
 	running := func(ns, name, addr string) snapshot.Pod { return pod(ns, name, "u-"+name, addr, now.Add(-time.Hour)) }
@@ -146,21 +164,7 @@ func TestCalicoUnbookedIP(t *testing.T) {
 			s.Calico.Blocks[0].Deleted = true
 		}, []calicoGot{{"10.200.0.1", finding.Warning, "in no block yet"}}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			s := calicoCluster(now)
-			if tc.mod != nil {
-				tc.mod(s)
-			}
-			got := judge(t, &IPAMUnbookedIP{}, s)
-			if len(got) != len(tc.want) {
-				t.Fatalf("got %+v, want %+v", got, tc.want)
-			}
-			for i := range got {
-				if got[i].IP != tc.want[i].IP || got[i].Sev != tc.want[i].Sev || !strings.Contains(got[i].Says, tc.want[i].Says) {
-					t.Errorf("got %+v, want %+v", got[i], tc.want[i])
-				}
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { judgeCase(t, &IPAMUnbookedIP{}, calicoCluster(now), tc.mod, tc.want) })
 	}
 }
 
@@ -236,21 +240,7 @@ func TestCalicoLeakedIP(t *testing.T) {
 			s.Calico.Handles = append(s.Calico.Handles, snapshot.IPAMHandle{Name: "k8s-pod-network.lost", ID: "k8s-pod-network.lost"})
 		}, []calicoGot{{"", finding.Info, "handle k8s-pod-network.lost holds no address in any block"}}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			s := calicoCluster(now)
-			if tc.mod != nil {
-				tc.mod(s)
-			}
-			got := judge(t, &IPAMLeakedIP{}, s)
-			if len(got) != len(tc.want) {
-				t.Fatalf("got %+v, want %+v", got, tc.want)
-			}
-			for i := range got {
-				if got[i].IP != tc.want[i].IP || got[i].Sev != tc.want[i].Sev || !strings.Contains(got[i].Says, tc.want[i].Says) {
-					t.Errorf("got %+v, want %+v", got[i], tc.want[i])
-				}
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { judgeCase(t, &IPAMLeakedIP{}, calicoCluster(now), tc.mod, tc.want) })
 	}
 }
 
