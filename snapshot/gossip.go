@@ -1,0 +1,67 @@
+package snapshot
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Gossip is what gossip clusters (Consul, Serf, memberlist) say of their
+// members, each as one member of the cluster sees it.
+type Gossip struct {
+	Views []GossipView
+}
+
+// GossipView is one member's view of its cluster: consul members, serf
+// members, or the member list the ghostwatch/gossip package serves.
+type GossipView struct {
+	// System is "consul", "serf" or "memberlist".
+	System string
+	// From says where the view was read: a file (and line), an endpoint.
+	From string
+	// Label is memberlist's cluster label, when the view says it.
+	Label string
+	// Local names the member whose view this is, when the view says it.
+	Local   string
+	Members []GossipMember
+}
+
+// Member states, as the rules read them: the systems' own words mapped to
+// these (Consul's 1-4, Serf's and memberlist's strings).
+const (
+	MemberAlive   = "alive"
+	MemberLeaving = "leaving"
+	MemberLeft    = "left"
+	MemberFailed  = "failed"
+	MemberSuspect = "suspect"
+	MemberDead    = "dead"
+)
+
+// GossipMember is one member of a gossip cluster.
+type GossipMember struct {
+	Name string
+	Addr netip.Addr
+	Port uint16
+	// Status is one of the Member* states; RawStatus is the system's own
+	// word for it.
+	Status, RawStatus string
+	Tags              map[string]string
+	// Incarnation is memberlist's incarnation number; 0 when unknown.
+	Incarnation uint32
+	// Since is when the view last saw the member's state change; zero
+	// when unknown.
+	Since time.Time
+}
+
+// Gone reports whether the member is failed, dead or left: a ghost when
+// its address now belongs to someone else.
+func (m *GossipMember) Gone() bool {
+	switch m.Status {
+	case MemberLeft, MemberFailed, MemberDead:
+		return true
+	}
+	return false
+}
+
+// Live reports whether the member is alive, suspect or leaving: the
+// cluster still exchanges messages with it.
+func (m *GossipMember) Live() bool { return !m.Gone() }
