@@ -22,6 +22,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/source/calico"
 	"github.com/ghostwatch/ghostwatch/source/caliconode"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
+	"github.com/ghostwatch/ghostwatch/source/gossip"
 	"github.com/ghostwatch/ghostwatch/source/host"
 	"github.com/ghostwatch/ghostwatch/source/hostlocal"
 	"github.com/ghostwatch/ghostwatch/source/kube"
@@ -31,6 +32,7 @@ type scanOptions struct {
 	kubeFlags         *genericclioptions.ConfigFlags
 	kubeObjects       []string
 	conntrackFile     string
+	gossipMembers     []string
 	capturedAt        string
 	nodeName          string
 	nodePortAddresses []string
@@ -79,6 +81,7 @@ source was incomplete (then no finding is claimed for what it would have read).`
 	o.kubeFlags.AddFlags(f)
 	f.StringArrayVar(&o.kubeObjects, "kube-objects", nil, "read cluster objects from this file instead of the API server (kubectl get ... -o yaml|json output; repeatable)")
 	f.StringVar(&o.conntrackFile, "conntrack-file", "", "read flows from this `FILE`, a conntrack -L listing, instead of the kernel (\"-\" for stdin)")
+	f.StringArrayVar(&o.gossipMembers, "gossip-members", nil, "read a gossip cluster's member list from this `FILE` (repeatable, one cluster's view each, \"-\" for stdin): consul members -detailed, the Consul API's /v1/agent/members, serf members -format=json, or the member list of the ghostwatch/gossip package; the format is detected from the content")
 	f.StringVar(&o.nodeName, "node-name", "", "the Node this scan runs on: its addresses are the NodePort frontends (default $NODE_NAME, else the hostname)")
 	f.StringSliceVar(&o.serviceCIDRs, "service-cidr", nil, "the cluster's service IP ranges (kube-apiserver's --service-cluster-ip-range), in addition to its ServiceCIDR objects: a flow to an address in one that no Service holds was opened to a deleted Service. Needed only before Kubernetes 1.33 or when the saved objects hold no ServiceCIDR")
 	f.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "CIDRs on which NodePorts are served, as kube-proxy's --nodeport-addresses (default: the Node's addresses and, read live, every address of this host, as kube-proxy's default)")
@@ -139,7 +142,7 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	}
 	node := resolveNodeName(o.nodeName)
 
-	if n := stdinUses(o.kubeObjects, o.conntrackFile); n > 1 {
+	if n := stdinUses(o.kubeObjects, o.conntrackFile) + stdinUses(o.gossipMembers, ""); n > 1 {
 		return withCode(ExitError, errors.New(`"-" (stdin) is given more than once: stdin can feed only one input; save the others to files`))
 	}
 	var kubeSrc source.Source
@@ -184,6 +187,15 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 			return withCode(ExitError, err)
 		}
 		sources = append(sources, src)
+	}
+	if len(rule.ReadersOf(rules, gossip.Name)) > 0 {
+		if len(o.gossipMembers) > 0 {
+			sources = append(sources, &gossip.FileSource{Paths: o.gossipMembers, Stdin: streams.In})
+		} else {
+			sources = append(sources, gossip.NotGiven{})
+		}
+	} else if len(o.gossipMembers) > 0 {
+		return withCode(ExitError, fmt.Errorf("--gossip-members: no rule of this scan reads gossip members (%s)", strings.Join(rule.IDs(rules), ", ")))
 	}
 	if readsTable && o.conntrackFile == "" && len(npa) == 0 {
 		sources = append(sources, &host.Addresses{})

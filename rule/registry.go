@@ -25,6 +25,8 @@ func All(cfg Config) []Rule {
 		&StaleNodenameFile{},
 		&IPAMMisbooked{},
 		&IPAMLedgerCorrupt{},
+		&GossipGhostMember{},
+		&GossipIPIdentity{},
 	}
 }
 

@@ -45,6 +45,9 @@ type Snapshot struct {
 	CalicoNode *CalicoNode
 	// Calico is Calico's IPAM ledger, cluster-wide (source "calico").
 	Calico *Calico
+	// Gossip is what gossip clusters say of their members (source
+	// "gossip").
+	Gossip *Gossip
 	// LocalAddresses are the addresses of the host whose conntrack table
 	// is read, read live from it (source "host"); nil offline.
 	LocalAddresses []netip.Addr

@@ -1,0 +1,322 @@
+package rule
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/snapshot"
+)
+
+// GossipGhostMemberID is the stable ID of the gossip-ghost-member rule.
+const GossipGhostMemberID = "gossip-ghost-member"
+
+// GossipIPIdentityID is the stable ID of the gossip-ip-identity rule.
+const GossipIPIdentityID = "gossip-ip-identity"
+
+// GossipGhostMember finds gossip members that outlived their pod's claim
+// on an address (seed 000):
+//
+//   - a failed, dead or left member shares its address with a live member:
+//     the cluster keeps probing and reconnecting to the dead identity at
+//     an address another member now holds;
+//   - a failed or dead member's address is held by a live pod proven to be
+//     another identity: the pod started after the member was last seen
+//     alive, or it lives in another namespace than the cluster's;
+//   - a live member's address is held by no pod and no node: its pod is
+//     gone, and the cluster still counts it;
+//   - a live member's address is held by a pod of another namespace than
+//     the cluster's own: a foreign pod joined by inheriting an address
+//     (memberlist#241).
+//
+// An address is never taken for an identity: a pod at a member's address
+// is that member's pod only when proven by time or namespace.
+type GossipGhostMember struct{}
+
+// KubeKinds says the rule reads Pods and Nodes (snapshot.KindReader).
+func (*GossipGhostMember) KubeKinds() []string { return []string{"Pod", "Node"} }
+
+// Info describes the rule.
+func (*GossipGhostMember) Info() Info {
+	return Info{
+		ID:      GossipGhostMemberID,
+		Sources: []string{"kube", "gossip"},
+		Scope:   ScopeCluster,
+		Columns: []string{"ip", "pod"},
+		Detail: func(f finding.Finding) string {
+			return fmt.Sprintf("%v: %v", f.Evidence["system"], f.Evidence["reason"])
+		},
+		Summary: "a gossip member outlived its pod's claim on its address: the cluster shuns or probes the pod that now holds it, or counts a member that is gone",
+		Fix:     "force the ghost out (consul force-leave -prune, serf force-leave), then give members names that are not their IPs and leave on SIGTERM (see the runbook)",
+		Runbook: "docs/runbooks/gossip-ghost-member.md",
+	}
+}
+
+// gossipSkew is how much later than a member was last seen a pod must have
+// started to be proven another identity: the member's and the pod's
+// clocks differ.
+const gossipSkew = 5 * time.Second
+
+// Evaluate returns the ghost members of every view.
+func (r *GossipGhostMember) Evaluate(s *snapshot.Snapshot) []finding.Finding {
+	if s.Kube == nil || s.Gossip == nil {
+		return nil
+	}
+	holders := podsByIP(s.Kube.Pods)
+	nodeAddrs := map[netip.Addr]string{}
+	for _, n := range s.Kube.Nodes {
+		for _, a := range n.Addresses {
+			nodeAddrs[a.Unmap()] = n.Name
+		}
+	}
+	var out []finding.Finding
+	for vi := range s.Gossip.Views {
+		v := &s.Gossip.Views[vi]
+		ns := clusterNamespace(v, holders)
+		byAddr := map[netip.Addr][]*snapshot.GossipMember{}
+		for i := range v.Members {
+			m := &v.Members[i]
+			byAddr[m.Addr] = append(byAddr[m.Addr], m)
+		}
+		addrs := make([]netip.Addr, 0, len(byAddr))
+		for a := range byAddr {
+			addrs = append(addrs, a)
+		}
+		slices.SortFunc(addrs, func(a, b netip.Addr) int { return a.Compare(b) })
+		for _, a := range addrs {
+			ms := byAddr[a]
+			pods := holders[a]
+			var live, gone []*snapshot.GossipMember
+			for _, m := range ms {
+				if m.Gone() {
+					gone = append(gone, m)
+				} else {
+					live = append(live, m)
+				}
+			}
+			switch {
+			case len(live) > 0 && len(gone) > 0:
+				for _, g := range gone {
+					sev := finding.Critical
+					if g.Status == snapshot.MemberLeft {
+						sev = finding.Warning
+					}
+					out = append(out, ghost(v, a, sev, g, live[0], pods,
+						fmt.Sprintf("%s (%s) and %s (%s) share %s: the cluster still keeps the %s identity at an address %s now holds",
+							g.Name, g.Status, live[0].Name, live[0].Status, a, g.Status, live[0].Name)))
+				}
+			case len(gone) > 0:
+				for _, g := range gone {
+					if g.Status == snapshot.MemberLeft {
+						continue
+					}
+					for _, p := range pods {
+						why := otherIdentity(g, p, ns)
+						if why == "" {
+							continue
+						}
+						out = append(out, ghost(v, a, finding.Critical, g, nil, []*snapshot.Pod{p},
+							fmt.Sprintf("%s is %s, and %s now holds %s (%s): the cluster probes and reconnects to %s at another identity's address",
+								g.Name, g.Status, p.Ref(), a, why, g.Name)))
+					}
+				}
+			}
+			for _, m := range live {
+				if len(pods) == 0 {
+					if _, ok := nodeAddrs[a]; ok || m.Status == snapshot.MemberLeaving {
+						continue
+					}
+					out = append(out, ghost(v, a, finding.Warning, m, nil, nil,
+						fmt.Sprintf("%s is %s at %s, which no pod or node holds: its pod is gone and the cluster still counts it", m.Name, m.Status, a)))
+					continue
+				}
+				for _, p := range pods {
+					if ns != "" && p.Namespace != ns {
+						out = append(out, ghost(v, a, finding.Critical, m, nil, []*snapshot.Pod{p},
+							fmt.Sprintf("%s is %s at %s, which pod %s of namespace %s holds; the cluster's members are in %s: a foreign pod joined by inheriting an address (give the cluster a memberlist Label, or gossip encryption keys)",
+								m.Name, m.Status, a, p.Ref(), p.Namespace, ns)))
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// clusterNamespace is the namespace most pods at the view's live members'
+// addresses are in, when more than half are; "" otherwise.
+func clusterNamespace(v *snapshot.GossipView, holders map[netip.Addr][]*snapshot.Pod) string {
+	count := map[string]int{}
+	n := 0
+	for i := range v.Members {
+		m := &v.Members[i]
+		if m.Gone() {
+			continue
+		}
+		for _, p := range holders[m.Addr] {
+			count[p.Namespace]++
+			n++
+		}
+	}
+	for ns, c := range count {
+		if 2*c > n {
+			return ns
+		}
+	}
+	return ""
+}
+
+// otherIdentity says why pod p cannot be the gone member g, or "" when it
+// may be.
+func otherIdentity(g *snapshot.GossipMember, p *snapshot.Pod, clusterNS string) string {
+	switch {
+	case clusterNS != "" && p.Namespace != clusterNS:
+		return fmt.Sprintf("in namespace %s, not the cluster's %s", p.Namespace, clusterNS)
+	case !g.Since.IsZero() && p.Since().After(g.Since.Add(gossipSkew)):
+		return fmt.Sprintf("started %s, after %s went %s at %s", p.Since().UTC().Format(time.RFC3339), g.Name, g.Status, g.Since.UTC().Format(time.RFC3339))
+	}
+	return ""
+}
+
+func ghost(v *snapshot.GossipView, a netip.Addr, sev finding.Severity, m, other *snapshot.GossipMember, pods []*snapshot.Pod, reason string) finding.Finding {
+	ev := map[string]any{
+		"system": v.System, "view": v.From, "reason": reason,
+		"member": m.Name, "member_state": m.Status, "member_port": int(m.Port),
+	}
+	if v.Local != "" {
+		ev["seen_by"] = v.Local
+	}
+	if !m.Since.IsZero() {
+		ev["member_since"] = m.Since.UTC().Format(time.RFC3339)
+	}
+	if m.Incarnation != 0 {
+		ev["member_incarnation"] = m.Incarnation
+	}
+	if other != nil {
+		ev["other_member"], ev["other_state"] = other.Name, other.Status
+	}
+	sub := finding.Subject{IP: a.String()}
+	var concerns []finding.ObjectRef
+	for i, p := range pods {
+		if i == 0 {
+			sub.Pod, sub.Namespace, sub.Node = p.Ref().String(), p.Namespace, p.Node
+			ev["pod_uid"] = p.UID
+			if !p.Since().IsZero() {
+				ev["pod_since"] = p.Since().UTC().Format(time.RFC3339)
+			}
+		}
+		concerns = append(concerns, finding.ObjectRef{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID})
+	}
+	switch v.System {
+	case "consul":
+		ev["force_leave"] = fmt.Sprintf("consul force-leave -prune %s", m.Name)
+	case "serf":
+		ev["force_leave"] = fmt.Sprintf("serf force-leave %s", m.Name)
+	}
+	return finding.Finding{
+		Rule:     GossipGhostMemberID,
+		Severity: sev,
+		Message:  fmt.Sprintf("%s cluster (seen by %s): %s", v.System, seenBy(v), reason),
+		Subject:  sub,
+		Evidence: ev,
+		Concerns: concerns,
+	}
+}
+
+func seenBy(v *snapshot.GossipView) string {
+	if v.Local != "" {
+		return v.Local + ", " + v.From
+	}
+	return v.From
+}
+
+// GossipIPIdentity finds gossip members whose names are derived from IP
+// addresses (seed 000's root cause): a new pod given a dead pod's address
+// takes its name too, and the cluster takes it for the dead member come
+// back, or refuses it.
+type GossipIPIdentity struct{}
+
+// Info describes the rule.
+func (*GossipIPIdentity) Info() Info {
+	return Info{
+		ID:      GossipIPIdentityID,
+		Sources: []string{"gossip"},
+		Scope:   ScopeCluster,
+		Columns: []string{},
+		Detail: func(f finding.Finding) string {
+			return fmt.Sprintf("%v: %v of %v members named after IPs", f.Evidence["system"], f.Evidence["count"], f.Evidence["members"])
+		},
+		Summary: "gossip members are named after IP addresses: when Kubernetes reissues an address, the new pod inherits the dead pod's identity",
+		Fix:     "name members from the pod UID (downward API) or a random suffix, never the IP; leave on SIGTERM (the ghostwatch/gossip package does both)",
+		Runbook: "docs/runbooks/gossip-ip-identity.md",
+	}
+}
+
+// ipInName matches an IPv4 address written with dots, dashes or
+// underscores, as names derived from addresses spell it (10.0.1.50,
+// ip-10-0-1-50, node_10_0_1_50).
+var ipInName = regexp.MustCompile(`(^|[^0-9])([0-9]{1,3})[._-]([0-9]{1,3})[._-]([0-9]{1,3})[._-]([0-9]{1,3})($|[^0-9])`)
+
+// ipDerived returns the address a name is derived from, or an invalid one.
+func ipDerived(name string) netip.Addr {
+	for _, m := range ipInName.FindAllStringSubmatch(name, -1) {
+		var b [4]byte
+		ok := true
+		for i := range 4 {
+			n, err := strconv.Atoi(m[2+i])
+			if err != nil || n > 255 {
+				ok = false
+				break
+			}
+			b[i] = byte(n)
+		}
+		if ok {
+			return netip.AddrFrom4(b)
+		}
+	}
+	return netip.Addr{}
+}
+
+// Evaluate returns one finding per view with members named after IPs.
+func (r *GossipIPIdentity) Evaluate(s *snapshot.Snapshot) []finding.Finding {
+	if s.Gossip == nil {
+		return nil
+	}
+	var out []finding.Finding
+	for vi := range s.Gossip.Views {
+		v := &s.Gossip.Views[vi]
+		var names []string
+		ownIP := 0
+		for i := range v.Members {
+			m := &v.Members[i]
+			a := ipDerived(m.Name)
+			if !a.IsValid() {
+				continue
+			}
+			names = append(names, m.Name)
+			if a == m.Addr {
+				ownIP++
+			}
+		}
+		if len(names) == 0 {
+			continue
+		}
+		shown := names
+		if len(shown) > 10 {
+			shown = shown[:10]
+		}
+		out = append(out, finding.Finding{
+			Rule:     GossipIPIdentityID,
+			Severity: finding.Warning,
+			Message: fmt.Sprintf("%s cluster (seen by %s): %d of %d members are named after IP addresses (%s%s), %d after their own: a pod given a dead pod's address takes its identity",
+				v.System, seenBy(v), len(names), len(v.Members), strings.Join(shown, ", "), map[bool]string{true: ", ...", false: ""}[len(names) > len(shown)], ownIP),
+			Evidence: map[string]any{"system": v.System, "view": v.From, "count": len(names), "members": len(v.Members), "named_after_ips": names, "named_after_own_ip": ownIP},
+		})
+	}
+	return out
+}

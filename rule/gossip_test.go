@@ -1,0 +1,133 @@
+package rule
+
+import (
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/snapshot"
+)
+
+func member(name, addr, status string) snapshot.GossipMember {
+	return snapshot.GossipMember{Name: name, Addr: netip.MustParseAddr(addr), Port: 8301, Status: status, RawStatus: status}
+}
+
+// gossipCluster is a Consul cluster of namespace shop: consul-0 and
+// consul-1 run in pods, a third member on a node's address.
+func gossipCluster(members ...snapshot.GossipMember) *snapshot.Snapshot {
+	base := []snapshot.GossipMember{
+		member("consul-0", "10.244.1.10", snapshot.MemberAlive),
+		member("consul-1", "10.244.1.11", snapshot.MemberAlive),
+		member("node-agent", "192.168.1.5", snapshot.MemberAlive),
+	}
+	return &snapshot.Snapshot{
+		Taken: t0.Add(time.Hour),
+		Kube: &snapshot.Kube{
+			Pods: []snapshot.Pod{
+				pod("shop", "consul-0", "u0", "10.244.1.10", t0),
+				pod("shop", "consul-1", "u1", "10.244.1.11", t0),
+			},
+			Nodes: []snapshot.Node{{Name: "node-a", Addresses: []netip.Addr{netip.MustParseAddr("192.168.1.5")}}},
+		},
+		Gossip: &snapshot.Gossip{Views: []snapshot.GossipView{{System: "consul", From: "members.txt", Members: append(base, members...)}}},
+	}
+}
+
+func TestGossipGhostMember(t *testing.T) {
+	type got struct {
+		IP, Member string
+		Sev        finding.Severity
+	}
+	wentAt := t0.Add(30 * time.Minute)
+	for _, tc := range []struct {
+		name string
+		mod  func(s *snapshot.Snapshot)
+		want []got
+		says string
+	}{
+		{"a healthy cluster", nil, nil, ""},
+		{"seed 000: the failed member and the new pod's member share the address", func(s *snapshot.Snapshot) {
+			v := &s.Gossip.Views[0]
+			v.Members = append(v.Members, member("node-abc-old", "10.244.1.50", snapshot.MemberFailed), member("node-xyz-new", "10.244.1.50", snapshot.MemberAlive))
+			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "consul-2", "u2", "10.244.1.50", t0.Add(50*time.Minute)))
+		}, []got{{"10.244.1.50", "node-abc-old", finding.Critical}}, "node-abc-old (failed) and node-xyz-new (alive) share 10.244.1.50"},
+		{"a left member shares it: a warning", func(s *snapshot.Snapshot) {
+			v := &s.Gossip.Views[0]
+			v.Members = append(v.Members, member("old", "10.244.1.50", snapshot.MemberLeft), member("new", "10.244.1.50", snapshot.MemberAlive))
+			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "consul-2", "u2", "10.244.1.50", t0))
+		}, []got{{"10.244.1.50", "old", finding.Warning}}, ""},
+		{"a dead member's address went to a pod started after it died", func(s *snapshot.Snapshot) {
+			m := member("cache-a", "10.244.1.50", snapshot.MemberDead)
+			m.Since = wentAt
+			s.Gossip.Views[0].Members = append(s.Gossip.Views[0].Members, m)
+			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "web", "u9", "10.244.1.50", wentAt.Add(time.Minute)))
+		}, []got{{"10.244.1.50", "cache-a", finding.Critical}}, "shop/web now holds 10.244.1.50 (started"},
+		{"a dead member whose pod may be the one at its address: not proven", func(s *snapshot.Snapshot) {
+			m := member("cache-a", "10.244.1.50", snapshot.MemberDead)
+			m.Since = wentAt
+			s.Gossip.Views[0].Members = append(s.Gossip.Views[0].Members, m)
+			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "cache-a", "u9", "10.244.1.50", t0))
+		}, nil, ""},
+		{"a failed member, time unknown, the pod in the cluster's namespace: not proven", func(s *snapshot.Snapshot) {
+			s.Gossip.Views[0].Members = append(s.Gossip.Views[0].Members, member("cache-a", "10.244.1.50", snapshot.MemberFailed))
+			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "web", "u9", "10.244.1.50", t0))
+		}, nil, ""},
+		{"a failed member's address held in another namespace", func(s *snapshot.Snapshot) {
+			s.Gossip.Views[0].Members = append(s.Gossip.Views[0].Members, member("cache-a", "10.244.1.50", snapshot.MemberFailed))
+			s.Kube.Pods = append(s.Kube.Pods, pod("billing", "web", "u9", "10.244.1.50", t0))
+		}, []got{{"10.244.1.50", "cache-a", finding.Critical}}, "in namespace billing, not the cluster's shop"},
+		{"an alive member no pod or node holds", func(s *snapshot.Snapshot) {
+			s.Gossip.Views[0].Members = append(s.Gossip.Views[0].Members, member("consul-9", "10.244.1.99", snapshot.MemberAlive))
+		}, []got{{"10.244.1.99", "consul-9", finding.Warning}}, "which no pod or node holds"},
+		{"memberlist#241: a pod of another namespace joined", func(s *snapshot.Snapshot) {
+			s.Gossip.Views[0].Members = append(s.Gossip.Views[0].Members, member("alertmanager-1", "10.244.1.60", snapshot.MemberAlive))
+			s.Kube.Pods = append(s.Kube.Pods, pod("monitoring", "alertmanager-1", "u8", "10.244.1.60", t0))
+		}, []got{{"10.244.1.60", "alertmanager-1", finding.Critical}}, "a foreign pod joined by inheriting an address"},
+		{"hostNetwork pods and the view's own node addresses are no ghosts", func(s *snapshot.Snapshot) {
+			s.Kube.Pods = append(s.Kube.Pods, hostNet(pod("kube-system", "agent", "u7", "192.168.1.5", t0)))
+		}, nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := gossipCluster()
+			if tc.mod != nil {
+				tc.mod(s)
+			}
+			fs := (&GossipGhostMember{}).Evaluate(s)
+			var have []got
+			for _, f := range fs {
+				have = append(have, got{f.Subject.IP, f.Evidence["member"].(string), f.Severity})
+				if f.Evidence["force_leave"] != "consul force-leave -prune "+f.Evidence["member"].(string) {
+					t.Errorf("force_leave %v", f.Evidence["force_leave"])
+				}
+			}
+			if !reflect.DeepEqual(have, tc.want) {
+				t.Fatalf("got %+v, want %+v", have, tc.want)
+			}
+			if tc.says != "" && !strings.Contains(fs[0].Message, tc.says) {
+				t.Errorf("message %q lacks %q", fs[0].Message, tc.says)
+			}
+		})
+	}
+}
+
+func TestGossipIPIdentity(t *testing.T) {
+	for name, want := range map[string]string{
+		"node-10.0.1.50": "10.0.1.50", "ip-10-0-1-50": "10.0.1.50", "cache_10_244_3_7.local": "10.244.3.7",
+		"consul-0": "invalid IP", "a1b2c3d4-uid": "invalid IP", "app-1-2-3-400": "invalid IP", "v1.26.8": "invalid IP",
+	} {
+		if got := ipDerived(name).String(); got != want {
+			t.Errorf("ipDerived(%q) = %s, want %s", name, got, want)
+		}
+	}
+	s := gossipCluster(member("node-10.244.1.50", "10.244.1.50", snapshot.MemberAlive), member("ip-10-244-1-7", "10.244.1.51", snapshot.MemberFailed))
+	fs := (&GossipIPIdentity{}).Evaluate(s)
+	if len(fs) != 1 || fs[0].Severity != finding.Warning || fs[0].Evidence["count"] != 2 || fs[0].Evidence["named_after_own_ip"] != 1 {
+		t.Fatalf("findings %+v", fs)
+	}
+	if fs := (&GossipIPIdentity{}).Evaluate(gossipCluster()); len(fs) != 0 {
+		t.Errorf("names from no IP: %+v", fs)
+	}
+}

@@ -1,0 +1,106 @@
+package gossip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/ghostwatch/ghostwatch/internal/text"
+	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source"
+)
+
+// Name is the source's name.
+const Name = "gossip"
+
+// maxFile bounds what one saved member list may hold: a cluster of 100,000
+// members is ~30 MB of consul members -detailed.
+const maxFile = 64 << 20
+
+// FileSource reads saved member lists (--gossip-members), one view per
+// file; "-" is Stdin.
+type FileSource struct {
+	Paths []string
+	Stdin io.Reader
+}
+
+// Name returns "gossip".
+func (*FileSource) Name() string { return Name }
+
+// Collect reads every file; one that cannot be read or parsed fails the
+// source, and no view of it is judged.
+func (f *FileSource) Collect(_ context.Context, s *snapshot.Snapshot) error {
+	g := &snapshot.Gossip{}
+	for _, p := range f.Paths {
+		data, err := f.read(p)
+		if err != nil {
+			return err
+		}
+		v, err := Parse(p, data)
+		if err != nil {
+			return err
+		}
+		g.Views = append(g.Views, *v)
+	}
+	s.Gossip = g
+	return nil
+}
+
+func (f *FileSource) read(p string) ([]byte, error) {
+	var r io.Reader
+	if p == "-" {
+		if f.Stdin == nil {
+			return nil, errors.New("-: no stdin")
+		}
+		r = f.Stdin
+	} else {
+		fh, err := os.Open(p)
+		if err != nil {
+			return nil, err
+		}
+		defer fh.Close()
+		r = fh
+	}
+	data, err := io.ReadAll(io.LimitReader(r, maxFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	if len(data) > maxFile {
+		return nil, fmt.Errorf("%s: more than %d MiB: not a member list", p, maxFile>>20)
+	}
+	return data, nil
+}
+
+// Describe says what was read.
+func (*FileSource) Describe(s *snapshot.Snapshot) string { return describe(s.Gossip) }
+
+func describe(g *snapshot.Gossip) string {
+	if g == nil {
+		return ""
+	}
+	members, gone := 0, 0
+	for _, v := range g.Views {
+		members += len(v.Members)
+		for i := range v.Members {
+			if v.Members[i].Gone() {
+				gone++
+			}
+		}
+	}
+	return fmt.Sprintf("%s, %s (%d failed, dead or left)", text.Count(len(g.Views), "view", "views"), text.Count(members, "member", "members"), gone)
+}
+
+// NotGiven is the gossip source of a scan given no member list: reading the
+// members live (from pods annotated ghostwatch.io/gossip) is not built
+// yet, so the gossip rules are not applicable, and say how to feed them.
+type NotGiven struct{}
+
+// Name returns "gossip".
+func (NotGiven) Name() string { return Name }
+
+// Collect reports the source unsupported.
+func (NotGiven) Collect(context.Context, *snapshot.Snapshot) error {
+	return source.Unsupported("no member list given: save one (consul members -detailed, curl $CONSUL_HTTP_ADDR/v1/agent/members, serf members -format=json) and pass it with --gossip-members")
+}
