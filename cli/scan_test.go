@@ -296,3 +296,22 @@ func TestScanCalicoSource(t *testing.T) {
 		t.Errorf("live: %#v, %v", src, err)
 	}
 }
+
+// A member list that cannot be read stops the scan with its file and line;
+// one given to a scan whose rules read none is refused.
+func TestScanGossipMembersErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "members.txt")
+	if err := os.WriteFile(bad, []byte("Node Address Status\nn1 10.0.0.1:8301 zombie\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objects := "testdata/scan/gossip-reuse/objects.yaml"
+	code, _, errOut := run(t, "", "scan", "--kube-objects", objects, "--gossip-members", bad, "--rule", "gossip-ghost-member")
+	if code != ExitError || !strings.Contains(errOut, bad+`:2: n1: status "zombie"`) {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+	code, _, errOut = run(t, "", "scan", "--kube-objects", objects, "--gossip-members", bad, "--rule", "duplicate-pod-ip")
+	if code != ExitError || !strings.Contains(errOut, "--gossip-members: no rule of this scan reads gossip members") {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+}
