@@ -33,6 +33,7 @@ type scanOptions struct {
 	kubeObjects       []string
 	conntrackFile     string
 	gossipMembers     []string
+	consulAddrs       []string
 	capturedAt        string
 	nodeName          string
 	nodePortAddresses []string
@@ -82,6 +83,7 @@ source was incomplete (then no finding is claimed for what it would have read).`
 	f.StringArrayVar(&o.kubeObjects, "kube-objects", nil, "read cluster objects from this file instead of the API server (kubectl get ... -o yaml|json output; repeatable)")
 	f.StringVar(&o.conntrackFile, "conntrack-file", "", "read flows from this `FILE`, a conntrack -L listing, instead of the kernel (\"-\" for stdin)")
 	f.StringArrayVar(&o.gossipMembers, "gossip-members", nil, "read a gossip cluster's member list from this `FILE` (repeatable, one cluster's view each, \"-\" for stdin): consul members -detailed, the Consul API's /v1/agent/members, serf members -format=json, or the member list of the ghostwatch/gossip package; the format is detected from the content")
+	f.StringArrayVar(&o.consulAddrs, "consul", nil, "read the members of the Consul agent at this `ADDR` live (http://host:8500 or https://host:8501; repeatable), with CONSUL_HTTP_TOKEN (or CONSUL_HTTP_TOKEN_FILE) and CONSUL_CACERT as consul's CLI reads them")
 	f.StringVar(&o.nodeName, "node-name", "", "the Node this scan runs on: its addresses are the NodePort frontends (default $NODE_NAME, else the hostname)")
 	f.StringSliceVar(&o.serviceCIDRs, "service-cidr", nil, "the cluster's service IP ranges (kube-apiserver's --service-cluster-ip-range), in addition to its ServiceCIDR objects: a flow to an address in one that no Service holds was opened to a deleted Service. Needed only before Kubernetes 1.33 or when the saved objects hold no ServiceCIDR")
 	f.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "CIDRs on which NodePorts are served, as kube-proxy's --nodeport-addresses (default: the Node's addresses and, read live, every address of this host, as kube-proxy's default)")
@@ -189,13 +191,26 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 		sources = append(sources, src)
 	}
 	if len(rule.ReadersOf(rules, gossip.Name)) > 0 {
-		if len(o.gossipMembers) > 0 {
+		switch {
+		case len(o.gossipMembers) > 0 && len(o.consulAddrs) > 0:
+			return withCode(ExitError, errors.New("--gossip-members and --consul: give saved member lists or live agents, not both"))
+		case len(o.gossipMembers) > 0:
 			sources = append(sources, &gossip.FileSource{Paths: o.gossipMembers, Stdin: streams.In})
-		} else {
+		case len(o.consulAddrs) > 0:
+			src := &gossip.ConsulSource{}
+			for _, a := range o.consulAddrs {
+				c, err := gossip.ConsulFromEnv(a)
+				if err != nil {
+					return withCode(ExitError, fmt.Errorf("--consul %s: %w", a, err))
+				}
+				src.Agents = append(src.Agents, c)
+			}
+			sources = append(sources, src)
+		default:
 			sources = append(sources, gossip.NotGiven{})
 		}
-	} else if len(o.gossipMembers) > 0 {
-		return withCode(ExitError, fmt.Errorf("--gossip-members: no rule of this scan reads gossip members (%s)", strings.Join(rule.IDs(rules), ", ")))
+	} else if len(o.gossipMembers)+len(o.consulAddrs) > 0 {
+		return withCode(ExitError, fmt.Errorf("--gossip-members, --consul: no rule of this scan reads gossip members (%s)", strings.Join(rule.IDs(rules), ", ")))
 	}
 	if readsTable && o.conntrackFile == "" && len(npa) == 0 {
 		sources = append(sources, &host.Addresses{})

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"github.com/ghostwatch/ghostwatch/rule"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -311,7 +313,39 @@ func TestScanGossipMembersErrors(t *testing.T) {
 		t.Errorf("exit %d, stderr %q", code, errOut)
 	}
 	code, _, errOut = run(t, "", "scan", "--kube-objects", objects, "--gossip-members", bad, "--rule", "duplicate-pod-ip")
-	if code != ExitError || !strings.Contains(errOut, "--gossip-members: no rule of this scan reads gossip members") {
+	if code != ExitError || !strings.Contains(errOut, "--gossip-members, --consul: no rule of this scan reads gossip members") {
 		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+}
+
+// scan --consul reads a Consul agent's members live, with the token
+// consul's CLI takes from the environment.
+func TestScanConsulLive(t *testing.T) {
+	members, err := os.ReadFile("../source/gossip/testdata/consul-api.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Header.Get("X-Consul-Token") != "reader":
+			http.Error(w, "Permission denied", http.StatusForbidden)
+		case r.URL.Path == "/v1/agent/members":
+			w.Write(members)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	args := []string{"scan", "--kube-objects", "testdata/scan/gossip-reuse/objects.yaml", "--consul", srv.URL, "--rule", "gossip-ghost-member", "-o", "json"}
+	t.Setenv("CONSUL_HTTP_TOKEN", "reader")
+	code, out, errOut := run(t, "", args...)
+	if code != ExitFindings || !strings.Contains(out, `"ip": "10.0.1.50"`) || !strings.Contains(out, `"force_leave": "consul force-leave -prune node-abc-old"`) {
+		t.Errorf("exit %d, stdout %s, stderr %s", code, out, errOut)
+	}
+	// Without the token: a degraded source, and no finding claimed.
+	t.Setenv("CONSUL_HTTP_TOKEN", "")
+	code, _, errOut = run(t, "", args...)
+	if code != ExitError || !strings.Contains(errOut, "ACL denied") {
+		t.Errorf("without a token: exit %d, stderr %s", code, errOut)
 	}
 }

@@ -1,0 +1,191 @@
+package gossip
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/ghostwatch/ghostwatch/snapshot"
+)
+
+// Consul is a Consul agent's HTTP API, as consul's own CLI reaches it:
+// CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN (or CONSUL_HTTP_TOKEN_FILE) and
+// CONSUL_CACERT.
+type Consul struct {
+	// Addr is the agent's address: http://host:8500, https://host:8501,
+	// or host:port (http).
+	Addr string
+	// Token is the ACL token sent as X-Consul-Token; empty sends none.
+	Token string
+	// Client does the requests; nil means one with a 10 s timeout and,
+	// for https, the system's roots (ConsulFromEnv adds CONSUL_CACERT's).
+	Client *http.Client
+}
+
+// ConsulFromEnv returns the agent the environment names, as consul's CLI
+// reads it; addr, when not empty, overrides CONSUL_HTTP_ADDR.
+func ConsulFromEnv(addr string) (*Consul, error) {
+	c := &Consul{Addr: addr}
+	if c.Addr == "" {
+		c.Addr = os.Getenv("CONSUL_HTTP_ADDR")
+	}
+	if c.Addr == "" {
+		c.Addr = "127.0.0.1:8500"
+	}
+	c.Token = os.Getenv("CONSUL_HTTP_TOKEN")
+	if f := os.Getenv("CONSUL_HTTP_TOKEN_FILE"); c.Token == "" && f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("CONSUL_HTTP_TOKEN_FILE: %w", err)
+		}
+		c.Token = strings.TrimSpace(string(b))
+	}
+	if ca := os.Getenv("CONSUL_CACERT"); ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("CONSUL_CACERT: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("CONSUL_CACERT %s: no PEM certificate in it", ca)
+		}
+		c.Client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	}
+	return c, nil
+}
+
+func (c *Consul) base() (*url.URL, error) {
+	a := c.Addr
+	if !strings.Contains(a, "://") {
+		a = "http://" + a
+	}
+	u, err := url.Parse(a)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("consul address %q: want http://host:port or https://host:port", c.Addr)
+	}
+	return u, nil
+}
+
+func (c *Consul) do(ctx context.Context, method, path string, query url.Values) ([]byte, error) {
+	u, err := c.base()
+	if err != nil {
+		return nil, err
+	}
+	u = u.JoinPath(path)
+	u.RawQuery = query.Encode()
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	if c.Token != "" {
+		req.Header.Set("X-Consul-Token", c.Token)
+	}
+	client := c.Client
+	if client == nil {
+		client = &http.Client{Timeout: 10 * time.Second}
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return nil, fmt.Errorf("consul %s %s: %w", method, u.Redacted(), err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("consul %s %s: reading the answer: %w", method, u.Redacted(), err)
+	}
+	if len(body) > maxFile {
+		return nil, fmt.Errorf("consul %s %s: more than %d MiB", method, u.Redacted(), maxFile>>20)
+	}
+	switch {
+	case resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusUnauthorized:
+		hint := "set CONSUL_HTTP_TOKEN (or CONSUL_HTTP_TOKEN_FILE) to a token"
+		if c.Token != "" {
+			hint = "the token given lacks the permission"
+		}
+		return nil, fmt.Errorf("consul %s %s: %s (ACL denied: %s; %s)", method, u.Redacted(), resp.Status, strings.TrimSpace(string(body)), hint)
+	case resp.StatusCode/100 != 2:
+		return nil, fmt.Errorf("consul %s %s: %s: %s", method, u.Redacted(), resp.Status, strings.TrimSpace(string(body)))
+	}
+	return body, nil
+}
+
+// Members returns the agent's view of its LAN members
+// (GET /v1/agent/members). Reading it needs node:read on every member
+// (agent:read for the agent's own).
+func (c *Consul) Members(ctx context.Context) (*snapshot.GossipView, error) {
+	body, err := c.do(ctx, http.MethodGet, "/v1/agent/members", nil)
+	if err != nil {
+		return nil, err
+	}
+	v, err := parseConsulAPI(body)
+	if err != nil {
+		return nil, fmt.Errorf("consul %s/v1/agent/members:%w", c.Addr, err)
+	}
+	if err := checkNames(v); err != nil {
+		return nil, fmt.Errorf("consul %s/v1/agent/members: %w", c.Addr, err)
+	}
+	v.From = c.Addr
+	if self, err := c.do(ctx, http.MethodGet, "/v1/agent/self", nil); err == nil {
+		v.Local = selfName(self)
+	}
+	return v, nil
+}
+
+// ForceLeave forces node out of the cluster, pruning it from the member
+// list at once (PUT /v1/agent/force-leave/<node>?prune=1). It needs
+// operator:write.
+func (c *Consul) ForceLeave(ctx context.Context, node string) error {
+	_, err := c.do(ctx, http.MethodPut, "/v1/agent/force-leave/"+url.PathEscape(node), url.Values{"prune": {"1"}})
+	return err
+}
+
+// selfName is the agent's node name in /v1/agent/self's answer, or "".
+func selfName(body []byte) string {
+	var self struct {
+		Config struct{ NodeName string }
+	}
+	if json.Unmarshal(body, &self) != nil {
+		return ""
+	}
+	return self.Config.NodeName
+}
+
+// ConsulSource reads the members of Consul agents live, one view each.
+type ConsulSource struct {
+	Agents []*Consul
+}
+
+// Name returns "gossip".
+func (*ConsulSource) Name() string { return Name }
+
+// Collect asks every agent; one that cannot be read (unreachable, ACL
+// denied, TLS refused) fails the source: no view is judged on part of the
+// evidence.
+func (c *ConsulSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
+	g := &snapshot.Gossip{}
+	for _, a := range c.Agents {
+		v, err := a.Members(ctx)
+		if err != nil {
+			return err
+		}
+		g.Views = append(g.Views, *v)
+	}
+	s.Gossip = g
+	return nil
+}
+
+// Describe says what was read.
+func (*ConsulSource) Describe(s *snapshot.Snapshot) string { return describe(s.Gossip) }
