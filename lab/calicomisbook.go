@@ -211,9 +211,6 @@ func CalicoMisbook(ctx context.Context, o CalicoMisbookOptions) (res *CalicoMisb
 		return nil, err
 	}
 	m.summary()
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
 	return m.res, nil
 }
 
@@ -272,7 +269,7 @@ func (m *misbook) close() error {
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("cleaning up the lab: %s is left: %v", dir, err)
 	}
-	m.tl.logf("lab", "stopped calico-kube-controllers, kube-controller-manager, kube-apiserver and etcd; removed %s", dir)
+	m.tl.logf("lab", "stopped every process it started; removed %s", dir)
 	return nil
 }
 
@@ -299,7 +296,7 @@ func (m *misbook) setup(ctx context.Context, calicoBin string) (err error) {
 	}
 	var pools []string
 	for i, n := range names {
-		pools = append(pools, fmt.Sprintf("%s 10.244.0.%d/30", n, 4*i))
+		pools = append(pools, fmt.Sprintf("%s %s", n, calico.NodePoolCIDR(i)))
 	}
 	tl.logf("calico", "IP pools: one block of 4 addresses for each node (%s); Calico's default is blocks of 64, any node's", strings.Join(pools, ", "))
 	kc, err := m.c.StartKubeControllers(ctx, calico.KubeControllersOptions{LeakGracePeriod: m.grace})

@@ -123,7 +123,7 @@ func TestCalicoMisbookScenario(t *testing.T) {
 		}
 	}
 	// Every process stopped, every file removed.
-	m := regexp.MustCompile(`lab: +stopped .*; removed (\S+)\n$`).FindStringSubmatch(tl)
+	m := regexp.MustCompile(`lab: +stopped every process it started; removed (\S+)\n$`).FindStringSubmatch(tl)
 	if m == nil {
 		t.Fatalf("the timeline does not end with the cleanup:\n%s", tl)
 	}

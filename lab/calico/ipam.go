@@ -166,14 +166,19 @@ kind: IPPool
 metadata:
   name: %[1]s
 spec:
-  cidr: %[2]s/30
+  cidr: %[2]s
   blockSize: 30
   ipipMode: Never
   vxlanMode: Never
   nodeSelector: kubernetes.io/hostname == '%[1]s'
-`, n, netip.AddrFrom4([4]byte{10, 244, 0, byte(4 * i)}))
+`, n, NodePoolCIDR(i))
 	}
 	return b.String()
+}
+
+// NodePoolCIDR is the CIDR of NodePools' pool for its i-th node.
+func NodePoolCIDR(i int) netip.Prefix {
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, 0, byte(4 * i)}), 30)
 }
 
 // IPAMHandle is an IPAMHandle's spec: how many addresses the handle holds

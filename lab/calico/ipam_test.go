@@ -141,3 +141,19 @@ func TestPluginConf(t *testing.T) {
 		t.Errorf("a configuration without calico: %v", err)
 	}
 }
+
+func TestNodePools(t *testing.T) {
+	got := NodePools("node-a", "node-b")
+	for _, want := range []string{
+		"name: node-a\nspec:\n  cidr: 10.244.0.0/30\n  blockSize: 30\n",
+		"---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata:\n  name: node-b\nspec:\n  cidr: 10.244.0.4/30\n",
+		"nodeSelector: kubernetes.io/hostname == 'node-b'\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("NodePools lacks %q:\n%s", want, got)
+		}
+	}
+	if NodePoolCIDR(3).String() != "10.244.0.12/30" {
+		t.Errorf("NodePoolCIDR(3) = %s", NodePoolCIDR(3))
+	}
+}
