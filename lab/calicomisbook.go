@@ -103,8 +103,9 @@ type MisbookEnding struct {
 	FixedAt        *float64 `json:"fixed_at_seconds,omitempty"`
 	RecreatedPod   string   `json:"recreated_pod,omitempty"`
 	RecreatedPodIP string   `json:"recreated_pod_ip,omitempty"`
-	// FreedAt is when calico-kube-controllers freed PodIP under the
-	// running pod (seen in the datastore), null when it did not.
+	// FreedAt is when calico-kube-controllers freed the address of the
+	// ending's running pod (PodIP, or RecreatedPodIP once re-created), as
+	// the datastore showed it; null when it did not.
 	FreedAt       *float64 `json:"freed_at_seconds"`
 	FreedInWindow bool     `json:"freed_in_window"`
 	// NextPod is the next pod on BookedAs's node: it got NextPodIP, which
@@ -428,6 +429,7 @@ func (m *misbook) fix(ctx context.Context) error {
 	}
 	e.recreated = p
 	e.result.RecreatedPod, e.result.RecreatedPodIP = p.Ref(), p.IP.String()
+	m.kcLog.watch(p.IP)
 	tl.logf("kubelet", "%s: pod %s, re-created by its controller: calico-ipam ADD -> %s", e.node, p.Ref(), p.IP)
 	if err := m.ledger(ctx, p); err != nil {
 		return err
