@@ -304,7 +304,7 @@ func (m *misbook) setup(ctx context.Context, calicoBin string) (err error) {
 	if err != nil {
 		return err
 	}
-	m.kcLog = &collectorLog{path: kc.Log(), tl: tl, ips: map[string]bool{}, said: map[string]bool{}}
+	m.kcLog = &collectorLog{path: kc.Log(), tl: tl, pods: map[string]bool{}, said: map[string]bool{}}
 	tl.logf("calico", "calico-kube-controllers running its node controller, whose leak collector scans every %s: leakGracePeriod %s (Calico's default: 15m)", m.grace/2, m.grace)
 
 	for _, as := range []string{leftAloneAs, fixedAs} {
@@ -352,13 +352,15 @@ func (m *misbook) book(ctx context.Context) error {
 	m.alone = &ending{node: leftAloneNode, as: leftAloneAs, result: &MisbookEnding{}}
 	m.fixed = &ending{node: fixedNode, as: fixedAs, result: &MisbookEnding{Fixed: true}}
 	for _, e := range []*ending{m.alone, m.fixed} {
-		p, err := m.run(ctx, e.node, "csi-node-driver-"+strings.TrimPrefix(e.node, "node-"))
+		name := "csi-node-driver-" + strings.TrimPrefix(e.node, "node-")
+		// Before its ADD: the collector may judge it at once.
+		m.kcLog.watch(misbookNS + "/" + name)
+		p, err := m.run(ctx, e.node, name)
 		if err != nil {
 			return err
 		}
 		e.pod = p
 		*e.result = MisbookEnding{Fixed: e.result.Fixed, Node: e.node, BookedAs: p.BookedAs, Pod: p.Ref(), PodIP: p.IP.String(), BookedAt: tl.since(p.Started)}
-		m.kcLog.watch(p.IP)
 		tl.logf("kubelet", "%s: pod %s: calico-ipam ADD -> %s", e.node, p.Ref(), p.IP)
 		if line := m.cniLog(e.node, p); line != "" {
 			tl.logf("calico-ipam", "%s's CNI log: %s", e.node, line)
@@ -399,9 +401,10 @@ func (m *misbook) fix(ctx context.Context) error {
 	tl.section("%s fixed as ghostwatch says, before the collector frees its pod's address; %s left alone", e.node, m.alone.node)
 	// Once the collector holds the address for a leak too, as an
 	// operator answering the finding would find it: at its first scan
-	// after the booking, at most half a grace later.
-	deadline := e.pod.Started.Add(m.grace/2 + 2*time.Second)
-	for !m.kcLog.logged("Candidate IP leak", e.pod.IP) && time.Now().Before(deadline) {
+	// after the booking, at most half a grace later (waited for up to
+	// three quarters, still before the window opens).
+	deadline := e.pod.Started.Add(m.grace * 3 / 4)
+	for !m.kcLog.logged("Candidate IP leak", e.pod.Ref()) && time.Now().Before(deadline) {
 		if err := m.tick(ctx); err != nil {
 			return err
 		}
@@ -423,13 +426,13 @@ func (m *misbook) fix(ctx context.Context) error {
 	if err := m.ledger(ctx, e.pod); err != nil {
 		return err
 	}
+	m.kcLog.watch(e.pod.Ref() + "-2")
 	p, err := m.run(ctx, e.node, e.pod.Name+"-2")
 	if err != nil {
 		return err
 	}
 	e.recreated = p
 	e.result.RecreatedPod, e.result.RecreatedPodIP = p.Ref(), p.IP.String()
-	m.kcLog.watch(p.IP)
 	tl.logf("kubelet", "%s: pod %s, re-created by its controller: calico-ipam ADD -> %s", e.node, p.Ref(), p.IP)
 	if err := m.ledger(ctx, p); err != nil {
 		return err
@@ -742,8 +745,8 @@ func seconds(tl *timeline, t time.Time) *float64 {
 	return &s
 }
 
-// collectorLog prints kube-controllers' judgements of the watched
-// addresses as its log says them, once each: the judgement repeats at
+// collectorLog prints kube-controllers' judgements of the watched pods'
+// allocations as its log says them, once each: the judgement repeats at
 // every scan.
 type collectorLog struct {
 	mu   sync.Mutex
@@ -751,7 +754,10 @@ type collectorLog struct {
 	off  int64
 	rest string
 	tl   *timeline
-	ips  map[string]bool
+	// pods are the watched pods (namespace/name), as the log names an
+	// allocation's pod: known before the address is.
+	pods map[string]bool
+	// said holds what was printed, by words and pod.
 	said map[string]bool
 }
 
@@ -767,18 +773,19 @@ var collectorLine = regexp.MustCompile(`^\S+ \S+ \[\w+\]\[\d+\] \S+ \d+: (.*?)((
 
 var collectorField = regexp.MustCompile(`(\w+)=("[^"]*"|\S+)`)
 
-func (l *collectorLog) watch(ip netip.Addr) {
+// watch has the lines about pod's allocations printed from the next poll.
+func (l *collectorLog) watch(pod string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.ips[ip.String()] = true
+	l.pods[pod] = true
 }
 
 // logged reports whether the log said words (one of collectorWords) about
-// ip.
-func (l *collectorLog) logged(words string, ip netip.Addr) bool {
+// pod's allocation.
+func (l *collectorLog) logged(words, pod string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.said[words+ip.String()]
+	return l.said[words+" "+pod]
 }
 
 func (l *collectorLog) run(ctx context.Context) {
@@ -817,14 +824,14 @@ func (l *collectorLog) poll() {
 		for _, kv := range collectorField.FindAllStringSubmatch(s[2], -1) {
 			fields[kv[1]] = strings.Trim(kv[2], `"`)
 		}
-		if !l.ips[fields["ip"]] {
+		if !l.pods[fields["pod"]] {
 			continue
 		}
 		i := slices.IndexFunc(collectorWords, func(w string) bool { return strings.HasPrefix(msg, w) })
-		if i < 0 || l.said[collectorWords[i]+fields["ip"]] {
+		if i < 0 || l.said[collectorWords[i]+" "+fields["pod"]] {
 			continue
 		}
-		l.said[collectorWords[i]+fields["ip"]] = true
+		l.said[collectorWords[i]+" "+fields["pod"]] = true
 		var kv []string
 		for _, k := range []string{"ip", "pod", "node", "old", "new"} {
 			if v, ok := fields[k]; ok {
