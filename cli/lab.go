@@ -44,8 +44,11 @@ binaries scripts/kube-binaries.sh builds (--kube-bin, default
 $GHOSTWATCH_KUBE_BIN). The agent and the scans then read the cluster with the
 identity deploy/agent grants.
 
-It needs root. It touches nothing outside the namespaces it creates (all named
-<prefix>-*) but its lock file, and removes them however it ends: done, Ctrl-C,
+hostlocal-wipe and calico-misbook play IPAM incidents with the real CNI
+plugins and need neither root nor a network namespace: see their help.
+
+The others need root. Each touches nothing outside the namespaces it creates
+(all named <prefix>-*) but its lock file, and removes them however it ends: done, Ctrl-C,
 SIGTERM, the terminal closing (SIGHUP), or its output closing (piped into head,
 it stops once head has read enough, rather than run on unseen).
 
@@ -80,6 +83,7 @@ ClusterIP. The database pod is replaced. The pool keeps using its connection, wh
 the kernel still translates to the deleted pod: every query times out, while new
 connections work. ghostwatch reports the stale NAT flow.`),
 		newHostLocalWipeCommand(streams),
+		newCalicoMisbookCommand(streams),
 		newLabCleanupCommand(streams),
 	)
 	return cmd
@@ -135,6 +139,84 @@ builds it (--cni-bin, default $GHOSTWATCH_CNI_BIN).`,
 	return cmd
 }
 
+func newCalicoMisbookCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	var o lab.CalicoMisbookOptions
+	var output string
+	cmd := &cobra.Command{
+		Use:   "calico-misbook",
+		Short: "Seed 002: Calico books a pod under a stale node name, its leak collector frees the address while the pod runs, and the next pod gets it",
+		Long: `Seed 002 (Calico issue #12257) on a real API server with Calico v3.30.1's own
+binaries: calico-ipam booking pod addresses, called as a runtime calls it, and
+calico-kube-controllers' leak collector freeing them.
+
+node-b and node-d run three pods each. node-a and node-c join, re-imaged from
+node-b's and node-d's disks: their /var/lib/calico/nodename still names that
+node, and their Calico CNI configuration names none, so calico-ipam books
+their first pods under the stale name, in the other node's block. ghostwatch
+reports the stale file on each node (stale-nodename-file, on the node's files
+as its agent reads them) and the misbooked allocations (ipam-misbooked, on the
+cluster as ghostwatch scan reads it), with the window in which the collector
+frees each address.
+
+The incident then ends twice from that state, on one cluster. node-c is fixed
+as ghostwatch says, before its window opens: its nodename file corrected, its
+pod re-created. node-a is left alone: the collector frees its pod's address
+while the pod runs (its log: "Pod rescheduled on new node"), ghostwatch
+reports ipam-unbooked-ip, and the next pod on node-b gets the address:
+duplicate-pod-ip. Nothing of node-c's is freed, and the next pod on node-d
+gets an address no running pod holds.
+
+The collector runs with --leak-grace-period: 20s by default, where Calico's
+default is 15m (the lab would last half an hour). The lab takes about ten
+seconds plus two grace periods: under a minute by default.
+
+It needs etcd, kube-apiserver and kube-controller-manager, which
+scripts/kube-binaries.sh builds (about 10 minutes, once; --kube-bin, default
+$GHOSTWATCH_KUBE_BIN), and calico-kube-controllers, calicoctl and calico-ipam,
+which scripts/calico-binaries.sh builds (about 8 minutes, once; --calico-bin,
+default $GHOSTWATCH_CALICO_BIN). It needs no root and no network namespace,
+and takes no lock: its processes listen on free ports of 127.0.0.1, and the
+nodes' files live in a temporary directory. It stops every process it started
+and removes that directory however it ends: done, Ctrl-C, SIGTERM, the
+terminal closing (SIGHUP), or its output closing.
+
+With -o json or -o yaml, stdout carries what the run measured, as one object
+(the pods, ghostwatch's findings and windows, when the collector freed the
+address, each ending's next pod and findings; times in seconds since the
+start, as on the timeline), and the timeline goes to stderr.`,
+		Example: "  ghostwatch lab calico-misbook --kube-bin \"$(scripts/kube-binaries.sh)\" --calico-bin \"$(scripts/calico-binaries.sh)\"\n  ghostwatch lab calico-misbook --leak-grace-period 1m -o json",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			format, err := checkOutput(output, nil)
+			if err != nil {
+				return err
+			}
+			if o.LeakGracePeriod < lab.MinMisbookGrace {
+				return withCode(ExitError, fmt.Errorf("--leak-grace-period %s: at least %s, so that the fix is played before the collector can free the address", o.LeakGracePeriod, lab.MinMisbookGrace))
+			}
+			defer notifySIGPIPE()()
+			o.Out = streams.Out
+			if format != "text" {
+				o.Out = streams.ErrOut // stdout carries one object
+			}
+			res, err := lab.CalicoMisbook(cmd.Context(), o)
+			if err != nil {
+				return withCode(ExitError, err)
+			}
+			if err := writeResult(streams.Out, format, res); err != nil {
+				return withCode(ExitError, fmt.Errorf("writing the result: %w", err))
+			}
+			return nil
+		},
+	}
+	addOutputFlag(cmd, &output, "text is the timeline; json and yaml print what the run measured, as one object, and the timeline goes to stderr")
+	f := cmd.Flags()
+	f.StringVar(&o.KubeBin, "kube-bin", "", "the directory of the Kubernetes binaries scripts/kube-binaries.sh builds (default $GHOSTWATCH_KUBE_BIN)")
+	f.StringVar(&o.CalicoBin, "calico-bin", "", "the directory of the Calico binaries scripts/calico-binaries.sh builds (default $GHOSTWATCH_CALICO_BIN)")
+	f.DurationVar(&o.LeakGracePeriod, "leak-grace-period", lab.DefaultMisbookGrace, fmt.Sprintf("calico-kube-controllers' leakGracePeriod in the lab (Calico's default is 15m); at least %s, and the lab lasts about two of them", lab.MinMisbookGrace))
+	return cmd
+}
+
 func newLabCleanupCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	var prefix string
 	cmd := &cobra.Command{
@@ -184,14 +266,7 @@ func newScenarioCommand(streams genericiooptions.IOStreams, name string, run sce
 			if err != nil {
 				return err
 			}
-			// A closed stdout (ghostwatch lab ... | head) must end the lab
-			// through its cleanup, not kill it: with SIGPIPE notified, a
-			// write to it fails with EPIPE instead, and the timeline stops
-			// the run. The signal itself is dropped, since the lab's own
-			// sockets raise it too when a peer resets them.
-			sigpipe := make(chan os.Signal, 1)
-			signal.Notify(sigpipe, syscall.SIGPIPE)
-			defer signal.Stop(sigpipe)
+			defer notifySIGPIPE()()
 			o.Out = streams.Out
 			if format != "text" {
 				o.Out = streams.ErrOut // stdout carries one object
@@ -217,6 +292,17 @@ func newScenarioCommand(streams genericiooptions.IOStreams, name string, run sce
 	f.StringVar(&o.ControlPlane, "control-plane", lab.ControlPlaneMemory, "memory (an in-memory API; the lab programs the DNAT rules) or real (kube-apiserver, the EndpointSlice controller and kube-proxy)")
 	f.StringVar(&o.KubeBin, "kube-bin", "", "with --control-plane=real: the directory of the binaries scripts/kube-binaries.sh builds (default $GHOSTWATCH_KUBE_BIN)")
 	return cmd
+}
+
+// notifySIGPIPE makes a write to a closed stdout (ghostwatch lab ... |
+// head) fail with EPIPE instead of killing the process, so that the
+// timeline stops the lab through its cleanup; it returns what undoes it.
+// The signal itself is dropped, since the lab's own sockets raise it too
+// when a peer resets them.
+func notifySIGPIPE() (stop func()) {
+	sigpipe := make(chan os.Signal, 1)
+	signal.Notify(sigpipe, syscall.SIGPIPE)
+	return func() { signal.Stop(sigpipe) }
 }
 
 // writeResult prints what the scenario measured in format: json and yaml

@@ -31,6 +31,8 @@ func TestOutputNamesShared(t *testing.T) {
 		append(append([]string(nil), offline...), "-o", "xml"),
 		{"lab", "conntrack-deploy", "-o", "xml"},
 		{"lab", "conntrack-pool", "-o", "xml"},
+		{"lab", "hostlocal-wipe", "-o", "xml"},
+		{"lab", "calico-misbook", "-o", "xml"},
 	} {
 		code, out, errOut := run(t, "", args...)
 		if code != ExitError || out != "" || errOut != "ghostwatch: -o \"xml\": want text, json or yaml\n" {
@@ -41,7 +43,7 @@ func TestOutputNamesShared(t *testing.T) {
 
 // The shell offers the same -o names for scan and the lab.
 func TestOutputCompletionsShared(t *testing.T) {
-	for _, cmd := range [][]string{{"scan"}, {"lab", "conntrack-deploy"}, {"lab", "conntrack-pool"}} {
+	for _, cmd := range [][]string{{"scan"}, {"lab", "conntrack-deploy"}, {"lab", "conntrack-pool"}, {"lab", "hostlocal-wipe"}, {"lab", "calico-misbook"}} {
 		code, out, errOut := run(t, "", append(append([]string{"__complete"}, cmd...), "-o", "")...)
 		names, _, _ := strings.Cut(out, ":")
 		if code != ExitOK || names != "text\njson\nyaml\n" {
@@ -61,6 +63,60 @@ func TestScanTextIsTheTable(t *testing.T) {
 	}
 	if !strings.Contains(def, "stale-nat-flow: 2 findings") {
 		t.Errorf("default output is not the table:\n%s", def)
+	}
+}
+
+// lab calico-misbook is listed, teaches what it plays and needs, and
+// refuses what it cannot run before it starts anything: a grace too short
+// for the fix, and binaries that are not built, naming what builds them.
+func TestLabCalicoMisbookCommand(t *testing.T) {
+	code, out, _ := run(t, "", "lab", "--help")
+	if code != ExitOK || !strings.Contains(out, "calico-misbook") || !strings.Contains(out, "Seed 002: Calico books a pod under a stale node name") {
+		t.Errorf("lab --help does not list calico-misbook:\n%s", out)
+	}
+	code, out, _ = run(t, "", "lab", "calico-misbook", "--help")
+	for _, want := range []string{
+		"Calico issue #12257", "Calico v3.30.1's own", "stale-nodename-file", "ipam-misbooked", "duplicate-pod-ip",
+		"20s by default, where Calico's\ndefault is 15m", "scripts/kube-binaries.sh", "scripts/calico-binaries.sh",
+		"$GHOSTWATCH_KUBE_BIN", "$GHOSTWATCH_CALICO_BIN", "It needs no root", "Ctrl-C",
+		"--leak-grace-period duration", "(Calico's default is 15m); at least 5s", "(default 20s)",
+	} {
+		if code != ExitOK || !strings.Contains(out, want) {
+			t.Errorf("lab calico-misbook --help (exit %d) lacks %q:\n%s", code, want, out)
+		}
+	}
+
+	fake := t.TempDir()
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-proxy"} {
+		if err := os.WriteFile(fake+"/"+b, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		env  [2]string // GHOSTWATCH_KUBE_BIN, GHOSTWATCH_CALICO_BIN
+		args []string
+		want string
+	}{
+		{args: []string{"--leak-grace-period", "2s"},
+			want: "ghostwatch: --leak-grace-period 2s: at least 5s, so that the fix is played before the collector can free the address\n"},
+		{args: []string{"--leak-grace-period", "-1s"}, want: "ghostwatch: --leak-grace-period -1s: a duration must not be negative\n"},
+		{args: []string{"now"}, want: "ghostwatch: unknown command \"now\" for \"ghostwatch lab calico-misbook\"\n"},
+		{want: "ghostwatch: the Kubernetes binaries are not built: run scripts/kube-binaries.sh and set GHOSTWATCH_KUBE_BIN to the directory it prints (or pass --kube-bin)\n"},
+		{args: []string{"--kube-bin", fake + "/none"}, want: "ghostwatch: --kube-bin " + fake + "/none has no executable etcd: run scripts/kube-binaries.sh\n"},
+		{env: [2]string{fake, ""},
+			want: "ghostwatch: the Calico binaries are not built: run scripts/calico-binaries.sh and set GHOSTWATCH_CALICO_BIN to the directory it prints (or pass --calico-bin)\n"},
+		{args: []string{"--kube-bin", fake, "--calico-bin", fake},
+			want: "ghostwatch: --calico-bin " + fake + " has no executable calico-kube-controllers: run scripts/calico-binaries.sh\n"},
+		{env: [2]string{"", fake},
+			want: "ghostwatch: the Kubernetes binaries are not built: run scripts/kube-binaries.sh and set GHOSTWATCH_KUBE_BIN to the directory it prints (or pass --kube-bin)\n"},
+	} {
+		t.Setenv("GHOSTWATCH_KUBE_BIN", tc.env[0])
+		t.Setenv("GHOSTWATCH_CALICO_BIN", tc.env[1])
+		code, out, errOut := run(t, "", append([]string{"lab", "calico-misbook"}, tc.args...)...)
+		if code != ExitError || out != "" || errOut != tc.want {
+			t.Errorf("lab calico-misbook %s (GHOSTWATCH_KUBE_BIN=%q GHOSTWATCH_CALICO_BIN=%q): exit %d, stdout %q, stderr %q; want %q",
+				strings.Join(tc.args, " "), tc.env[0], tc.env[1], code, out, errOut, tc.want)
+		}
 	}
 }
 

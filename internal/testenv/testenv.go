@@ -50,10 +50,20 @@ func BinDir(env, script string, notBuilt error, names ...string) (string, error)
 	if dir == "" {
 		return "", notBuilt
 	}
-	for _, b := range names {
-		if fi, err := os.Stat(filepath.Join(dir, b)); err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
-			return "", fmt.Errorf("%s=%s has no executable %s: run %s", env, dir, b, script)
-		}
+	if err := HasExecutables(env+"="+dir, dir, script, names...); err != nil {
+		return "", err
 	}
 	return dir, nil
+}
+
+// HasExecutables returns an error naming the first of names that is not an
+// executable file in dir, and the script that builds it; what is how the
+// message names the directory (the variable or the flag that gave it).
+func HasExecutables(what, dir, script string, names ...string) error {
+	for _, b := range names {
+		if fi, err := os.Stat(filepath.Join(dir, b)); err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
+			return fmt.Errorf("%s has no executable %s: run %s", what, b, script)
+		}
+	}
+	return nil
 }

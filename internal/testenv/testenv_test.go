@@ -109,4 +109,7 @@ func TestBinDir(t *testing.T) {
 	if got, err := BinDir("GW_TEST_BIN", "scripts/x.sh", notBuilt, "tool"); err != nil || got != dir {
 		t.Errorf("built: %q, %v", got, err)
 	}
+	if err := HasExecutables("--tool-bin "+dir, dir, "scripts/x.sh", "tool", "other"); err == nil || err.Error() != "--tool-bin "+dir+" has no executable other: run scripts/x.sh" {
+		t.Errorf("a flag's directory lacking a tool: %v", err)
+	}
 }

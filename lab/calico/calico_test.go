@@ -3,8 +3,6 @@ package calico
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -17,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
@@ -40,6 +36,8 @@ type env struct {
 	cp  *controlplane.ControlPlane
 	c   *Cluster
 	api kubernetes.Interface
+	// nodes are the nodes registered (node), by name.
+	nodes map[string]*Node
 }
 
 // newEnv starts the control plane and installs Calico; without the
@@ -79,7 +77,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{cp: cp, c: c, api: cp.Admin}
+	return &env{cp: cp, c: c, api: cp.Admin, nodes: map[string]*Node{}}
 }
 
 func logTail(t *testing.T, path string) {
@@ -94,97 +92,59 @@ func logTail(t *testing.T, path string) {
 	t.Logf("%s ends:\n%s", path, strings.Join(lines, "\n"))
 }
 
-// node registers a Node with the hostname label Calico's pool selectors
-// read.
-func (e *env) node(t *testing.T, name string) {
+// node registers a Node and its files (AddNode).
+func (e *env) node(t *testing.T, name string) *Node {
 	t.Helper()
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}}}
-	if _, err := e.api.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// pod is one pod scheduled to node, given an address by calico-ipam
-// booked under bookedAs, and reported Running with that address in its
-// status, as the kubelet does once the CNI ADD returns.
-type pod struct {
-	name, node, bookedAs string
-	req                  IPAMRequest
-	ip                   netip.Addr
-}
-
-// runPod creates the Pod, runs the CNI ADD, and sets the Pod's status.
-func (e *env) runPod(t *testing.T, name, node, bookedAs string) *pod {
-	t.Helper()
-	ctx := context.Background()
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-		Spec: corev1.PodSpec{NodeName: node,
-			Containers: []corev1.Container{{Name: "workload", Image: "lab"}}},
-	}
-	created, err := e.api.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
+	n, err := e.c.AddNode(context.Background(), name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := sha256.Sum256([]byte(name))
-	req := IPAMRequest{Nodename: bookedAs, Namespace: "default", Pod: name, ContainerID: hex.EncodeToString(sum[:])}
-	ip, err := e.c.AssignIP(ctx, req)
+	e.nodes[name] = n
+	return n
+}
+
+// runPod runs a pod on node (RunPod) while the node's nodename file holds
+// bookedAs, then gives the file the node's own name back, as calico-node
+// does at its start.
+func (e *env) runPod(t *testing.T, name, node, bookedAs string) *Pod {
+	t.Helper()
+	n := e.nodes[node]
+	if err := n.SetNodename(bookedAs); err != nil {
+		t.Fatal(err)
+	}
+	p, err := n.RunPod(context.Background(), "default", name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := metav1.Now()
-	created.Status = corev1.PodStatus{
-		Phase: corev1.PodRunning, StartTime: &now,
-		PodIP: ip.String(), PodIPs: []corev1.PodIP{{IP: ip.String()}},
-		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}},
-	}
-	if _, err := e.api.CoreV1().Pods("default").UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+	if err := n.SetNodename(n.Name); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("pod %s on %s: calico-ipam booked %s under node %q", name, node, ip, bookedAs)
-	return &pod{name: name, node: node, bookedAs: bookedAs, req: req, ip: ip}
+	t.Logf("pod %s on %s: calico-ipam booked %s under node %q", name, n.Name, p.IP, p.BookedAs)
+	return p
 }
 
 // allocation is the attribute of the block allocation holding ip, or nil
 // when the address is free.
 func (e *env) allocation(t *testing.T, ip netip.Addr) *IPAMAttribute {
 	t.Helper()
-	blocks, err := e.c.List(context.Background(), IPAMBlocks)
+	_, a, err := e.c.Booked(context.Background(), ip)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range blocks {
-		b, err := Spec[IPAMBlock](&blocks[i])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !netip.MustParsePrefix(b.CIDR).Contains(ip) {
-			continue
-		}
-		allocs, err := b.AllocationsOf()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, a := range allocs {
-			if a.IP == ip {
-				return &a.IPAMAttribute
-			}
-		}
+	if a == nil {
+		return nil
 	}
-	return nil
+	return &a.IPAMAttribute
 }
 
 // handleExists reports whether the IPAMHandle of id exists.
 func (e *env) handleExists(t *testing.T, id string) bool {
 	t.Helper()
-	_, err := e.c.Get(context.Background(), IPAMHandles, HandleName(id))
-	if apierrors.IsNotFound(err) {
-		return false
-	}
+	ok, err := e.c.HandleExists(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return true
+	return ok
 }
 
 // eventually polls cond every 100ms until it holds, failing after deadline.
@@ -199,43 +159,6 @@ func eventually(t *testing.T, deadline time.Duration, what string, cond func() b
 	}
 	return time.Since(start)
 }
-
-// seed002Pools are one pool per node, each a single block of four
-// addresses, so that every address the test sees is the same at every run
-// and a freed address comes round again after three more pods.
-const seed002Pools = `apiVersion: projectcalico.org/v3
-kind: IPPool
-metadata:
-  name: node-a
-spec:
-  cidr: 10.244.0.0/30
-  blockSize: 30
-  ipipMode: Never
-  vxlanMode: Never
-  nodeSelector: kubernetes.io/hostname == 'node-a'
----
-apiVersion: projectcalico.org/v3
-kind: IPPool
-metadata:
-  name: node-b
-spec:
-  cidr: 10.244.0.4/30
-  blockSize: 30
-  ipipMode: Never
-  vxlanMode: Never
-  nodeSelector: kubernetes.io/hostname == 'node-b'
----
-apiVersion: projectcalico.org/v3
-kind: IPPool
-metadata:
-  name: node-c
-spec:
-  cidr: 10.244.0.8/30
-  blockSize: 30
-  ipipMode: Never
-  vxlanMode: Never
-  nodeSelector: kubernetes.io/hostname == 'node-c'
-`
 
 // TestStaleNodenameAllocationCollected reproduces Calico issue #12257
 // (seed 002) with Calico's own binaries: calico-ipam books a pod's address
@@ -252,7 +175,7 @@ func TestStaleNodenameAllocationCollected(t *testing.T) {
 	e.node(t, "node-a")
 	e.node(t, "node-b")
 	e.node(t, "node-c")
-	if err := e.c.Apply(ctx, seed002Pools); err != nil {
+	if err := e.c.Apply(ctx, NodePools("node-a", "node-b", "node-c")); err != nil {
 		t.Fatal(err)
 	}
 	const grace = 5 * time.Second
@@ -267,10 +190,10 @@ func TestStaleNodenameAllocationCollected(t *testing.T) {
 	if err := e.api.CoreV1().Nodes().Delete(ctx, "node-c", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []*pod{misbooked, control, deletedNode} {
-		a := e.allocation(t, p.ip)
-		if a == nil || a.HandleID == nil || *a.HandleID != p.req.HandleID() || a.Secondary["node"] != p.bookedAs || a.Secondary["pod"] != p.name {
-			t.Fatalf("%s's allocation of %s: %+v, want handle %s booked under %s", p.name, p.ip, a, p.req.HandleID(), p.bookedAs)
+	for _, p := range []*Pod{misbooked, control, deletedNode} {
+		a := e.allocation(t, p.IP)
+		if a == nil || a.HandleID == nil || *a.HandleID != p.Request.HandleID() || a.Secondary["node"] != p.BookedAs || a.Secondary["pod"] != p.Name {
+			t.Fatalf("%s's allocation of %s: %+v, want handle %s booked under %s", p.Name, p.IP, a, p.Request.HandleID(), p.BookedAs)
 		}
 	}
 	e.golden(t, "seed002")
@@ -280,7 +203,7 @@ func TestStaleNodenameAllocationCollected(t *testing.T) {
 	// stores an empty one), so the grace is the spec's, which the
 	// collector runs with once it starts: the booking under an existing
 	// node is critical, with the window; the other a warning.
-	if got := e.misbookings(t); !slices.Equal(got, []string{misbooked.ip.String() + " critical", deletedNode.ip.String() + " warning"}) {
+	if got := e.misbookings(t); !slices.Equal(got, []string{misbooked.IP.String() + " critical", deletedNode.IP.String() + " warning"}) {
 		t.Errorf("ghostwatch before kube-controllers runs: %v", got)
 	}
 
@@ -290,9 +213,9 @@ func TestStaleNodenameAllocationCollected(t *testing.T) {
 	}
 	t.Logf("calicoctl ipam check before the collector runs:\n%s", beforeOut)
 	goldenReport(t, "seed002/ipam-check-before.json", beforeJSON)
-	for _, p := range []*pod{misbooked, control, deletedNode} {
-		if as := before.Allocations[p.ip.String()]; len(as) != 1 || !as[0].InUse {
-			t.Errorf("ipam check before the collector: %s: %+v, want one allocation in use", p.ip, as)
+	for _, p := range []*Pod{misbooked, control, deletedNode} {
+		if as := before.Allocations[p.IP.String()]; len(as) != 1 || !as[0].InUse {
+			t.Errorf("ipam check before the collector: %s: %+v, want one allocation in use", p.IP, as)
 		}
 	}
 
@@ -310,7 +233,7 @@ func TestStaleNodenameAllocationCollected(t *testing.T) {
 	// window in which the collector frees it; the booking under a node
 	// that no longer exists, which the collector keeps, stays a warning.
 	// The collector takes at least one grace to free it.
-	if got := e.misbookings(t); !slices.Equal(got, []string{misbooked.ip.String() + " critical", deletedNode.ip.String() + " warning"}) {
+	if got := e.misbookings(t); !slices.Equal(got, []string{misbooked.IP.String() + " critical", deletedNode.IP.String() + " warning"}) {
 		t.Errorf("ghostwatch while kube-controllers runs: %v", got)
 	}
 
@@ -320,15 +243,15 @@ func TestStaleNodenameAllocationCollected(t *testing.T) {
 		if err := kc.Check(); err != nil {
 			t.Fatal(err)
 		}
-		return e.allocation(t, misbooked.ip) == nil && !e.handleExists(t, misbooked.req.HandleID())
+		return e.allocation(t, misbooked.IP) == nil && !e.handleExists(t, misbooked.Request.HandleID())
 	})
 	t.Logf("kube-controllers freed %s (pod %s, running, booked under %s) %s after it started (leakGracePeriod %s)",
-		misbooked.ip, misbooked.name, misbooked.bookedAs, time.Since(start).Round(100*time.Millisecond), grace)
+		misbooked.IP, misbooked.Name, misbooked.BookedAs, time.Since(start).Round(100*time.Millisecond), grace)
 	for _, words := range [][]string{
-		{"Pod rescheduled on new node. Allocation no longer valid", ipField(misbooked.ip), `new="node-b"`, `old="node-a"`},
-		{"Candidate IP leak", ipField(misbooked.ip)},
-		{"Confirmed IP leak", ipField(misbooked.ip)},
-		{"Garbage collecting leaked IP address", ipField(misbooked.ip)},
+		{"Pod rescheduled on new node. Allocation no longer valid", ipField(misbooked.IP), `new="node-b"`, `old="node-a"`},
+		{"Candidate IP leak", ipField(misbooked.IP)},
+		{"Confirmed IP leak", ipField(misbooked.IP)},
+		{"Garbage collecting leaked IP address", ipField(misbooked.IP)},
 	} {
 		if ok, err := kc.Logged(words...); err != nil || !ok {
 			t.Errorf("kube-controllers' log has no line with %q (%v)", words, err)
@@ -336,15 +259,15 @@ func TestStaleNodenameAllocationCollected(t *testing.T) {
 	}
 	// The controls were judged in every one of those scans: they are
 	// still allocated, and no scan made them even candidates.
-	for _, p := range []*pod{control, deletedNode} {
-		if a := e.allocation(t, p.ip); a == nil || a.HandleID == nil || *a.HandleID != p.req.HandleID() {
-			t.Errorf("%s's allocation of %s: %+v, want it kept", p.name, p.ip, a)
+	for _, p := range []*Pod{control, deletedNode} {
+		if a := e.allocation(t, p.IP); a == nil || a.HandleID == nil || *a.HandleID != p.Request.HandleID() {
+			t.Errorf("%s's allocation of %s: %+v, want it kept", p.Name, p.IP, a)
 		}
-		if !e.handleExists(t, p.req.HandleID()) {
-			t.Errorf("%s's handle %s was deleted", p.name, p.req.HandleID())
+		if !e.handleExists(t, p.Request.HandleID()) {
+			t.Errorf("%s's handle %s was deleted", p.Name, p.Request.HandleID())
 		}
-		if ok, err := kc.Logged("Candidate IP leak", ipField(p.ip)); err != nil || ok {
-			t.Errorf("kube-controllers took %s's %s for a leak (%v)", p.name, p.ip, err)
+		if ok, err := kc.Logged("Candidate IP leak", ipField(p.IP)); err != nil || ok {
+			t.Errorf("kube-controllers took %s's %s for a leak (%v)", p.Name, p.IP, err)
 		}
 	}
 
@@ -352,10 +275,10 @@ func TestStaleNodenameAllocationCollected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("calicoctl ipam check after the collector freed %s:\n%s", misbooked.ip, afterOut)
+	t.Logf("calicoctl ipam check after the collector freed %s:\n%s", misbooked.IP, afterOut)
 	goldenReport(t, "seed002/ipam-check-after-gc.json", afterJSON)
-	if as := after.Allocations[misbooked.ip.String()]; len(as) != 0 {
-		t.Errorf("ipam check after the collector: %s: %+v, want no allocation", misbooked.ip, as)
+	if as := after.Allocations[misbooked.IP.String()]; len(as) != 0 {
+		t.Errorf("ipam check after the collector: %s: %+v, want no allocation", misbooked.IP, as)
 	}
 
 	e.golden(t, "seed002/after-gc")
@@ -363,33 +286,33 @@ func TestStaleNodenameAllocationCollected(t *testing.T) {
 	// Calico hands a freed address out again after the block's other free
 	// addresses: the fourth pod booked under node-a gets it, and two
 	// running pods then have it.
-	var second *pod
+	var second *Pod
 	for i := 1; i <= 4 && second == nil; i++ {
-		if p := e.runPod(t, fmt.Sprintf("next-%d", i), "node-a", "node-a"); p.ip == misbooked.ip {
+		if p := e.runPod(t, fmt.Sprintf("next-%d", i), "node-a", "node-a"); p.IP == misbooked.IP {
 			second = p
 		}
 	}
 	if second == nil {
-		t.Fatalf("no pod of four booked under node-a got the freed %s", misbooked.ip)
+		t.Fatalf("no pod of four booked under node-a got the freed %s", misbooked.IP)
 	}
 	// ghostwatch: the duplicate calicoctl does not count.
 	dups := 0
 	for _, f := range e.ghostwatch(t).Findings {
-		if f.Rule == rule.DuplicatePodIPID && f.Subject.IP == second.ip.String() && f.Severity == finding.Critical {
+		if f.Rule == rule.DuplicatePodIPID && f.Subject.IP == second.IP.String() && f.Severity == finding.Critical {
 			dups++
 		}
 	}
 	if dups != 1 {
-		t.Errorf("ghostwatch with %s on two pods: %d duplicate-pod-ip findings, want 1", second.ip, dups)
+		t.Errorf("ghostwatch with %s on two pods: %d duplicate-pod-ip findings, want 1", second.IP, dups)
 	}
 	dup, dupJSON, dupOut, err := e.c.IPAMCheck(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("calicoctl ipam check with %s on two pods:\n%s", second.ip, dupOut)
+	t.Logf("calicoctl ipam check with %s on two pods:\n%s", second.IP, dupOut)
 	goldenReport(t, "seed002/ipam-check-duplicate.json", dupJSON)
-	if as := dup.Allocations[second.ip.String()]; len(as) != 1 || len(as[0].Owners) != 2 {
-		t.Errorf("ipam check with the duplicate: %s: %+v, want one allocation with two owners", second.ip, as)
+	if as := dup.Allocations[second.IP.String()]; len(as) != 1 || len(as[0].Owners) != 2 {
+		t.Errorf("ipam check with the duplicate: %s: %+v, want one allocation with two owners", second.IP, as)
 	}
 }
 

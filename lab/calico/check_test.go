@@ -57,7 +57,7 @@ func TestIPAMCheckSideBySide(t *testing.T) {
 	web := e.runPod(t, "web", "node-a", "node-a")
 	// The last two addresses of node-a's block, which the pods below do
 	// not reach, for the allocations written by hand.
-	block := netip.PrefixFrom(web.ip, 29).Masked()
+	block := netip.PrefixFrom(web.IP, 29).Masked()
 	last := nthAddr(block.Addr(), 7)
 	// A pod deleted without its CNI DEL: a leak for both.
 	gone := e.runPod(t, "gone", "node-a", "node-a")
@@ -65,7 +65,7 @@ func TestIPAMCheckSideBySide(t *testing.T) {
 	// Running, its allocation released by a DEL (a sandbox torn down
 	// twice): in use with no allocation, for both.
 	api := e.runPod(t, "api", "node-a", "node-a")
-	if err := e.c.ReleaseIP(ctx, api.req); err != nil {
+	if err := e.nodes["node-a"].ReleaseIP(ctx, api.Request); err != nil {
 		t.Fatal(err)
 	}
 	// An address no pool holds (another IPAM's): in use outside any
@@ -79,7 +79,7 @@ func TestIPAMCheckSideBySide(t *testing.T) {
 	// the leak collector will free it under the pod.
 	old := e.runPod(t, "cart-old", "node-a", "node-a")
 	e.deletePod(t, "cart-old")
-	cart := e.podWithIP(t, "cart", "node-a", old.ip.String())
+	cart := e.podWithIP(t, "cart", "node-a", old.IP.String())
 
 	// What calicoctl counts as leaks and are none:
 	// a Pending pod whose sandbox is being given its address;
@@ -116,17 +116,17 @@ func TestIPAMCheckSideBySide(t *testing.T) {
 	}
 
 	// What calicoctl counts, as the seeds and its sources say it does.
-	wantLeaked := sorted(gone.ip.String(), pending.String(), manual.String(), tunnel.String())
+	wantLeaked := sorted(gone.IP.String(), pending.String(), manual.String(), tunnel.String())
 	if !slices.Equal(calicoLeaked, wantLeaked) {
 		t.Errorf("calicoctl leaked %v, want %v", calicoLeaked, wantLeaked)
 	}
-	if !slices.Equal(notAllocated, []string{api.ip.String()}) || !slices.Equal(notInPool, []string{other.String()}) {
+	if !slices.Equal(notAllocated, []string{api.IP.String()}) || !slices.Equal(notInPool, []string{other.String()}) {
 		t.Errorf("calicoctl: in use with no allocation %v, outside active pools %v", notAllocated, notInPool)
 	}
 	if !slices.Contains(calicoHandles, "k8s-pod-network.lost") {
 		t.Errorf("calicoctl leaked handles %v", calicoHandles)
 	}
-	if strings.Contains(out, misbooked.ip.String()) || strings.Contains(out, cart.String()+" in use") {
+	if strings.Contains(out, misbooked.IP.String()) || strings.Contains(out, cart.String()+" in use") {
 		t.Errorf("calicoctl reports the misbooking or the booking for a gone pod; it is not known to")
 	}
 
@@ -153,12 +153,12 @@ func TestIPAMCheckSideBySide(t *testing.T) {
 	}
 	want := map[string]string{
 		// Every real problem calicoctl counts.
-		rule.IPAMLeakedIPID + " " + gone.ip.String():  "info",
-		rule.IPAMUnbookedIPID + " " + api.ip.String(): "critical",
+		rule.IPAMLeakedIPID + " " + gone.IP.String():  "info",
+		rule.IPAMUnbookedIPID + " " + api.IP.String(): "critical",
 		rule.IPAMUnbookedIPID + " " + other.String():  "info",
 		rule.IPAMLeakedIPID + " k8s-pod-network.lost": "info",
 		// What it does not count.
-		rule.IPAMMisbookedID + " " + misbooked.ip.String(): "critical",
+		rule.IPAMMisbookedID + " " + misbooked.IP.String(): "critical",
 		rule.IPAMUnbookedIPID + " " + cart.String():        "critical",
 	}
 	for k, sev := range want {
@@ -232,7 +232,7 @@ func (e *env) pendingPod(t *testing.T, name, node string) netip.Addr {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256([]byte(name))
-	ip, err := e.c.AssignIP(ctx, IPAMRequest{Nodename: node, Namespace: "default", Pod: name, ContainerID: hex.EncodeToString(sum[:])})
+	ip, err := e.nodes[node].AssignIP(ctx, IPAMRequest{Namespace: "default", Pod: name, ContainerID: hex.EncodeToString(sum[:])})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,12 +2,11 @@ package calico
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -29,85 +28,6 @@ var (
 
 func resource(plural string) schema.GroupVersionResource {
 	return schema.GroupVersionResource{Group: "crd.projectcalico.org", Version: "v1", Resource: plural}
-}
-
-// IPAMRequest is one CNI ADD for a pod, as the container runtime makes it.
-type IPAMRequest struct {
-	// Nodename is the node name the plugin books the allocation under. The
-	// plugin reads it from its nodename file when the network configuration
-	// names none, as Calico's manifests ship it: AssignIP writes it there,
-	// so a stale name here is issue #12257's stale /var/lib/calico/nodename.
-	Nodename string
-	// Namespace and Pod name the pod (K8S_POD_NAMESPACE, K8S_POD_NAME).
-	Namespace, Pod string
-	// ContainerID is the sandbox's ID (CNI_CONTAINERID).
-	ContainerID string
-}
-
-// HandleID is the IPAM handle the plugin books r's allocation under.
-func (r IPAMRequest) HandleID() string { return NetworkName + "." + r.ContainerID }
-
-// AssignIP runs calico-ipam's ADD for r, which picks an address from the
-// blocks of r.Nodename's pools (claiming a block for that node when it has
-// none with room), and returns it. The plugin's own log goes to the error
-// when it fails.
-func (c *Cluster) AssignIP(ctx context.Context, r IPAMRequest) (netip.Addr, error) {
-	nodenameFile := filepath.Join(c.Dir, "nodename-"+r.ContainerID)
-	if err := os.WriteFile(nodenameFile, []byte(r.Nodename), 0o644); err != nil {
-		return netip.Addr{}, err
-	}
-	out, err := c.ipam(ctx, "ADD", r, nodenameFile)
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	var res struct {
-		IPs []struct {
-			Address string `json:"address"`
-		} `json:"ips"`
-	}
-	if err := json.Unmarshal(out, &res); err != nil {
-		return netip.Addr{}, fmt.Errorf("calico-ipam result %q: %w", out, err)
-	}
-	if len(res.IPs) != 1 {
-		return netip.Addr{}, fmt.Errorf("calico-ipam result %q: want one address", out)
-	}
-	p, err := netip.ParsePrefix(res.IPs[0].Address)
-	if err != nil {
-		return netip.Addr{}, fmt.Errorf("calico-ipam result %q: %w", out, err)
-	}
-	return p.Addr(), nil
-}
-
-// ReleaseIP runs calico-ipam's DEL for r, as the runtime does when the
-// sandbox goes: the plugin releases the addresses of r's handle.
-func (c *Cluster) ReleaseIP(ctx context.Context, r IPAMRequest) error {
-	_, err := c.ipam(ctx, "DEL", r, filepath.Join(c.Dir, "nodename-"+r.ContainerID))
-	return err
-}
-
-// ipam runs calico-ipam with the CNI command for r and returns its stdout.
-func (c *Cluster) ipam(ctx context.Context, command string, r IPAMRequest, nodenameFile string) ([]byte, error) {
-	conf, err := json.Marshal(map[string]any{
-		"cniVersion":     "0.3.1",
-		"name":           NetworkName,
-		"type":           "calico",
-		"datastore_type": "kubernetes",
-		"nodename_file":  nodenameFile,
-		"ipam_lock_file": filepath.Join(c.Dir, "ipam.lock"),
-		"log_level":      "info",
-		"kubernetes":     map[string]string{"kubeconfig": c.Kubeconfig},
-		"ipam":           map[string]string{"type": "calico-ipam"},
-	})
-	if err != nil {
-		return nil, err
-	}
-	args := "IgnoreUnknown=1;K8S_POD_NAMESPACE=" + r.Namespace + ";K8S_POD_NAME=" + r.Pod +
-		";K8S_POD_INFRA_CONTAINER_ID=" + r.ContainerID
-	return c.run(ctx, []string{
-		"CNI_COMMAND=" + command, "CNI_CONTAINERID=" + r.ContainerID, "CNI_IFNAME=eth0",
-		// The IPAM plugin never enters the sandbox; the path only has to be set.
-		"CNI_NETNS=/var/run/netns/cni-" + r.ContainerID, "CNI_PATH=" + c.bin, "CNI_ARGS=" + args,
-	}, conf, "calico-ipam")
 }
 
 // List returns every object of a Calico resource, as stored.
@@ -189,6 +109,76 @@ func (b IPAMBlock) AllocationsOf() ([]Allocation, error) {
 		out = append(out, Allocation{IP: ip, IPAMAttribute: b.Attributes[*idx]})
 	}
 	return out, nil
+}
+
+// Booked returns the block whose CIDR holds ip, as stored, and ip's
+// allocation in it: nil when the block lists ip as free. Both are nil when
+// no block holds ip.
+func (c *Cluster) Booked(ctx context.Context, ip netip.Addr) (*IPAMBlock, *Allocation, error) {
+	blocks, err := c.List(ctx, IPAMBlocks)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i := range blocks {
+		b, err := Spec[IPAMBlock](&blocks[i])
+		if err != nil {
+			return nil, nil, err
+		}
+		if p, err := netip.ParsePrefix(b.CIDR); err != nil || !p.Contains(ip) {
+			continue
+		}
+		allocs, err := b.AllocationsOf()
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, a := range allocs {
+			if a.IP == ip {
+				return &b, &a, nil
+			}
+		}
+		return &b, nil, nil
+	}
+	return nil, nil, nil
+}
+
+// HandleExists reports whether the IPAMHandle of the handle ID exists.
+func (c *Cluster) HandleExists(ctx context.Context, handleID string) (bool, error) {
+	_, err := c.Get(ctx, IPAMHandles, HandleName(handleID))
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// NodePools is a manifest of one IPPool per node (up to 64), in order from
+// 10.244.0.0, each a single block of four addresses for that node alone
+// (its nodeSelector): every address is the same at every run, and a
+// freed address comes round again once the block's three others are
+// taken. Calico's pools default to blocks of 64 addresses, any node's.
+func NodePools(nodes ...string) string {
+	var b strings.Builder
+	for i, n := range nodes {
+		if i > 0 {
+			b.WriteString("---\n")
+		}
+		fmt.Fprintf(&b, `apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata:
+  name: %[1]s
+spec:
+  cidr: %[2]s
+  blockSize: 30
+  ipipMode: Never
+  vxlanMode: Never
+  nodeSelector: kubernetes.io/hostname == '%[1]s'
+`, n, NodePoolCIDR(i))
+	}
+	return b.String()
+}
+
+// NodePoolCIDR is the CIDR of NodePools' pool for its i-th node.
+func NodePoolCIDR(i int) netip.Prefix {
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, 0, byte(4 * i)}), 30)
 }
 
 // IPAMHandle is an IPAMHandle's spec: how many addresses the handle holds

@@ -1,6 +1,7 @@
 package calico
 
 import (
+	"encoding/json"
 	"errors"
 	"net/netip"
 	"os"
@@ -101,5 +102,58 @@ func TestHandleName(t *testing.T) {
 	r := IPAMRequest{ContainerID: "abc"}
 	if got := r.HandleID(); got != "k8s-pod-network.abc" {
 		t.Errorf("HandleID = %q", got)
+	}
+}
+
+// The plugin gets the calico entry of the node's configuration, as the
+// runtime hands it over, with every path of the node under its Root.
+func TestPluginConf(t *testing.T) {
+	n := &Node{Name: "node-a", Root: t.TempDir()}
+	if err := n.write(ConfFile, []byte(nodeConf)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := n.pluginConf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Name, CNIVersion, Type string
+		NodenameFile           string `json:"nodename_file"`
+		Nodename               *string
+		LockFile               string `json:"ipam_lock_file"`
+		LogFile                string `json:"log_file_path"`
+		IPAM                   struct{ Type string }
+		Kubernetes             struct{ Kubeconfig string }
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Name != NetworkName || got.CNIVersion != "0.3.1" || got.Type != "calico" || got.IPAM.Type != "calico-ipam" || got.Nodename != nil ||
+		got.NodenameFile != filepath.Join(n.Root, "var/lib/calico/nodename") || got.LockFile != filepath.Join(n.Root, "var/run/calico/ipam.lock") ||
+		got.LogFile != filepath.Join(n.Root, "var/log/calico/cni/cni.log") || got.Kubernetes.Kubeconfig != filepath.Join(n.Root, "etc/cni/net.d/calico-kubeconfig") {
+		t.Errorf("plugin configuration %s", b)
+	}
+
+	if err := n.write(ConfFile, []byte(`{"name":"k8s-pod-network","plugins":[{"type":"portmap"}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.pluginConf(); err == nil || !strings.Contains(err.Error(), "no calico plugin") {
+		t.Errorf("a configuration without calico: %v", err)
+	}
+}
+
+func TestNodePools(t *testing.T) {
+	got := NodePools("node-a", "node-b")
+	for _, want := range []string{
+		"name: node-a\nspec:\n  cidr: 10.244.0.0/30\n  blockSize: 30\n",
+		"---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata:\n  name: node-b\nspec:\n  cidr: 10.244.0.4/30\n",
+		"nodeSelector: kubernetes.io/hostname == 'node-b'\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("NodePools lacks %q:\n%s", want, got)
+		}
+	}
+	if NodePoolCIDR(3).String() != "10.244.0.12/30" {
+		t.Errorf("NodePoolCIDR(3) = %s", NodePoolCIDR(3))
 	}
 }

@@ -29,14 +29,24 @@ const BinEnv = "GHOSTWATCH_KUBE_BIN"
 // Binaries are the control plane's executables.
 var Binaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-proxy"}
 
+// Script builds Binaries and prints the directory they are in.
+const Script = "scripts/kube-binaries.sh"
+
 // ErrNoBinaries is returned by FindBinaries when they are not built.
-var ErrNoBinaries = errors.New("the Kubernetes binaries are not built: run scripts/kube-binaries.sh and set " + BinEnv + " to the directory it prints")
+var ErrNoBinaries = errors.New("the Kubernetes binaries are not built: run " + Script + " and set " + BinEnv + " to the directory it prints")
 
 // FindBinaries returns the directory named by $GHOSTWATCH_KUBE_BIN, or
 // ErrNoBinaries when it is unset. A directory that lacks a binary is an
 // error naming it.
 func FindBinaries() (string, error) {
-	return testenv.BinDir(BinEnv, "scripts/kube-binaries.sh", ErrNoBinaries, Binaries...)
+	return testenv.BinDir(BinEnv, Script, ErrNoBinaries, Binaries...)
+}
+
+// CheckBinaries returns an error naming the first of Binaries that dir
+// lacks and the script that builds them; what names the directory in the
+// message (the flag that gave it: "--bin /x").
+func CheckBinaries(what, dir string) error {
+	return testenv.HasExecutables(what, dir, Script, Binaries...)
 }
 
 // The identities the control plane knows, by bearer token. Each user's

@@ -3,8 +3,6 @@ package calico_test
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"net/netip"
 	"os"
@@ -14,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/cli-runtime/pkg/printers"
@@ -52,28 +49,7 @@ func binaries(t *testing.T) (kubeBin, calicoBin string) {
 
 // pools are seed 002's, one block of four addresses per node, and a
 // disabled one.
-const pools = `apiVersion: projectcalico.org/v3
-kind: IPPool
-metadata:
-  name: node-a
-spec:
-  cidr: 10.244.0.0/30
-  blockSize: 30
-  ipipMode: Never
-  vxlanMode: Never
-  nodeSelector: kubernetes.io/hostname == 'node-a'
----
-apiVersion: projectcalico.org/v3
-kind: IPPool
-metadata:
-  name: node-b
-spec:
-  cidr: 10.244.0.4/30
-  blockSize: 30
-  ipipMode: Never
-  vxlanMode: Never
-  nodeSelector: kubernetes.io/hostname == 'node-b'
----
+var pools = labcalico.NodePools("node-a", "node-b") + `---
 apiVersion: projectcalico.org/v3
 kind: IPPool
 metadata:
@@ -134,9 +110,9 @@ func TestLiveLedgerIsTheSavedOne(t *testing.T) {
 		t.Errorf("without permission: %v", err)
 	}
 
+	nodes := map[string]*labcalico.Node{}
 	for _, n := range []string{"node-a", "node-b"} {
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"kubernetes.io/hostname": n}}}
-		if _, err := cp.Admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		if nodes[n], err = cl.AddNode(ctx, n); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -148,8 +124,8 @@ func TestLiveLedgerIsTheSavedOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	misbooked := runPod(t, cp, cl, "misbooked", "node-b", "node-a")
-	control := runPod(t, cp, cl, "control", "node-b", "node-b")
+	misbooked := runPod(t, nodes["node-b"], "misbooked", "node-a")
+	control := runPod(t, nodes["node-b"], "control", "node-b")
 
 	// Until the collector has freed the misbooked address, and reported
 	// what it runs with.
@@ -246,31 +222,21 @@ func TestLiveLedgerIsTheSavedOne(t *testing.T) {
 	}
 }
 
-// runPod creates a Pod on node, has calico-ipam book its address under
-// bookedAs, and reports the Pod running with it, as the kubelet does once
-// the CNI ADD returns.
-func runPod(t *testing.T, cp *controlplane.ControlPlane, cl *labcalico.Cluster, name, node, bookedAs string) netip.Addr {
+// runPod runs a pod on n whose address calico-ipam books under bookedAs,
+// the name n's nodename file holds meanwhile.
+func runPod(t *testing.T, n *labcalico.Node, name, bookedAs string) netip.Addr {
 	t.Helper()
-	ctx := context.Background()
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "workload", Image: "lab"}}},
+	if err := n.SetNodename(bookedAs); err != nil {
+		t.Fatal(err)
 	}
-	created, err := cp.Admin.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
+	p, err := n.RunPod(context.Background(), "default", name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := sha256.Sum256([]byte(name))
-	ip, err := cl.AssignIP(ctx, labcalico.IPAMRequest{Nodename: bookedAs, Namespace: "default", Pod: name, ContainerID: hex.EncodeToString(sum[:])})
-	if err != nil {
+	if err := n.SetNodename(n.Name); err != nil {
 		t.Fatal(err)
 	}
-	now := metav1.Now()
-	created.Status = corev1.PodStatus{Phase: corev1.PodRunning, StartTime: &now, PodIP: ip.String(), PodIPs: []corev1.PodIP{{IP: ip.String()}}}
-	if _, err := cp.Admin.CoreV1().Pods("default").UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return ip
+	return p.IP
 }
 
 // allocated returns the allocation of ip, or nil.

@@ -1,0 +1,163 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"math"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/internal/testenv"
+	"github.com/ghostwatch/ghostwatch/lab/calico"
+	"github.com/ghostwatch/ghostwatch/lab/controlplane"
+	"github.com/ghostwatch/ghostwatch/rule"
+)
+
+// The calico-misbook lab, as `ghostwatch lab calico-misbook` runs it, on
+// the real API server and Calico's own binaries: ghostwatch finds both
+// misbookings before the collector frees anything, with a window the
+// collector's free falls in; left alone, the next pod on the stale name's
+// node gets the running pod's address; fixed as ghostwatch says, nothing is
+// freed and the next pod there gets an address no running pod holds.
+func TestCalicoMisbookScenario(t *testing.T) {
+	for _, find := range []func() (string, error){controlplane.FindBinaries, calico.FindBinaries} {
+		_, err := find()
+		if errors.Is(err, controlplane.ErrNoBinaries) || errors.Is(err, calico.ErrNoBinaries) {
+			testenv.Unavailable(t, err.Error())
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out strings.Builder
+	const grace = 10 * time.Second
+	start := time.Now()
+	res, err := CalicoMisbook(context.Background(), CalicoMisbookOptions{Out: &out, LeakGracePeriod: grace})
+	t.Logf("%s in %s:\n%s", "lab calico-misbook", time.Since(start).Round(100*time.Millisecond), out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.LeakGracePeriod != "10s" || len(res.Endings) != 2 {
+		t.Fatalf("result %+v", res)
+	}
+	alone, fixed := res.Endings[0], res.Endings[1]
+
+	// Before anything is fixed or freed: the stale files, and both
+	// misbookings, critical, each with a window.
+	var got []string
+	for _, f := range res.Findings {
+		got = append(got, f.Severity.String()+" "+f.Rule+" "+f.Subject.Node+" "+f.Subject.IP)
+		if f.Rule == rule.IPAMMisbookedID && (f.Evidence["freed_from"] == nil || f.Evidence["freed_by"] == nil) {
+			t.Errorf("%s: no window: %v", f.Subject.IP, f.Evidence)
+		}
+	}
+	if want := []string{
+		"critical stale-nodename-file node-a ", "critical stale-nodename-file node-c ",
+		"critical ipam-misbooked node-a 10.244.0.7", "critical ipam-misbooked node-c 10.244.0.15",
+	}; strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("findings before the fix and the collector:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	// Left alone: booked under node-b, freed inside the window, then the
+	// next pod on node-b gets it.
+	if alone.Fixed || alone.Node != "node-a" || alone.BookedAs != "node-b" || alone.Pod != "default/csi-node-driver-a" || alone.PodIP != "10.244.0.7" {
+		t.Errorf("left alone: %+v", alone)
+	}
+	if alone.PredictedFreedFrom == nil || alone.PredictedFreedBy == nil || alone.FreedAt == nil {
+		t.Fatalf("left alone: window %v to %v, freed at %v", alone.PredictedFreedFrom, alone.PredictedFreedBy, alone.FreedAt)
+	}
+	from, by, freed := *alone.PredictedFreedFrom, *alone.PredictedFreedBy, *alone.FreedAt
+	if !alone.FreedInWindow || freed < from || freed > by || math.Abs(by-from-grace.Seconds()) > 0.001 {
+		t.Errorf("left alone: freed at +%.1fs, window +%.1fs to +%.1fs (in window: %v)", freed, from, by, alone.FreedInWindow)
+	}
+	if alone.NextPod != "default/web-b-3" || alone.NextPodIP != alone.PodIP || alone.DuplicateOf != alone.Pod {
+		t.Errorf("left alone: the next pod %s got %s (duplicate of %q), want %s's %s", alone.NextPod, alone.NextPodIP, alone.DuplicateOf, alone.Pod, alone.PodIP)
+	}
+	if n := findingsOn(alone.Findings, rule.DuplicatePodIPID, alone.PodIP); n != 1 {
+		t.Errorf("left alone: %d duplicate-pod-ip findings on %s, want 1: %+v", n, alone.PodIP, alone.Findings)
+	}
+
+	// Fixed before the window opened: nothing freed, no duplicate.
+	if !fixed.Fixed || fixed.Node != "node-c" || fixed.BookedAs != "node-d" || fixed.PodIP != "10.244.0.15" ||
+		fixed.RecreatedPodIP != "10.244.0.8" || fixed.FixedAt == nil || fixed.PredictedFreedFrom == nil || *fixed.FixedAt >= *fixed.PredictedFreedFrom {
+		t.Errorf("fixed: %+v", fixed)
+	}
+	if fixed.FreedAt != nil || fixed.FreedInWindow || fixed.DuplicateOf != "" || fixed.NextPod != "default/web-d-3" || fixed.NextPodIP != "10.244.0.15" {
+		t.Errorf("fixed: freed at %v, the next pod %s got %s (duplicate of %q)", fixed.FreedAt, fixed.NextPod, fixed.NextPodIP, fixed.DuplicateOf)
+	}
+	if len(fixed.Findings) != 0 {
+		t.Errorf("fixed: findings %+v", fixed.Findings)
+	}
+
+	// The timeline says it in that order, in Calico's own words.
+	tl := out.String()
+	inOrder(t, tl,
+		`calico-ipam: node-a's CNI log: Auto assigning IP Workload="node--b-k8s-csi--node--driver--a-eth0" Attrs node:"node-b" Hostname:"node-b"`,
+		"ghostwatch: critical ipam-misbooked: pod default/csi-node-driver-a runs on node node-a and holds 10.244.0.7, but Calico booked it under node node-b",
+		"operator: node-c: /var/lib/calico/nodename now says \"node-c\"",
+		"kube-controllers: Garbage collecting leaked IP address ip=10.244.0.7",
+		"ghostwatch: critical ipam-unbooked-ip: pod default/csi-node-driver-a on node node-a holds 10.244.0.7",
+		"kubelet:  node-b: pod default/web-b-3: calico-ipam ADD -> 10.244.0.7, which pod default/csi-node-driver-a still holds on node-a",
+		"ghostwatch: critical duplicate-pod-ip: IP 10.244.0.7 is held by 2 pods",
+		"ledger:   10.244.0.8 still booked for default/csi-node-driver-c-2 under node-c",
+		"kubelet:  node-d: pod default/web-d-3: calico-ipam ADD -> 10.244.0.15, which default/csi-node-driver-c had until it was deleted",
+		"ghostwatch: fixed: nothing about the pods of node-c and node-d",
+	)
+	// The collector's own judgements, whenever its scans made them.
+	inOrder(t, tl,
+		"kube-controllers: Pod rescheduled on new node. Allocation no longer valid ip=10.244.0.7 pod=default/csi-node-driver-a node=node-b old=node-b new=node-a",
+		"kube-controllers: Candidate IP leak ip=10.244.0.7",
+		"kube-controllers: Confirmed IP leak after",
+		"kube-controllers: Garbage collecting leaked IP address ip=10.244.0.7",
+	)
+	inOrder(t, tl,
+		"kube-controllers: Candidate IP leak ip=10.244.0.15",
+		"operator: node-c: /var/lib/calico/nodename now says \"node-c\"",
+	)
+	for _, never := range []string{"Confirmed IP leak after", "Garbage collecting leaked IP address"} {
+		if strings.Contains(tl, never+" ip=10.244.0.15") || strings.Contains(tl, never+" ip=10.244.0.8") {
+			t.Errorf("the collector took node-c's pods for leaks:\n%s", tl)
+		}
+	}
+	// Every process stopped, every file removed.
+	m := regexp.MustCompile(`lab: +stopped every process it started; removed (\S+)\n$`).FindStringSubmatch(tl)
+	if m == nil {
+		t.Fatalf("the timeline does not end with the cleanup:\n%s", tl)
+	}
+	if _, err := os.Stat(m[1]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s left behind: %v", m[1], err)
+	}
+}
+
+// findingsOn is how many findings of rule are about ip.
+func findingsOn(fs []finding.Finding, rule, ip string) int {
+	n := 0
+	for _, f := range fs {
+		if f.Rule == rule && f.Subject.IP == ip {
+			n++
+		}
+	}
+	return n
+}
+
+// inOrder fails unless text holds each of lines, in that order.
+func inOrder(t *testing.T, text string, lines ...string) {
+	t.Helper()
+	rest := text
+	for j, l := range lines {
+		i := strings.Index(rest, l)
+		if i < 0 {
+			if strings.Contains(text, l) {
+				t.Errorf("the timeline has %q, but not after %q", l, lines[j-1])
+			} else {
+				t.Errorf("the timeline lacks %q", l)
+			}
+			continue
+		}
+		rest = rest[i+len(l):]
+	}
+}
