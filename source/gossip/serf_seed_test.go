@@ -236,7 +236,7 @@ func TestSerfSeed000(t *testing.T) {
 	ev := g.Evidence
 	if g.Severity != finding.Critical || g.Subject.IP != "127.0.0.2" || g.Subject.Pod != "shop/serf-1" ||
 		ev["member"] != ghostName || ev["member_state"] != snapshot.MemberFailed || ev["other_member"] != newName || ev["other_state"] != snapshot.MemberAlive ||
-		ev["seen_by"] != survivorName || ev["system"] != "serf" || ev["pod_uid"] != "8c1f3e" {
+		ev["seen_by"] != survivorName || ev["system"] != "serf" || ev["pod_uid"] != "8c1f3e" || ev["force_leave"] != "serf force-leave -prune "+ghostName {
 		t.Errorf("gossip-ghost-member: %s %+v %+v", g.Severity, g.Subject, ev)
 	}
 	if !strings.Contains(g.Message, ghostName+" (failed) and "+newName+" (alive) share 127.0.0.2") {
