@@ -1,8 +1,8 @@
 // Package gossip reads what gossip clusters say of their members: Consul's
 // members (its HTTP API's /v1/agent/members, or consul members -detailed),
-// Serf's (its agent's RPC, or serf members -format=json), and memberlist's through the member
-// list the ghostwatch/gossip package serves. Each is read into one
-// snapshot.GossipView, the view of the member it was asked.
+// Serf's (its agent's RPC, or serf members -format=json), and memberlist's
+// through the member list the ghostwatch/gossip package serves. Each is
+// read into one snapshot.GossipView, the view of the member it was asked.
 package gossip
 
 import (
