@@ -34,6 +34,8 @@ type scanOptions struct {
 	conntrackFile     string
 	gossipMembers     []string
 	consulAddrs       []string
+	serfAddrs         []string
+	serfAuth          string
 	capturedAt        string
 	nodeName          string
 	nodePortAddresses []string
@@ -73,6 +75,9 @@ source was incomplete (then no finding is claimed for what it would have read).`
   sudo conntrack -L -o extended,id > conntrack.txt   # on the node, as root
   ghostwatch scan --kube-objects objects.yaml --conntrack-file conntrack.txt --node-name worker-3
 
+  # a Serf cluster's members, read live from an agent's RPC, judged against the pods
+  SERF_RPC_AUTH=... ghostwatch scan --rule gossip-ghost-member,gossip-ip-identity --serf 127.0.0.1:7373
+
   # in CI or a cron job: machine-readable, fail only on critical findings
   ghostwatch scan -o json --fail-on critical`,
 		Args: cobra.NoArgs,
@@ -84,6 +89,8 @@ source was incomplete (then no finding is claimed for what it would have read).`
 	f.StringVar(&o.conntrackFile, "conntrack-file", "", "read flows from this `FILE`, a conntrack -L listing, instead of the kernel (\"-\" for stdin)")
 	f.StringArrayVar(&o.gossipMembers, "gossip-members", nil, "read a gossip cluster's member list from this `FILE` (repeatable, one cluster's view each, \"-\" for stdin): consul members -detailed, the Consul API's /v1/agent/members, serf members -format=json, or the member list of the ghostwatch/gossip package; the format is detected from the content")
 	f.StringArrayVar(&o.consulAddrs, "consul", nil, "read the members of the Consul agent at this `ADDR` live (http://host:8500 or https://host:8501; repeatable), with CONSUL_HTTP_TOKEN (or CONSUL_HTTP_TOKEN_FILE) and CONSUL_CACERT as consul's CLI reads them")
+	f.StringArrayVar(&o.serfAddrs, "serf", nil, "read the members of the Serf agent whose RPC listens at this `ADDR` live (host:port, as serf agent -rpc-addr; repeatable)")
+	f.StringVar(&o.serfAuth, "serf-auth", "", "the Serf agents' RPC auth `KEY` (serf agent -rpc-auth); default $SERF_RPC_AUTH, which keeps it out of the process list")
 	f.StringVar(&o.nodeName, "node-name", "", "the Node this scan runs on: its addresses are the NodePort frontends (default $NODE_NAME, else the hostname)")
 	f.StringSliceVar(&o.serviceCIDRs, "service-cidr", nil, "the cluster's service IP ranges (kube-apiserver's --service-cluster-ip-range), in addition to its ServiceCIDR objects: a flow to an address in one that no Service holds was opened to a deleted Service. Needed only before Kubernetes 1.33 or when the saved objects hold no ServiceCIDR")
 	f.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "CIDRs on which NodePorts are served, as kube-proxy's --nodeport-addresses (default: the Node's addresses and, read live, every address of this host, as kube-proxy's default)")
@@ -190,10 +197,14 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 		}
 		sources = append(sources, src)
 	}
+	memberFlags := o.memberFlags()
+	if o.serfAuth != "" && len(o.serfAddrs) == 0 {
+		return withCode(ExitError, errors.New("--serf-auth needs --serf: it is the key of the Serf agents' RPC"))
+	}
 	if len(rule.ReadersOf(rules, gossip.Name)) > 0 {
 		switch {
-		case len(o.gossipMembers) > 0 && len(o.consulAddrs) > 0:
-			return withCode(ExitError, errors.New("--gossip-members and --consul: give saved member lists or live agents, not both"))
+		case len(memberFlags) > 1:
+			return withCode(ExitError, fmt.Errorf("%s: give one kind of member list per scan (saved files, Consul agents or Serf agents), and scan once for each", strings.Join(memberFlags, " and ")))
 		case len(o.gossipMembers) > 0:
 			sources = append(sources, &gossip.FileSource{Paths: o.gossipMembers, Stdin: streams.In})
 		case len(o.consulAddrs) > 0:
@@ -206,11 +217,17 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 				src.Agents = append(src.Agents, c)
 			}
 			sources = append(sources, src)
+		case len(o.serfAddrs) > 0:
+			src := &gossip.SerfSource{}
+			for _, a := range o.serfAddrs {
+				src.Agents = append(src.Agents, gossip.SerfFromEnv(a, o.serfAuth))
+			}
+			sources = append(sources, src)
 		default:
 			sources = append(sources, gossip.NotGiven{})
 		}
-	} else if len(o.gossipMembers)+len(o.consulAddrs) > 0 {
-		return withCode(ExitError, fmt.Errorf("--gossip-members, --consul: no rule of this scan reads gossip members (%s)", strings.Join(rule.IDs(rules), ", ")))
+	} else if len(memberFlags) > 0 {
+		return withCode(ExitError, fmt.Errorf("%s: no rule of this scan reads gossip members (%s)", strings.Join(memberFlags, ", "), strings.Join(rule.IDs(rules), ", ")))
 	}
 	if readsTable && o.conntrackFile == "" && len(npa) == 0 {
 		sources = append(sources, &host.Addresses{})
@@ -254,6 +271,20 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 		return errFindings
 	}
 	return nil
+}
+
+// memberFlags names the flags given that read gossip members.
+func (o *scanOptions) memberFlags() []string {
+	var given []string
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"--gossip-members", len(o.gossipMembers)}, {"--consul", len(o.consulAddrs)}, {"--serf", len(o.serfAddrs)}} {
+		if f.n > 0 {
+			given = append(given, f.name)
+		}
+	}
+	return given
 }
 
 // calicoSource reads Calico's IPAM ledger where the cluster objects come

@@ -7,6 +7,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/rule"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/ghostwatch/ghostwatch/internal/serftest"
 	"github.com/ghostwatch/ghostwatch/source/calico"
 )
 
@@ -313,7 +315,7 @@ func TestScanGossipMembersErrors(t *testing.T) {
 		t.Errorf("exit %d, stderr %q", code, errOut)
 	}
 	code, _, errOut = run(t, "", "scan", "--kube-objects", objects, "--gossip-members", bad, "--rule", "duplicate-pod-ip")
-	if code != ExitError || !strings.Contains(errOut, "--gossip-members, --consul: no rule of this scan reads gossip members") {
+	if code != ExitError || !strings.Contains(errOut, "--gossip-members: no rule of this scan reads gossip members (duplicate-pod-ip)") {
 		t.Errorf("exit %d, stderr %q", code, errOut)
 	}
 }
@@ -347,5 +349,51 @@ func TestScanConsulLive(t *testing.T) {
 	code, _, errOut = run(t, "", args...)
 	if code != ExitError || !strings.Contains(errOut, "ACL denied") {
 		t.Errorf("without a token: exit %d, stderr %s", code, errOut)
+	}
+}
+
+// scan --serf reads a Serf agent's members live over its RPC, with the
+// auth key from --serf-auth or SERF_RPC_AUTH; a key refused, or none given
+// to an agent that wants one, stops the scan with what to do.
+func TestScanSerfLive(t *testing.T) {
+	agent := serftest.Start(t, serftest.Config{Name: "node-127-0-0-8", Gossip: netip.MustParseAddrPort("127.0.0.8:0"), RPC: netip.MustParseAddrPort("127.0.0.8:0"), AuthKey: "scan-key"})
+	args := []string{"scan", "--kube-objects", "testdata/scan/gossip-reuse/objects.yaml", "--serf", agent.RPC, "--rule", "gossip-ip-identity", "-o", "json"}
+	t.Setenv("SERF_RPC_AUTH", "scan-key")
+	code, out, errOut := run(t, "", args...)
+	if code != ExitFindings || !strings.Contains(out, `"rule": "gossip-ip-identity"`) || !strings.Contains(out, "serf cluster (seen by node-127-0-0-8, "+agent.RPC+")") {
+		t.Errorf("exit %d, stdout %s, stderr %s", code, out, errOut)
+	}
+	for _, tc := range []struct {
+		env  string
+		flag []string
+		want string
+	}{
+		{"", nil, "serf agent " + agent.RPC + ": Authentication required"},
+		{"scan-key", []string{"--serf-auth", "wrong"}, "serf agent " + agent.RPC + ": Invalid authentication token"},
+	} {
+		t.Setenv("SERF_RPC_AUTH", tc.env)
+		code, _, errOut = run(t, "", append(args, tc.flag...)...)
+		if code != ExitError || !strings.Contains(errOut, "scan incomplete") || !strings.Contains(errOut, tc.want) {
+			t.Errorf("SERF_RPC_AUTH=%q %v: exit %d, stderr %s", tc.env, tc.flag, code, errOut)
+		}
+	}
+}
+
+// Live agents of one kind per scan, and an auth key only for Serf agents.
+func TestScanGossipFlagsConflict(t *testing.T) {
+	objects := "testdata/scan/gossip-reuse/objects.yaml"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--consul", "127.0.0.1:8500", "--serf", "127.0.0.1:7373"}, "--consul and --serf: give one kind of member list per scan"},
+		{[]string{"--gossip-members", "testdata/scan/gossip-reuse/members.txt", "--serf", "127.0.0.1:7373"}, "--gossip-members and --serf: give one kind"},
+		{[]string{"--serf-auth", "k"}, "--serf-auth needs --serf"},
+		{[]string{"--serf", "127.0.0.1:7373", "--rule", "duplicate-pod-ip"}, "--serf: no rule of this scan reads gossip members"},
+	} {
+		code, _, errOut := run(t, "", append([]string{"scan", "--kube-objects", objects}, tc.args...)...)
+		if code != ExitError || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q, want %q", tc.args, code, errOut, tc.want)
+		}
 	}
 }

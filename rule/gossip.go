@@ -52,7 +52,7 @@ func (*GossipGhostMember) Info() Info {
 			return fmt.Sprintf("%v: %v", f.Evidence["system"], f.Evidence["reason"])
 		},
 		Summary: "a gossip member outlived its pod's claim on its address: the cluster shuns or probes the pod that now holds it, or counts a member that is gone",
-		Fix:     "force the ghost out (consul force-leave -prune, serf force-leave), then give members names that are not their IPs and leave on SIGTERM (see the runbook)",
+		Fix:     "force the ghost out (consul force-leave -prune, serf force-leave -prune), then give members names that are not their IPs and leave on SIGTERM (see the runbook)",
 		Runbook: "docs/runbooks/gossip-ghost-member.md",
 	}
 }
@@ -216,7 +216,7 @@ func ghost(v *snapshot.GossipView, a netip.Addr, sev finding.Severity, m, other 
 	case "consul":
 		ev["force_leave"] = fmt.Sprintf("consul force-leave -prune %s", m.Name)
 	case "serf":
-		ev["force_leave"] = fmt.Sprintf("serf force-leave %s", m.Name)
+		ev["force_leave"] = fmt.Sprintf("serf force-leave -prune %s", m.Name)
 	}
 	return finding.Finding{
 		Rule:     GossipGhostMemberID,

@@ -1,6 +1,7 @@
 package rule
 
 import (
+	"fmt"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -110,6 +111,21 @@ func TestGossipGhostMember(t *testing.T) {
 				t.Errorf("message %q lacks %q", fs[0].Message, tc.says)
 			}
 		})
+	}
+}
+
+// The force-leave a finding suggests prunes the ghost: without -prune, a
+// Serf member forced out stays listed as left beside the member now at
+// its address (for TombstoneTimeout, 24 h by default), still a finding.
+func TestGossipForceLeaveCommand(t *testing.T) {
+	for system, want := range map[string]string{"consul": "consul force-leave -prune old", "serf": "serf force-leave -prune old", "memberlist": "<nil>"} {
+		s := gossipCluster(member("old", "10.244.1.50", snapshot.MemberFailed), member("new", "10.244.1.50", snapshot.MemberAlive))
+		s.Gossip.Views[0].System = system
+		s.Kube.Pods = append(s.Kube.Pods, pod("shop", "consul-2", "u2", "10.244.1.50", t0))
+		fs := (&GossipGhostMember{}).Evaluate(s)
+		if len(fs) != 1 || fmt.Sprint(fs[0].Evidence["force_leave"]) != want {
+			t.Errorf("%s: findings %+v, want force_leave %q", system, fs, want)
+		}
 	}
 }
 

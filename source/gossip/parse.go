@@ -1,8 +1,8 @@
 // Package gossip reads what gossip clusters say of their members: Consul's
 // members (its HTTP API's /v1/agent/members, or consul members -detailed),
-// Serf's (serf members -format=json), and memberlist's through the member
-// list the ghostwatch/gossip package serves. Each is read into one
-// snapshot.GossipView, the view of the member it was asked.
+// Serf's (its agent's RPC, or serf members -format=json), and memberlist's
+// through the member list the ghostwatch/gossip package serves. Each is
+// read into one snapshot.GossipView, the view of the member it was asked.
 package gossip
 
 import (
@@ -157,9 +157,9 @@ func parseSerf(data []byte) (*snapshot.GossipView, error) {
 		if m.Name == nil || m.Addr == nil || m.Status == nil {
 			return nil, fmt.Errorf("%s: want name, addr and status, as serf members -format=json gives them", where)
 		}
-		st, ok := consulWords[*m.Status]
-		if !ok {
-			return nil, fmt.Errorf("%s (%s): status %q is none of alive, leaving, left, failed", where, *m.Name, *m.Status)
+		st, err := serfStatus(*m.Status)
+		if err != nil {
+			return nil, fmt.Errorf("%s (%s): %v", where, *m.Name, err)
 		}
 		a, port, err := hostPort(*m.Addr)
 		if err != nil {
@@ -171,6 +171,16 @@ func parseSerf(data []byte) (*snapshot.GossipView, error) {
 		v.Members = append(v.Members, snapshot.GossipMember{Name: *m.Name, Addr: a, Port: port, Status: st, RawStatus: *m.Status, Tags: m.Tags})
 	}
 	return v, nil
+}
+
+// serfStatus maps a Serf member's status, as serf members and the agent's
+// RPC say it.
+func serfStatus(status string) (string, error) {
+	st, ok := consulWords[status]
+	if !ok {
+		return "", fmt.Errorf("status %q is none of alive, leaving, left, failed", status)
+	}
+	return st, nil
 }
 
 func parseMemberlist(data []byte) (*snapshot.GossipView, error) {
