@@ -212,10 +212,13 @@ func ghost(v *snapshot.GossipView, a netip.Addr, sev finding.Severity, m, other 
 		}
 		concerns = append(concerns, finding.ObjectRef{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID})
 	}
-	switch v.System {
-	case "consul":
+	// A live member would refute a force-leave: only a gone one is
+	// forced out.
+	switch {
+	case !m.Gone():
+	case v.System == "consul":
 		ev["force_leave"] = fmt.Sprintf("consul force-leave -prune %s", m.Name)
-	case "serf":
+	case v.System == "serf":
 		ev["force_leave"] = fmt.Sprintf("serf force-leave -prune %s", m.Name)
 	}
 	return finding.Finding{

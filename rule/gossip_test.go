@@ -100,8 +100,12 @@ func TestGossipGhostMember(t *testing.T) {
 			var have []got
 			for _, f := range fs {
 				have = append(have, got{f.Subject.IP, f.Evidence["member"].(string), f.Severity})
-				if f.Evidence["force_leave"] != "consul force-leave -prune "+f.Evidence["member"].(string) {
-					t.Errorf("force_leave %v", f.Evidence["force_leave"])
+				want := "consul force-leave -prune " + f.Evidence["member"].(string)
+				if f.Evidence["member_state"] == snapshot.MemberAlive {
+					want = ""
+				}
+				if fl, _ := f.Evidence["force_leave"].(string); fl != want {
+					t.Errorf("force_leave %q, want %q", fl, want)
 				}
 			}
 			if !reflect.DeepEqual(have, tc.want) {
