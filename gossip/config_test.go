@@ -64,6 +64,7 @@ func TestTimingOf(t *testing.T) {
 		{"preset, 100 members: twice as long", pod, 100, Timing{8 * time.Second, 24 * time.Second, 15 * time.Second, 115 * time.Second}},
 		{"DefaultLANConfig, 5 members", lan, 5, Timing{4 * time.Second, 24 * time.Second, 30 * time.Second, 35 * time.Second}},
 		{"one member", pod, 1, Timing{4 * time.Second, 4 * time.Second, 15 * time.Second, 16 * time.Second}},
+		{"the tests' configuration, 4 members", testConfig("a", "l"), 4, Timing{800 * time.Millisecond, 2400 * time.Millisecond, 3 * time.Second, 3800 * time.Millisecond}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := TimingOf(tc.cfg, tc.members); got != tc.want {
