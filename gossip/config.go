@@ -30,9 +30,12 @@ func DefaultPodConfig(name, label string) *memberlist.Config {
 	// another cluster that inherits a member's address cannot join, nor
 	// be joined by gossip meant for the dead member (memberlist#241: an
 	// Alertmanager joined another namespace's cluster this way). It is
-	// not a secret: with SecretKey it is also authenticated. Changing the
-	// label of a running cluster splits it; roll it out with
-	// SkipInboundLabelCheck first.
+	// not a secret: with SecretKey it is also authenticated. Members with
+	// different labels drop each other's traffic, so a rolling update that
+	// adds or changes the label runs two clusters, the old pods' and the
+	// new ones', until the last old pod is gone. (SkipInboundLabelCheck is
+	// no way around it: it is for transports that check labels
+	// themselves, and makes memberlist refuse labelled traffic.)
 	c.Label = label
 
 	// GossipToTheDeadTime (default 30s) is how long a dead member is
