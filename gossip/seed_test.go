@@ -427,3 +427,26 @@ func TestForeignLabel(t *testing.T) {
 		t.Logf("the foreign member dropped %d packets of the cluster, e.g. %s", len(lines), lines[0])
 	}
 }
+
+// TestForeignNoLabel is TestForeignLabel without labels, memberlist#241:
+// the foreign member joins the cluster at the reused address, and the two
+// clusters become one.
+func TestForeignNoLabel(t *testing.T) {
+	seeds := startCluster(t, "127.0.0.10", "")
+	const addr = "127.0.0.104"
+	a := startNode(t, "cache-5b2d8e7f", addr, 0, "", nil)
+	joinAndWait(t, a, seeds)
+	port := a.port()
+	crash(t, a)
+	f := startNode(t, "billing-cache-3c1a", addr, port, "", nil)
+	if _, err := f.ml.Join([]string{seeds[0].address()}); err != nil {
+		t.Fatalf("the foreign member's join: %v", err)
+	}
+	for _, s := range seeds {
+		eventually(t, 10*time.Second, "the foreign member alive in "+s.name+"'s list", stateOf(t, s, f.name, StateAlive))
+	}
+	eventually(t, 10*time.Second, "the cluster in the foreign member's list", func() (bool, string) {
+		l, _ := f.members(t)
+		return l.member("cache-s1") != nil && l.member("cache-s3") != nil, l.String()
+	})
+}
