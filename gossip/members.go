@@ -65,14 +65,16 @@ type Member struct {
 
 // View is the local member's view of its memberlist cluster, served over
 // HTTP as a MemberList. The states, incarnations, addresses and metadata
-// come from the member itself, asked as a peer asks for a push/pull (see
-// readState): memberlist tells applications neither which members are
-// suspect nor whether a gone member died or left. Dead and left members
-// are listed until memberlist forgets them (GossipToTheDeadTime, then the
-// next probe round: see Timing). The View itself only records when each
-// member joined or went, from memberlist's events; it forgets a gone
-// member's time once memberlist has forgotten the member, or keepGone
-// after it went.
+// come from the member itself, asked the way a peer asks for a push/pull:
+// memberlist tells applications neither which members are suspect nor
+// whether a gone member died or left. Dead and left members are listed
+// until memberlist forgets them (GossipToTheDeadTime, then the next probe
+// round: see Timing). The View itself only records when each member
+// joined or went, from memberlist's events. It forgets when a member went
+// once a Read finds memberlist has forgotten the member, and in any case
+// ten times GossipToTheDeadTime (at least ten minutes) after: it remembers
+// the live members and the recently gone ones, however long nobody reads
+// it.
 type View struct {
 	cfg  *memberlist.Config
 	next memberlist.EventDelegate
