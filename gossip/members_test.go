@@ -236,3 +236,66 @@ func TestReadPushPullRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestViewForgetsGone: the View remembers when a member went for ten
+// times GossipToTheDeadTime, ten minutes at least, however long nobody
+// reads it; live members' joins stay.
+func TestViewForgetsGone(t *testing.T) {
+	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		deadTime time.Duration
+		keep     time.Duration
+	}{
+		{15 * time.Second, 10 * time.Minute},
+		{5 * time.Minute, 50 * time.Minute},
+	} {
+		c := &memberlist.Config{GossipToTheDeadTime: tc.deadTime}
+		v := Watch(c)
+		v.now = func() time.Time { return now }
+		v.NotifyJoin(&memberlist.Node{Name: "live"})
+		v.NotifyJoin(&memberlist.Node{Name: "gone"})
+		v.NotifyLeave(&memberlist.Node{Name: "gone"})
+		start := now
+		now = start.Add(tc.keep)
+		v.NotifyJoin(&memberlist.Node{Name: "other"})
+		if _, ok := v.events["gone"]; !ok {
+			t.Errorf("GossipToTheDeadTime %v: forgot a member gone %v ago", tc.deadTime, tc.keep)
+		}
+		now = start.Add(tc.keep + time.Second)
+		v.NotifyJoin(&memberlist.Node{Name: "other"})
+		if _, ok := v.events["gone"]; ok {
+			t.Errorf("GossipToTheDeadTime %v: still remembers a member gone %v ago", tc.deadTime, tc.keep+time.Second)
+		}
+		if e, ok := v.events["live"]; !ok || e.gone {
+			t.Errorf("GossipToTheDeadTime %v: the live member's join is gone: %+v", tc.deadTime, v.events)
+		}
+	}
+}
+
+// TestViewChainsEvents: the View passes every event on to the delegate it
+// replaced.
+func TestViewChainsEvents(t *testing.T) {
+	got := &recordingEvents{}
+	c := &memberlist.Config{Events: got}
+	v := Watch(c)
+	if c.Events != v {
+		t.Fatalf("Watch did not install the View as the config's Events")
+	}
+	n := &memberlist.Node{Name: "cache-a"}
+	v.NotifyJoin(n)
+	v.NotifyUpdate(n)
+	v.NotifyLeave(n)
+	if want := []string{"join cache-a", "update cache-a", "leave cache-a"}; !reflect.DeepEqual(got.events, want) {
+		t.Errorf("passed on %v, want %v", got.events, want)
+	}
+}
+
+type recordingEvents struct{ events []string }
+
+func (r *recordingEvents) NotifyJoin(n *memberlist.Node) { r.events = append(r.events, "join "+n.Name) }
+func (r *recordingEvents) NotifyLeave(n *memberlist.Node) {
+	r.events = append(r.events, "leave "+n.Name)
+}
+func (r *recordingEvents) NotifyUpdate(n *memberlist.Node) {
+	r.events = append(r.events, "update "+n.Name)
+}

@@ -146,6 +146,13 @@ func TestSeed000NewName(t *testing.T) {
 	if _, ok := first[StateLeft]; ok {
 		t.Errorf("cache-s1 listed %s left: it crashed", a.name)
 	}
+	// The read that found it forgotten made the View forget it too.
+	seeds[0].view.mu.Lock()
+	_, remembered := seeds[0].view.events[a.name]
+	seeds[0].view.mu.Unlock()
+	if remembered {
+		t.Errorf("cache-s1's View still remembers when %s went, after memberlist forgot it", a.name)
+	}
 	// Both identities on one address: one dead, one alive.
 	ma, mb := shared.member(a.name), shared.member(b.name)
 	if ma.Addr != mb.Addr || ma.Port != mb.Port || ma.Incarnation < incA || ma.Since == "" {
