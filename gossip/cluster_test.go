@@ -1,0 +1,229 @@
+package gossip
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/ghostwatch/ghostwatch/internal/testenv"
+)
+
+// The tests run real memberlist members, each on its own address of
+// 127.0.0.0/8 (Linux routes all of it to lo), so that a member can die and
+// another take its address and port, as a pod takes a dead pod's IP.
+
+// testLabel is the cluster label of the tests' clusters.
+const testLabel = "shop/cache"
+
+// testConfig is DefaultPodConfig with timings shortened for loopback, so
+// that a test sees a crashed member suspected, declared dead and
+// forgotten within seconds:
+//
+//   - ProbeInterval 1s -> 200ms and ProbeTimeout 500ms -> 100ms: loopback
+//     answers in microseconds, and 100ms leaves room for a busy machine;
+//   - GossipInterval 200ms -> 20ms;
+//   - GossipToTheDeadTime and PushPullInterval 15s -> 3s, kept equal as
+//     the preset keeps them;
+//   - TCPTimeout 10s -> 2s.
+//
+// SuspicionMult (4) and SuspicionMaxTimeoutMult (3) stay the preset's: a
+// member is suspect 0.8s to 2.4s before it is declared dead.
+func testConfig(name, label string) *memberlist.Config {
+	c := DefaultPodConfig(name, label)
+	c.ProbeInterval = 200 * time.Millisecond
+	c.ProbeTimeout = 100 * time.Millisecond
+	c.GossipInterval = 20 * time.Millisecond
+	c.GossipToTheDeadTime = 3 * time.Second
+	c.PushPullInterval = 3 * time.Second
+	c.TCPTimeout = 2 * time.Second
+	return c
+}
+
+// testNode is a running member, its View served over HTTP, and its log.
+type testNode struct {
+	name, addr string
+	cfg        *memberlist.Config
+	ml         *memberlist.Memberlist
+	view       *View
+	srv        *httptest.Server
+	log        *lockedBuffer
+	started    time.Time
+}
+
+// lockedBuffer collects a member's log lines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// lines returns the log lines holding every one of words.
+func (l *lockedBuffer) lines(words ...string) []string {
+	var out []string
+	for _, line := range strings.Split(l.String(), "\n") {
+		ok := true
+		for _, w := range words {
+			ok = ok && strings.Contains(line, w)
+		}
+		if ok && line != "" {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// requireLoopback stops the test unless addr, an address of 127.0.0.0/8
+// other than 127.0.0.1, can be bound (macOS, for one, configures only
+// 127.0.0.1).
+func requireLoopback(t *testing.T, addr string) {
+	t.Helper()
+	l, err := net.ListenPacket("udp", net.JoinHostPort(addr, "0"))
+	if err != nil {
+		testenv.Unavailable(t, fmt.Sprintf("cannot bind %s (%v): the tests need every address of 127.0.0.0/8 on lo, as Linux routes it", addr, err))
+		return
+	}
+	l.Close()
+}
+
+// startNode starts a member named name on addr:port (port 0: any) with
+// testConfig, edited by edit when not nil, and stops it at the end of the
+// test unless the test stops it first.
+func startNode(t *testing.T, name, addr string, port int, label string, edit func(*memberlist.Config)) *testNode {
+	t.Helper()
+	requireLoopback(t, addr)
+	n := &testNode{name: name, addr: addr, log: &lockedBuffer{}, started: time.Now()}
+	n.cfg = testConfig(name, label)
+	n.cfg.BindAddr, n.cfg.BindPort, n.cfg.AdvertisePort = addr, port, port
+	n.cfg.LogOutput = n.log
+	if edit != nil {
+		edit(n.cfg)
+	}
+	n.view = Watch(n.cfg)
+	ml, err := memberlist.Create(n.cfg)
+	if err != nil {
+		t.Fatalf("starting member %s on %s:%d: %v", name, addr, port, err)
+	}
+	n.ml = ml
+	n.srv = httptest.NewServer(n.view.Handler(ml))
+	t.Cleanup(func() {
+		n.srv.Close()
+		_ = ml.Shutdown()
+		if t.Failed() {
+			t.Logf("log of member %s (%s):\n%s", name, addr, n.log)
+		}
+	})
+	return n
+}
+
+// address is the member's host:port, to join it.
+func (n *testNode) address() string { return n.ml.LocalNode().Address() }
+
+// port is the member's port.
+func (n *testNode) port() int { return int(n.ml.LocalNode().Port) }
+
+// join joins n to the members at the addresses of others.
+func (n *testNode) join(t *testing.T, others ...*testNode) {
+	t.Helper()
+	var addrs []string
+	for _, o := range others {
+		addrs = append(addrs, o.address())
+	}
+	if _, err := n.ml.Join(addrs); err != nil {
+		t.Fatalf("%s joining %v: %v", n.name, addrs, err)
+	}
+}
+
+// members fetches the member's list from its endpoint, as ghostwatch
+// does.
+func (n *testNode) members(t *testing.T) (*MemberList, []byte) {
+	t.Helper()
+	resp, err := http.Get(n.srv.URL + Path)
+	if err != nil {
+		t.Fatalf("GET %s's member list: %v", n.name, err)
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
+		t.Fatalf("reading %s's member list: %v", n.name, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s's member list: %s: %s", n.name, resp.Status, buf.String())
+	}
+	var l MemberList
+	if err := json.Unmarshal(buf.Bytes(), &l); err != nil {
+		t.Fatalf("%s's member list is not JSON: %v\n%s", n.name, err, buf.String())
+	}
+	return &l, buf.Bytes()
+}
+
+// member returns the named member of l, or nil.
+func (l *MemberList) member(name string) *Member {
+	for i := range l.Members {
+		if l.Members[i].Name == name {
+			return &l.Members[i]
+		}
+	}
+	return nil
+}
+
+// String lists the members with their states, for failure messages.
+func (l *MemberList) String() string {
+	var b strings.Builder
+	for _, m := range l.Members {
+		fmt.Fprintf(&b, " %s@%s:%d=%s/%d", m.Name, m.Addr, m.Port, m.State, m.Incarnation)
+	}
+	return "[" + strings.TrimSpace(b.String()) + "]"
+}
+
+// eventually polls cond every 50ms until it holds, and fails the test
+// when it does not within limit; it returns how long it took. cond
+// returns whether it holds and what it saw, for the failure message.
+func eventually(t *testing.T, limit time.Duration, what string, cond func() (bool, string)) time.Duration {
+	t.Helper()
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, saw := cond()
+		if ok {
+			return time.Since(start)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: not within %v; last seen: %s", what, limit, saw)
+		case <-tick.C:
+		}
+	}
+}
+
+// stateOf is cond for eventually: name is in state in n's member list.
+func stateOf(t *testing.T, n *testNode, name string, state string) func() (bool, string) {
+	return func() (bool, string) {
+		l, _ := n.members(t)
+		m := l.member(name)
+		return m != nil && m.State == state, l.String()
+	}
+}
