@@ -145,7 +145,7 @@ func playSeed(t *testing.T, newcomer string, tune func(*serf.Config)) *seed {
 	waitLog(t, s.survivor, mark, 1, 5*time.Second, "serf: EventMemberFailed: "+ghostName+" 127.0.0.2")
 	// Nobody answers at A's address yet: the reconnects are refused.
 	addr := s.a.Gossip.String()
-	waitLog(t, s.survivor, mark, 1, 10*time.Second, "memberlist: Failed to join "+addr+": dial tcp "+addr+": connect: connection refused")
+	waitLog(t, s.survivor, mark, 1, 10*time.Second, "memberlist: failed to join "+addr+": dial tcp "+addr+": connect: connection refused")
 
 	// A new pod gets A's IP; its member binds A's address and port and
 	// joins.
@@ -201,7 +201,7 @@ func TestSerfSeed000(t *testing.T) {
 	// reaches the newcomer at A's address: a push/pull with it succeeds,
 	// and A stays failed (for ReconnectTimeout, 24 h by default).
 	pushPulls := waitLog(t, survivor, joined, 3, 15*time.Second, "memberlist: Initiating push/pull sync with: "+ghostName+" "+a.Gossip.String())
-	if refused := survivor.Log.Lines(joined, "Failed to join "+a.Gossip.String()); len(refused) > 0 {
+	if refused := survivor.Log.Lines(joined, "memberlist: failed to join "+a.Gossip.String()); len(refused) > 0 {
 		t.Errorf("reconnects to %s refused after the newcomer bound it: %q", a.Gossip, refused)
 	}
 	attempts := survivor.Log.Lines(joined, "serf: attempting reconnect to "+ghostName+" "+a.Gossip.String())
