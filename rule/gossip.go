@@ -28,6 +28,8 @@ const GossipIPIdentityID = "gossip-ip-identity"
 //   - a failed or dead member's address is held by a live pod proven to be
 //     another identity: the pod started after the member was last seen
 //     alive, or it lives in another namespace than the cluster's;
+//   - a suspect member shares its address and port with an alive one: the
+//     old identity, not yet declared dead (memberlist's suspicion window);
 //   - a live member's address is held by no pod and no node: its pod is
 //     gone, and the cluster still counts it;
 //   - a live member's address is held by a pod of another namespace than
@@ -123,6 +125,22 @@ func (r *GossipGhostMember) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 						out = append(out, ghost(v, a, finding.Critical, g, nil, []*snapshot.Pod{p},
 							fmt.Sprintf("%s is %s, and %s now holds %s (%s): the cluster probes and reconnects to %s at another identity's address",
 								g.Name, g.Status, p.Ref(), a, why, g.Name)))
+					}
+				}
+			}
+			// Two live members on one address and port: only one
+			// process can listen there, so a suspect one is the old
+			// identity the cluster has not declared dead yet.
+			for _, m := range live {
+				if m.Status != snapshot.MemberSuspect {
+					continue
+				}
+				for _, o := range live {
+					if o != m && o.Port == m.Port && o.Status == snapshot.MemberAlive {
+						out = append(out, ghost(v, a, finding.Warning, m, o, pods,
+							fmt.Sprintf("%s (suspect) and %s (alive) share %s:%d, where only one can listen: %s is the old identity, about to be declared dead, and the cluster's probes for it reach %s",
+								m.Name, o.Name, a, m.Port, m.Name, o.Name)))
+						break
 					}
 				}
 			}

@@ -55,6 +55,11 @@ func TestGossipGhostMember(t *testing.T) {
 			v.Members = append(v.Members, member("node-abc-old", "10.244.1.50", snapshot.MemberFailed), member("node-xyz-new", "10.244.1.50", snapshot.MemberAlive))
 			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "consul-2", "u2", "10.244.1.50", t0.Add(50*time.Minute)))
 		}, []got{{"10.244.1.50", "node-abc-old", finding.Critical}}, "node-abc-old (failed) and node-xyz-new (alive) share 10.244.1.50"},
+		{"memberlist's suspicion window: the old identity suspect, the new alive, one address and port", func(s *snapshot.Snapshot) {
+			v := &s.Gossip.Views[0]
+			v.Members = append(v.Members, member("cache-a", "10.244.1.50", snapshot.MemberSuspect), member("cache-b", "10.244.1.50", snapshot.MemberAlive))
+			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "cache-b", "u2", "10.244.1.50", t0))
+		}, []got{{"10.244.1.50", "cache-a", finding.Warning}}, "cache-a (suspect) and cache-b (alive) share 10.244.1.50:8301"},
 		{"a left member shares it: a warning", func(s *snapshot.Snapshot) {
 			v := &s.Gossip.Views[0]
 			v.Members = append(v.Members, member("old", "10.244.1.50", snapshot.MemberLeft), member("new", "10.244.1.50", snapshot.MemberAlive))
@@ -101,7 +106,7 @@ func TestGossipGhostMember(t *testing.T) {
 			for _, f := range fs {
 				have = append(have, got{f.Subject.IP, f.Evidence["member"].(string), f.Severity})
 				want := "consul force-leave -prune " + f.Evidence["member"].(string)
-				if f.Evidence["member_state"] == snapshot.MemberAlive {
+				if st := f.Evidence["member_state"]; st == snapshot.MemberAlive || st == snapshot.MemberSuspect {
 					want = ""
 				}
 				if fl, _ := f.Evidence["force_leave"].(string); fl != want {
