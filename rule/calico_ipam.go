@@ -47,9 +47,10 @@ type calicoAlloc struct {
 	a *snapshot.Allocation
 }
 
-// lastView is the view of the last snapshot the Calico rules judged: the
-// rules of one pass share it, so a pass over a large cluster indexes its
-// pods and allocations once. A snapshot is not changed once rules judge it.
+// lastView is the view of the snapshot the Calico rules are judging: the
+// rules of one pass (one Run) share it, so a pass over a large cluster
+// indexes its pods and allocations once; Run forgets it when the pass
+// ends. A snapshot is not changed while rules judge it.
 var lastView struct {
 	sync.Mutex
 	s *snapshot.Snapshot
@@ -68,6 +69,15 @@ func calicoViewOf(s *snapshot.Snapshot) *calicoView {
 		lastView.s, lastView.v = s, newCalicoView(s)
 	}
 	return lastView.v
+}
+
+// forgetView drops the view of s, if it is the one kept.
+func forgetView(s *snapshot.Snapshot) {
+	lastView.Lock()
+	if lastView.s == s {
+		lastView.s, lastView.v = nil, nil
+	}
+	lastView.Unlock()
 }
 
 func newCalicoView(s *snapshot.Snapshot) *calicoView {

@@ -276,3 +276,20 @@ func TestIPAMLedgerCorrupt(t *testing.T) {
 		t.Errorf("a sound ledger: %+v", fs)
 	}
 }
+
+// The index the Calico rules share is kept for one pass only: a
+// long-running process holds nothing of it between passes.
+func TestRunForgetsTheCalicoIndex(t *testing.T) {
+	s := calicoCluster(t0)
+	s.Kube.Pods = append(s.Kube.Pods, pod("shop", "api", "u-api", "10.200.0.3", t0))
+	r := &IPAMUnbookedIP{}
+	if fs, _ := Run(s, []Rule{r, &IPAMLeakedIP{}}); len(fs) != 1 {
+		t.Fatalf("%d findings", len(fs))
+	}
+	lastView.Lock()
+	kept := lastView.v != nil
+	lastView.Unlock()
+	if kept {
+		t.Error("the pass's index outlives the pass")
+	}
+}
