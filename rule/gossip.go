@@ -66,7 +66,7 @@ const gossipSkew = 5 * time.Second
 
 // Evaluate returns the ghost members of every view.
 func (r *GossipGhostMember) Evaluate(s *snapshot.Snapshot) []finding.Finding {
-	if s.Kube == nil || s.Gossip == nil {
+	if s.Kube == nil || s.Gossip == nil || len(s.Gossip.Views) == 0 {
 		return nil
 	}
 	holders := podsByIP(s.Kube.Pods)
