@@ -20,9 +20,10 @@ import (
 )
 
 // The controller on the real API server, with exactly the identity
-// deploy/controller grants: it may list and watch Pods, write Events and
-// its Lease, and nothing else; it takes the Lease, and reports a duplicate
-// pod IP as a metric and an Event on each pod.
+// deploy/controller grants: it may list and watch Pods, Nodes and Calico's
+// IPAM objects, write Events and its Lease, and nothing else; it takes the
+// Lease, and reports a duplicate pod IP as a metric and an Event on each
+// pod.
 func TestRealController(t *testing.T) {
 	e := newRealEnv(t, controlplane.ProxyIPTables)
 	ctx := context.Background()
@@ -54,8 +55,17 @@ func TestRealController(t *testing.T) {
 		{"kube-system", "coordination.k8s.io", "leases", "update", false},
 		{"ghostwatch", "coordination.k8s.io", "leases", "delete", false},
 		{"", "", "pods", "delete", false}, {"", "", "pods", "update", false},
-		{"", "", "nodes", "list", false}, {"", "", "services", "list", false},
-		{"", "", "secrets", "list", false}, {"", "", "configmaps", "list", false},
+		{"", "", "nodes", "list", true}, {"", "", "nodes", "watch", true}, {"", "", "nodes", "get", false},
+		{"", "", "nodes", "update", false},
+		{"", "crd.projectcalico.org", "ipamblocks", "list", true}, {"", "crd.projectcalico.org", "ipamblocks", "watch", true},
+		{"", "crd.projectcalico.org", "ipamhandles", "list", true}, {"", "crd.projectcalico.org", "ipamhandles", "watch", true},
+		{"", "crd.projectcalico.org", "blockaffinities", "list", true}, {"", "crd.projectcalico.org", "blockaffinities", "watch", true},
+		{"", "crd.projectcalico.org", "ippools", "list", true}, {"", "crd.projectcalico.org", "ippools", "watch", true},
+		{"", "crd.projectcalico.org", "kubecontrollersconfigurations", "list", true},
+		{"", "crd.projectcalico.org", "kubecontrollersconfigurations", "watch", true},
+		{"", "crd.projectcalico.org", "ipamblocks", "get", false}, {"", "crd.projectcalico.org", "ipamblocks", "update", false},
+		{"", "crd.projectcalico.org", "ipamhandles", "delete", false}, {"", "crd.projectcalico.org", "ipamconfigs", "list", false},
+		{"", "", "services", "list", false}, {"", "", "secrets", "list", false}, {"", "", "configmaps", "list", false},
 	} {
 		r, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
 			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
