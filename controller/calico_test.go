@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -270,4 +272,78 @@ func TestCalicoFindingsStandWhileTheLedgerFails(t *testing.T) {
 	if n := strings.Count(strings.Join(r.ev.All(), "\n"), "Pod Warning default/web-0 IPAMMisbooked"); n != 1 {
 		t.Errorf("%d IPAMMisbooked Events on the pod: one, when the finding first appeared", n)
 	}
+}
+
+// slowBlocks is a dynamic client whose list of IPAMBlocks waits for
+// release: a large ledger still being listed.
+type slowBlocks struct {
+	dynamic.Interface
+	release chan struct{}
+}
+
+func (s slowBlocks) Resource(r schema.GroupVersionResource) dynamic.NamespaceableResourceInterface {
+	ri := s.Interface.Resource(r)
+	if r.Resource != "ipamblocks" {
+		return ri
+	}
+	return slowList{ri, s.release}
+}
+
+type slowList struct {
+	dynamic.NamespaceableResourceInterface
+	release chan struct{}
+}
+
+func (s slowList) List(ctx context.Context, o metav1.ListOptions) (*unstructured.UnstructuredList, error) {
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.NamespaceableResourceInterface.List(ctx, o)
+}
+
+// The first pass waits for discovery and for every informer to list or
+// fail: while Calico's blocks are being listed, the leader has not
+// settled, and the rules reading them are not reported skipped.
+func TestSettledWaitsForTheLedger(t *testing.T) {
+	client := fake.NewClientset(node("node-a"))
+	servingCalico(client)
+	release := make(chan struct{})
+	dyn := slowBlocks{calicoClient(), release}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	cl := newCluster(client, func() {}, func(w *watched) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.informer.RunWithContext(ctx)
+		}()
+	}, time.Now)
+	if err := cl.start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "pods and nodes listed", func() bool { return cl.pods.informer.HasSynced() && cl.nodes.informer.HasSynced() })
+	if cl.settled() {
+		t.Error("settled before discovery answered")
+	}
+	if !cl.discoverCalico(client.Discovery(), dyn) {
+		t.Fatal("Calico's ledger not watched")
+	}
+	waitFor(t, "the other kinds listed", func() bool {
+		n := 0
+		for _, k := range cl.calico {
+			if k.w.informer.HasSynced() {
+				n++
+			}
+		}
+		return n == len(cl.calico)-1
+	})
+	if cl.settled() {
+		t.Error("settled while the blocks are being listed")
+	}
+	close(release)
+	waitFor(t, "settled once the blocks are listed", cl.settled)
 }

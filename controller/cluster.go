@@ -185,7 +185,7 @@ func (c *cluster) settled() bool {
 		return why != nil
 	}
 	for _, k := range kinds {
-		if !k.w.informer.HasSynced() && k.w.ready() == nil {
+		if !k.w.informer.HasSynced() && k.w.failure() == nil {
 			return false
 		}
 	}

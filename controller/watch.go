@@ -119,6 +119,13 @@ func (w *watched) hear() {
 	w.mu.Unlock()
 }
 
+// failure returns the current list or watch error, nil when there is none.
+func (w *watched) failure() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
 // ready returns nil when the informer has listed its resource and keeps
 // it current, and otherwise why not.
 func (w *watched) ready() error {
