@@ -96,24 +96,30 @@ type calicoKind struct {
 // informer, changed is called after every change of what they hold; now is
 // the clock.
 func newCluster(client kubernetes.Interface, changed func(), run func(*watched), now func() time.Time) *cluster {
-	c := &cluster{idx: rule.NewPodIPs(), changed: changed, run: run, now: now}
 	core := client.CoreV1()
-	c.pods = newWatched("pods", listWatch{
+	return newClusterOf(listWatch{
 		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return core.Pods("").List(ctx, o)
 		},
 		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return core.Pods("").Watch(ctx, o)
 		},
-	}, &corev1.Pod{}, kube.TrimPod, now, changed)
-	c.nodes = newWatched("nodes", listWatch{
+	}, listWatch{
 		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return core.Nodes().List(ctx, o)
 		},
 		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return core.Nodes().Watch(ctx, o)
 		},
-	}, &corev1.Node{}, keep(func(obj any) (snapshot.Node, bool) {
+	}, changed, run, now)
+}
+
+// newClusterOf is newCluster with the lists and watches of Pods and Nodes
+// given.
+func newClusterOf(pods, nodes listWatch, changed func(), run func(*watched), now func() time.Time) *cluster {
+	c := &cluster{idx: rule.NewPodIPs(), changed: changed, run: run, now: now}
+	c.pods = newWatched("pods", pods, &corev1.Pod{}, kube.TrimPod, now, changed)
+	c.nodes = newWatched("nodes", nodes, &corev1.Node{}, keep(func(obj any) (snapshot.Node, bool) {
 		n, ok := obj.(*corev1.Node)
 		if !ok {
 			return snapshot.Node{}, false
@@ -126,29 +132,10 @@ func newCluster(client kubernetes.Interface, changed func(), run func(*watched),
 // start registers the event handlers and starts the informers of Pods and
 // Nodes.
 func (c *cluster) start() error {
-	set := func(obj any) {
-		if p, ok := obj.(*corev1.Pod); ok {
-			sp := kube.Pod(p)
-			c.mu.Lock()
-			c.idx.Set(&sp)
-			c.mu.Unlock()
-			c.changed()
-		}
-	}
 	if _, err := c.pods.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    set,
-		UpdateFunc: func(_, obj any) { set(obj) },
-		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			if p, ok := obj.(*corev1.Pod); ok {
-				c.mu.Lock()
-				c.idx.Delete(string(p.UID))
-				c.mu.Unlock()
-				c.changed()
-			}
-		},
+		AddFunc:    c.setPod,
+		UpdateFunc: func(_, obj any) { c.setPod(obj) },
+		DeleteFunc: c.deletePod,
 	}); err != nil {
 		return fmt.Errorf("watching pods: %w", err)
 	}
@@ -158,6 +145,30 @@ func (c *cluster) start() error {
 	c.run(c.pods)
 	c.run(c.nodes)
 	return nil
+}
+
+// setPod records a Pod added or changed, as the informer keeps it.
+func (c *cluster) setPod(obj any) {
+	if p, ok := obj.(*corev1.Pod); ok {
+		sp := kube.Pod(p)
+		c.mu.Lock()
+		c.idx.Set(&sp)
+		c.mu.Unlock()
+		c.changed()
+	}
+}
+
+// deletePod forgets a Pod deleted.
+func (c *cluster) deletePod(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if p, ok := obj.(*corev1.Pod); ok {
+		c.mu.Lock()
+		c.idx.Delete(string(p.UID))
+		c.mu.Unlock()
+		c.changed()
+	}
 }
 
 // onChange calls changed at every change of what w holds.
@@ -337,7 +348,14 @@ func calicoLedger(kinds []calicoKind) *snapshot.Calico {
 			}
 		}
 	}
-	calico.Sort(c)
+	// Sorted by name, as the API server lists them (calico.Sort). Names
+	// are unique in an informer's store: an unstable sort gives the same
+	// order, without the stable sort's merging, the most of a pass over
+	// a handle per pod.
+	slices.SortFunc(c.Blocks, func(a, b snapshot.IPAMBlock) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(c.Handles, func(a, b snapshot.IPAMHandle) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(c.Affinities, func(a, b snapshot.BlockAffinity) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(c.Pools, func(a, b snapshot.IPPool) int { return strings.Compare(a.Name, b.Name) })
 	return c
 }
 
