@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,14 +15,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/ghostwatch/ghostwatch/controller"
 	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/source/calico"
 	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
@@ -37,23 +42,35 @@ type controllerOptions struct {
 func newControllerCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	o := &controllerOptions{kubeFlags: genericclioptions.NewConfigFlags(true)}
 	o.kubeFlags.Namespace = nil
-	rules := controller.Rules(rule.InScope(rule.All(rule.Config{}), rule.ScopeCluster))
+	rules, others := controller.Rules(rule.All(rule.Config{}))
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Watch the whole cluster (one leader of a Deployment) and report its ghosts continuously",
 		Long: `controller is ghostwatch's cluster-wide watcher, run as a Deployment
-(deploy/controller). Its replicas elect a leader on a Lease; the leader watches
-every Pod and runs the cluster rules after each burst of changes:
+(deploy/controller). Its replicas elect a leader on a Lease; the leader lists
+and watches
 
-` + ruleList(rules) + `
+` + watchedList() + `
+and runs the cluster rules after each burst of changes, on what it holds:
+
+` + controllerRuleList(rules) + othersList(others) + `
+A rule whose ledger the cluster does not have (no Calico) is not applicable,
+and the log says so once. A rule a source of which is not ready (not listed
+yet, a list or watch failing, a watch silent too long) is skipped, and what it
+found when it last ran stands until the source is back;
+ghostwatch_source_up{source} says which source is not.
+
 Findings are exported as metrics (:9809/metrics), logged, and reported as a
-Warning Event on every object they concern when they first appear. The node
-agents never watch every Pod for these rules: the controller is the one
-watcher. It is read-only: it writes its Lease and Events, nothing else.
+Warning Event (Normal for info findings) on every object they concern when
+they first appear. The node agents never watch every Pod for these rules: the
+controller is the one watcher. It is read-only: it writes its Lease and
+Events, nothing else. Its ClusterRole grants list and watch on the resources
+above and create and patch on Events; its Role get, create and update on its
+Lease, in its namespace. Discovery needs no grant.
 
 A replica that loses the Lease while leading exits with status 2, so that its
 restart campaigns afresh. /readyz is ready on a standby replica, and on the
-leader once it has listed every Pod.`,
+leader once it has listed every Pod and Node.`,
 		Example: `  # in the cluster: kubectl apply -k deploy/controller
   ghostwatch controller --kubeconfig ~/.kube/config --lease-namespace default --log-format text`,
 		Args: cobra.NoArgs,
@@ -87,6 +104,16 @@ func (o *controllerOptions) run(ctx context.Context, streams genericiooptions.IO
 	if err != nil {
 		return withCode(ExitError, err)
 	}
+	restConfig, err := o.kubeFlags.ToRESTConfig()
+	if err != nil {
+		return withCode(ExitError, fmt.Errorf("kubeconfig: %w", err))
+	}
+	restConfig = rest.CopyConfig(restConfig)
+	restConfig.UserAgent = "ghostwatch"
+	dyn, err := dynamic.NewForConfig(restConfig)
+	if err != nil {
+		return withCode(ExitError, fmt.Errorf("API server %s: %w", server, err))
+	}
 	// An API server it cannot reach at start is an error that says so:
 	// the replica restarts (CrashLoopBackOff shows why) rather than stand
 	// by for a Lease it can never read. Later outages are the leader
@@ -100,7 +127,7 @@ func (o *controllerOptions) run(ctx context.Context, streams genericiooptions.IO
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 	c := controller.New(controller.Config{
-		Client: client, Identity: identity, LeaseNamespace: ns, LeaseName: o.leaseName,
+		Client: client, Dynamic: dyn, Identity: identity, LeaseNamespace: ns, LeaseName: o.leaseName,
 		Rules: rules, Metrics: controller.NewMetrics(reg, rules),
 		Events: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "ghostwatch-controller"}),
 		Log:    log,
@@ -117,6 +144,65 @@ func (o *controllerOptions) run(ctx context.Context, streams genericiooptions.IO
 		return withCode(ExitError, fmt.Errorf("controller: %w", runErr))
 	}
 	return nil
+}
+
+// watchedList lists what the leader watches, for the help: the cluster's
+// objects, then Calico's.
+func watchedList() string {
+	var core, ledger []string
+	for _, gr := range controller.Watched() {
+		if gr.Group == calico.Group {
+			ledger = append(ledger, gr.String())
+		} else {
+			core = append(core, gr.String())
+		}
+	}
+	return wrap(strings.Join(core, ", ")+" (source kube)", "  ", 80) +
+		wrap(strings.Join(ledger, ", ")+" (source calico, Calico's IPAM ledger: when discovery says the API server serves it; asked again every minute until it does)", "  ", 80)
+}
+
+// controllerRuleList lists the rules with the sources each reads in the
+// controller, and their summaries, for the help. A rule with alternative
+// ledgers judges here those of the cluster scope.
+func controllerRuleList(rules []rule.Rule) string {
+	var b strings.Builder
+	for _, r := range rules {
+		info := r.Info()
+		var here, agent []string
+		for _, l := range info.Ledgers {
+			if l.Scope == rule.ScopeCluster {
+				here = append(here, l.Source)
+			} else {
+				agent = append(agent, l.Source)
+			}
+		}
+		reads := strings.Join(slices.Concat(info.Sources, here), ", ")
+		if len(agent) > 0 {
+			reads += "; the agents judge " + strings.Join(agent, ", ")
+		}
+		b.WriteString(wrap(info.ID+" (reads "+reads+")", "  ", 80))
+		b.WriteString(wrap(info.Summary, "      ", 80))
+	}
+	return b.String()
+}
+
+// othersList says which cluster rules the controller does not run, and
+// why: a source it does not read.
+func othersList(others []rule.Rule) string {
+	if len(others) == 0 {
+		return ""
+	}
+	var rs []string
+	for _, r := range others {
+		var missing []string
+		for _, s := range r.Info().Sources {
+			if !slices.Contains(controller.Sources, s) {
+				missing = append(missing, s)
+			}
+		}
+		rs = append(rs, r.Info().ID+" (needs "+strings.Join(missing, ", ")+")")
+	}
+	return "\n" + wrap("It does not read, and leaves to ghostwatch scan, what these cluster rules need: "+strings.Join(rs, ", ")+".", "", 80)
 }
 
 // reachable asks the API server its version, within 30 seconds.

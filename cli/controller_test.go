@@ -7,7 +7,9 @@ import (
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/ghostwatch/ghostwatch/controller"
 	"github.com/ghostwatch/ghostwatch/deploy"
+	"github.com/ghostwatch/ghostwatch/rule"
 )
 
 // The Deployment ships args the controller accepts.
@@ -33,5 +35,34 @@ func TestControllerWithoutAnAPIServer(t *testing.T) {
 		"--request-timeout=2s", "--log-format=text")
 	if code != ExitError || !strings.Contains(errOut, "127.0.0.1:1") {
 		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+}
+
+// The help says what the controller watches and runs: every resource it
+// lists and watches, every cluster rule and what it reads.
+func TestControllerHelpListsWhatItRuns(t *testing.T) {
+	code, out, _ := run(t, "", "controller", "--help")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	flat := strings.Join(strings.Fields(out), " ")
+	for _, gr := range controller.Watched() {
+		if !strings.Contains(flat, gr.String()) {
+			t.Errorf("the help does not name %s", gr)
+		}
+	}
+	runs, others := controller.Rules(rule.All(rule.Config{}))
+	for _, r := range runs {
+		if !strings.Contains(out, "  "+r.Info().ID+" (reads ") {
+			t.Errorf("the help does not list %s with what it reads", r.Info().ID)
+		}
+	}
+	for _, r := range others {
+		if !strings.Contains(flat, r.Info().ID+" (needs ") || strings.Contains(out, "  "+r.Info().ID+" (reads ") {
+			t.Errorf("the help lists %s among what the controller runs, or not at all", r.Info().ID)
+		}
+	}
+	if !strings.Contains(out, "ipam-unbooked-ip (reads kube, calico; the agents judge hostlocal)") {
+		t.Errorf("the help does not say which ledger ipam-unbooked-ip judges here:\n%s", out)
 	}
 }

@@ -1,9 +1,9 @@
 // Package controller is ghostwatch's cluster-wide watcher: one leader,
-// elected on a Lease, watches every Pod (and, as the cluster rules grow,
-// the IPAM datastore) and runs the cluster rules continuously, reporting
-// findings as metrics, logs and Events. Node agents never watch every Pod
-// for this: their cost to the API server is kube-proxy's, the controller's
-// is one watcher's.
+// elected on a Lease, watches every Pod, every Node and, where the API
+// server serves it, Calico's IPAM ledger, and runs the cluster rules after
+// each burst of changes, reporting findings as metrics, logs and Events.
+// Node agents never watch every Pod for this: their cost to the API server
+// is kube-proxy's, the controller's is one watcher's.
 //
 // It is read-only: it writes nothing but its Lease and Events.
 package controller
@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -21,22 +23,25 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/ghostwatch/ghostwatch/finding"
 	"github.com/ghostwatch/ghostwatch/rule"
-	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
 // Config is what the controller needs. Zero durations take the defaults
 // below.
 type Config struct {
+	// Client watches Pods and Nodes, holds the Lease, and asks discovery
+	// whether the API server serves Calico's ledger.
 	Client kubernetes.Interface
+	// Dynamic watches Calico's ledger (crd.projectcalico.org/v1).
+	Dynamic dynamic.Interface
 	// Identity names this process in the Lease (its pod name).
 	Identity string
 	// LeaseNamespace and LeaseName name the Lease the replicas elect a
@@ -45,11 +50,20 @@ type Config struct {
 	// LeaseDuration, RenewDeadline and RetryPeriod are client-go's leader
 	// election timings. Defaults 15s, 10s, 2s.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
-	// Rules are the cluster rules it runs. duplicate-pod-ip is judged from
-	// an index of pod IPs kept current per event.
+	// Rules are the rules it runs: the cluster rules whose sources it
+	// reads (Rules). duplicate-pod-ip is judged from an index of pod IPs
+	// kept current per event; a rule with Ledgers judges the ledgers the
+	// controller reads (Calico's).
 	Rules []rule.Rule
-	// Debounce gathers a burst of pod events into one pass. Default 100ms.
+	// Debounce gathers a burst of events into one pass. A pass also
+	// waits at least as long as the last one took, so that passes over
+	// a large cluster in constant churn take at most half the leader's
+	// time. Default 100ms.
 	Debounce time.Duration
+	// Rediscover is how often the leader asks again whether the API
+	// server serves Calico's ledger while it does not (Calico installed
+	// after the leader started). Default 1m: discovery is one request.
+	Rediscover time.Duration
 	// Metrics, when set, are updated after every pass.
 	Metrics *Metrics
 	// Events, when set, receives an Event on every object a finding
@@ -67,11 +81,15 @@ type Status struct {
 	// holder as last seen.
 	Leading bool
 	Leader  string
-	// Synced is true once the leader's caches listed every Pod.
+	// Synced is true once the leader's caches listed every Pod and Node.
 	Synced bool
-	// LastPass is when the rules last ran; Findings how many they found.
+	// LastPass is when the rules last ran; Findings how many findings
+	// stand: what the rules found, and for a rule skipped because a source
+	// is not ready, what it found when it last ran.
 	LastPass time.Time
 	Findings int
+	// Skipped are the rules the last pass did not run, and why.
+	Skipped []finding.Skipped
 }
 
 // Controller is the cluster-wide watcher.
@@ -83,6 +101,10 @@ type Controller struct {
 	// reported are the findings of the last pass, by key: a finding gets
 	// its Events when it first appears, not at every pass.
 	reported map[string]bool
+	// last are the findings of each rule when it last ran, by rule ID;
+	// skipped the rules the last pass skipped.
+	last    map[string][]finding.Finding
+	skipped map[string]finding.Skipped
 }
 
 // New returns a controller for cfg.
@@ -99,13 +121,16 @@ func New(cfg Config) *Controller {
 	if cfg.Debounce == 0 {
 		cfg.Debounce = 100 * time.Millisecond
 	}
+	if cfg.Rediscover == 0 {
+		cfg.Rediscover = time.Minute
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Controller{cfg: cfg, reported: map[string]bool{}}
+	return &Controller{cfg: cfg, reported: map[string]bool{}, last: map[string][]finding.Finding{}, skipped: map[string]finding.Skipped{}}
 }
 
 // Status returns the controller's state.
@@ -113,23 +138,6 @@ func (c *Controller) Status() Status {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.status
-}
-
-// Judged are the IDs of the cluster rules the controller runs today; the
-// others run in scan.
-var Judged = []string{rule.DuplicatePodIPID}
-
-// Rules returns the rules of rules the controller runs.
-func Rules(rules []rule.Rule) []rule.Rule {
-	var out []rule.Rule
-	for _, r := range rules {
-		for _, id := range Judged {
-			if r.Info().ID == id {
-				out = append(out, r)
-			}
-		}
-	}
-	return out
 }
 
 // ErrLostLease is returned by Run when this replica lost the Lease while
@@ -142,8 +150,8 @@ var ErrLostLease = errors.New("lost the leader Lease")
 // Lease was lost.
 func (c *Controller) Run(ctx context.Context) error {
 	cfg := c.cfg
-	if cfg.Client == nil || cfg.Identity == "" || cfg.LeaseNamespace == "" || cfg.LeaseName == "" {
-		return errors.New("controller: a client, an identity and a Lease namespace and name are required")
+	if cfg.Client == nil || cfg.Dynamic == nil || cfg.Identity == "" || cfg.LeaseNamespace == "" || cfg.LeaseName == "" {
+		return errors.New("controller: a client, a dynamic client, an identity and a Lease namespace and name are required")
 	}
 	lost := false
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
@@ -207,14 +215,14 @@ func (c *Controller) setLeading(on bool) {
 	}
 }
 
-// lead watches every Pod into the index of pod IPs and runs the rules
-// after each burst of changes, until ctx ends.
+// lead watches the cluster and runs the rules after each burst of changes,
+// until ctx ends.
 func (c *Controller) lead(ctx context.Context) {
 	cfg := c.cfg
-	factory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithTransform(trimPod))
-	pods := factory.Core().V1().Pods().Informer()
-	var mu sync.Mutex
-	idx := rule.NewPodIPs()
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
 	changed := make(chan struct{}, 1)
 	poke := func() {
 		select {
@@ -222,51 +230,52 @@ func (c *Controller) lead(ctx context.Context) {
 		default:
 		}
 	}
-	set := func(obj any) {
-		if p, ok := obj.(*corev1.Pod); ok {
-			sp := kube.Pod(p)
-			mu.Lock()
-			idx.Set(&sp)
-			mu.Unlock()
-			poke()
-		}
-	}
-	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    set,
-		UpdateFunc: func(_, obj any) { set(obj) },
-		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			if p, ok := obj.(*corev1.Pod); ok {
-				mu.Lock()
-				idx.Delete(string(p.UID))
-				mu.Unlock()
+	run := func(w *watched) {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			w.informer.RunWithContext(ctx)
+		}()
+		// A resource listed empty has no event to announce it.
+		go func() {
+			defer wg.Done()
+			if until(ctx, w.informer.HasSynced) {
 				poke()
 			}
-		},
-	}); err != nil {
-		cfg.Log.Error("watching pods", "err", err)
+		}()
+	}
+	cl := newCluster(cfg.Client, poke, run, cfg.Now)
+	if err := cl.start(); err != nil {
+		cfg.Log.Error("watching the cluster", "err", err)
 		return
 	}
-	_ = pods.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
-		cfg.Log.Warn("the pod watch failed; client-go lists again", "err", err)
-	})
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !c.discoverCalico(cl) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(cfg.Rediscover):
+			}
+		}
+	}()
+	// The first pass waits for discovery to answer and for every informer
+	// to list its resource or to fail: rules are not reported skipped
+	// while their caches fill.
+	if !until(ctx, cl.settled) {
 		return
 	}
 	c.mu.Lock()
 	c.status.Synced = true
 	c.mu.Unlock()
-	cfg.Log.Info("pods listed", "pods", len(pods.GetStore().ListKeys()))
+	cl.mu.Lock()
+	pods := len(cl.idx.Pods())
+	cl.mu.Unlock()
+	cfg.Log.Info("cluster listed", "pods", pods, "nodes", len(cl.nodes.informer.GetStore().ListKeys()))
+	rules := c.rulesOn(cl.idx)
 	for {
-		mu.Lock()
-		fs := idx.Duplicates()
-		n := idx.Len()
-		mu.Unlock()
-		c.pass(fs, n)
+		took := c.judge(cl, rules)
 		select {
 		case <-ctx.Done():
 			return
@@ -276,26 +285,102 @@ func (c *Controller) lead(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(cfg.Debounce):
+		case <-time.After(max(cfg.Debounce, took)):
 		}
 	}
 }
 
-// pass publishes a pass's findings: metrics, and for each finding that was
-// not in the last pass a log line and an Event on every object it
-// concerns.
-func (c *Controller) pass(fs []finding.Finding, pods int) {
-	cfg := c.cfg
-	if !c.runs(rule.DuplicatePodIPID) {
-		fs = nil
+// discoverCalico asks whether the API server serves Calico's ledger, and
+// watches it if so; it reports whether it does.
+func (c *Controller) discoverCalico(cl *cluster) bool {
+	if !cl.discoverCalico(c.cfg.Client.Discovery(), c.cfg.Dynamic) {
+		return false
 	}
+	c.cfg.Log.Info("watching Calico's IPAM ledger")
+	return true
+}
+
+// until polls cond until it holds (true) or ctx ends (false).
+func until(ctx context.Context, cond func() bool) bool {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+	return true
+}
+
+// rulesOn returns the rules to run, duplicate-pod-ip judged from idx.
+func (c *Controller) rulesOn(idx *rule.PodIPs) []rule.Rule {
+	out := make([]rule.Rule, len(c.cfg.Rules))
+	for i, r := range c.cfg.Rules {
+		out[i] = r
+		if r.Info().ID == rule.DuplicatePodIPID {
+			out[i] = indexed{Rule: r, idx: idx}
+		}
+	}
+	return out
+}
+
+// judge runs one pass: a snapshot of what the leader knows, the rules on
+// it, and the findings published. It returns how long the snapshot and the
+// rules took.
+func (c *Controller) judge(cl *cluster, rules []rule.Rule) time.Duration {
+	start := time.Now()
+	// The snapshot's pods are the index's: events wait for the pass.
+	cl.mu.Lock()
+	s := cl.snapshot(c.cfg.Now())
+	fs, skipped := rule.Run(s, rules)
+	pods := cl.idx.Len()
+	cl.mu.Unlock()
+	took := time.Since(start)
+	c.publish(s.Sources, fs, skipped, pods, took)
+	return took
+}
+
+// publish publishes a pass's findings: metrics, and for each finding that
+// was not in the last pass a log line and an Event on every object it
+// concerns. A rule skipped because a source it reads is not ready (an
+// informer not listed, a watch failing) has not judged: what it found when
+// it last ran stands, in the metrics too, rather than read as "no ghost".
+// A rule whose ledger does not exist here (not applicable) has nothing to
+// find.
+func (c *Controller) publish(sources []snapshot.SourceStatus, fs []finding.Finding, skipped []finding.Skipped, pods int, took time.Duration) {
+	cfg := c.cfg
+	found := map[string][]finding.Finding{}
+	for _, f := range fs {
+		found[f.Rule] = append(found[f.Rule], f)
+	}
+	skip := map[string]finding.Skipped{}
+	for _, sk := range skipped {
+		skip[sk.Rule] = sk
+	}
+	last := map[string][]finding.Finding{}
+	var all []finding.Finding
+	for _, r := range cfg.Rules {
+		id := r.Info().ID
+		switch sk, ok := skip[id]; {
+		case !ok:
+			last[id] = found[id]
+		case !sk.NotApplicable:
+			last[id] = c.last[id]
+		}
+		all = append(all, last[id]...)
+	}
+	c.logSkipped(skip)
 	if m := cfg.Metrics; m != nil {
-		m.Publish(fs)
+		m.Sources(sources)
+		m.Publish(all)
 		m.Pods.Set(float64(pods))
+		m.PassSeconds.Set(took.Seconds())
 		m.Passes.Inc()
 	}
 	now := map[string]bool{}
-	for _, f := range fs {
+	for _, f := range all {
 		k := key(f)
 		now[k] = true
 		if c.reported[k] {
@@ -314,19 +399,33 @@ func (c *Controller) pass(fs []finding.Finding, pods int) {
 			}
 		}
 	}
+	c.reported, c.last = now, last
 	c.mu.Lock()
-	c.reported = now
-	c.status.LastPass, c.status.Findings = cfg.Now(), len(fs)
+	c.status.LastPass, c.status.Findings, c.status.Skipped = cfg.Now(), len(all), skipped
 	c.mu.Unlock()
 }
 
-func (c *Controller) runs(id string) bool {
-	for _, r := range c.cfg.Rules {
-		if r.Info().ID == id {
-			return true
+// logSkipped logs each rule that starts or stops being skipped, or is
+// skipped for another reason than in the last pass.
+func (c *Controller) logSkipped(now map[string]finding.Skipped) {
+	log := c.cfg.Log
+	for _, id := range slices.Sorted(maps.Keys(now)) {
+		sk := now[id]
+		if was, ok := c.skipped[id]; ok && was == sk {
+			continue
+		}
+		if sk.NotApplicable {
+			log.Info("rule not applicable: the ledger it judges does not exist in this cluster", "rule", id, "reason", sk.Reason)
+		} else {
+			log.Warn("rule skipped: a source it reads is not ready; what it last found stands", "rule", id, "reason", sk.Reason)
 		}
 	}
-	return false
+	for _, id := range slices.Sorted(maps.Keys(c.skipped)) {
+		if _, ok := now[id]; !ok {
+			log.Info("rule runs again: its sources are ready", "rule", id)
+		}
+	}
+	c.skipped = now
 }
 
 // key identifies a finding across passes: its rule, subject and the
@@ -358,21 +457,4 @@ func EventReason(id string) string {
 		}
 	}
 	return b.String()
-}
-
-// trimPod keeps of a Pod what the rules read: the cache of every Pod of a
-// large cluster holds no spec beyond the node and hostNetwork, and no
-// managed fields.
-func trimPod(obj any) (any, error) {
-	p, ok := obj.(*corev1.Pod)
-	if !ok {
-		return obj, nil
-	}
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
-			CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp},
-		Spec: corev1.PodSpec{NodeName: p.Spec.NodeName, HostNetwork: p.Spec.HostNetwork},
-		Status: corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs,
-			StartTime: p.Status.StartTime},
-	}, nil
 }

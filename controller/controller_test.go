@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -32,9 +34,16 @@ type replica struct {
 
 func startReplica(t *testing.T, client kubernetes.Interface, id string) *replica {
 	t.Helper()
-	rules := Rules(rule.InScope(rule.All(rule.Config{}), rule.ScopeCluster))
+	return startReplicaWith(t, client, noCalico(), id)
+}
+
+// startReplicaWith runs a replica of the controller with every cluster
+// rule, until the test ends.
+func startReplicaWith(t *testing.T, client kubernetes.Interface, dyn dynamic.Interface, id string) *replica {
+	t.Helper()
+	rules, _ := Rules(rule.All(rule.Config{}))
 	r := &replica{m: NewMetrics(prometheus.NewRegistry(), rules), ev: &eventstest.Recorder{}, done: make(chan error, 1)}
-	r.c = New(Config{Client: client, Identity: id, LeaseNamespace: "ghostwatch", LeaseName: "ghostwatch-controller",
+	r.c = New(Config{Client: client, Dynamic: dyn, Identity: id, LeaseNamespace: "ghostwatch", LeaseName: "ghostwatch-controller",
 		LeaseDuration: 1500 * time.Millisecond, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
 		Rules: rules, Metrics: r.m, Events: r.ev, Debounce: 10 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -137,7 +146,7 @@ func TestOneLeaderReportsDuplicates(t *testing.T) {
 // Without its Lease it does not run; a missing setting is an error.
 func TestRunNeedsItsSettings(t *testing.T) {
 	err := New(Config{Client: fake.NewClientset()}).Run(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "an identity and a Lease namespace and name are required") {
+	if err == nil || !strings.Contains(err.Error(), "a dynamic client, an identity and a Lease namespace and name are required") {
 		t.Errorf("Run = %v", err)
 	}
 	if errors.Is(err, ErrLostLease) {
@@ -169,4 +178,24 @@ func get(t *testing.T, url string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// The controller runs the cluster rules whose sources it reads, Calico's
+// included, and leaves those that need another source to scan.
+func TestRulesAreThoseOfWhatItReads(t *testing.T) {
+	all := rule.All(rule.Config{})
+	runs, others := Rules(all)
+	want := []string{rule.DuplicatePodIPID, rule.IPAMUnbookedIPID, rule.IPAMLeakedIPID, rule.IPAMMisbookedID, "ipam-ledger-corrupt"}
+	if got := rule.IDs(runs); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
+		t.Errorf("runs %v, want %v", got, want)
+	}
+	if len(runs)+len(others) != len(rule.InScope(all, rule.ScopeCluster)) {
+		t.Errorf("runs %v and others %v are not the cluster rules", rule.IDs(runs), rule.IDs(others))
+	}
+	for _, r := range others {
+		info := r.Info()
+		if !slices.ContainsFunc(info.Sources, func(s string) bool { return !slices.Contains(Sources, s) }) {
+			t.Errorf("%s reads %v, all of which the controller reads, and does not run", info.ID, info.Sources)
+		}
+	}
 }

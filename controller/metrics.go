@@ -11,9 +11,10 @@ import (
 // ghostwatch process exports (sink.Metrics), and its own.
 type Metrics struct {
 	*sink.Metrics
-	Leader prometheus.Gauge
-	Pods   prometheus.Gauge
-	Passes prometheus.Counter
+	Leader      prometheus.Gauge
+	Pods        prometheus.Gauge
+	Passes      prometheus.Counter
+	PassSeconds prometheus.Gauge
 }
 
 // NewMetrics creates the series for the controller's rules and registers
@@ -28,7 +29,9 @@ func NewMetrics(reg prometheus.Registerer, rules []rule.Rule) *Metrics {
 			Help: "Pods holding pod-network IPs the leader indexes."}),
 		Passes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "controller_passes_total",
 			Help: "Passes of the cluster rules the leader ran."}),
+		PassSeconds: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "controller_pass_duration_seconds",
+			Help: "How long the leader's last pass took: assembling what it watches into a snapshot and running the cluster rules on it."}),
 	}
-	reg.MustRegister(m.Leader, m.Pods, m.Passes)
+	reg.MustRegister(m.Leader, m.Pods, m.Passes, m.PassSeconds)
 	return m
 }

@@ -11,6 +11,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ghostwatch/ghostwatch/controller"
 	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
@@ -95,8 +96,9 @@ func TestControllerManifests(t *testing.T) {
 	}
 }
 
-// The controller's roles grant what it uses: every Pod, listed and
-// watched; Events; and its Lease in its own namespace. Nothing more.
+// The controller's roles grant what it uses: what its leader watches
+// (every Pod and Node, Calico's ledger), listed and watched; Events; and
+// its Lease in its own namespace. Nothing more.
 func TestControllerRolesGrantExactlyWhatTheControllerUses(t *testing.T) {
 	cr, err := ControllerClusterRole()
 	if err != nil {
@@ -106,11 +108,19 @@ func TestControllerRolesGrantExactlyWhatTheControllerUses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// record.EventSinkImpl creates an Event, then patches its count.
+	clusterWide := []string{"/events/create", "/events/patch"}
+	for _, gr := range controller.Watched() {
+		clusterWide = append(clusterWide, gr.Group+"/"+gr.Resource+"/list", gr.Group+"/"+gr.Resource+"/watch")
+	}
+	if !slices.Contains(clusterWide, "crd.projectcalico.org/ipamblocks/watch") || !slices.Contains(clusterWide, "/nodes/list") {
+		t.Fatalf("the controller watches %v: no Calico blocks or Nodes", controller.Watched())
+	}
 	for name, c := range map[string]struct {
 		got  map[string]bool
 		want []string
 	}{
-		"ClusterRole " + cr.Name: {grants(t, cr.Rules), []string{"/pods/list", "/pods/watch", "/events/create", "/events/patch"}},
+		"ClusterRole " + cr.Name: {grants(t, cr.Rules), clusterWide},
 		// client-go's Lease lock gets, creates and updates its Lease.
 		"Role " + r.Name: {grants(t, r.Rules), []string{"coordination.k8s.io/leases/get", "coordination.k8s.io/leases/create", "coordination.k8s.io/leases/update"}},
 	} {

@@ -8,83 +8,141 @@ import (
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
-// PodIPs keeps, as pod events arrive, which pods hold each pod-network IP,
-// so that a long-running watcher of every pod (the controller) knows the
-// duplicated IPs after each event without a pass over every pod. Pods are
-// keyed by UID. It is not safe for concurrent use.
+// PodIPs keeps, as pod events arrive, the record of every pod and which
+// pods hold each pod-network IP, so that a long-running watcher of every
+// pod (the controller) knows the duplicated IPs after each event without a
+// pass over every pod, and hands the other rules the pods without a copy
+// (Pods). Pods are keyed by UID. It is not safe for concurrent use.
 type PodIPs struct {
-	// pods are the pods that hold pod-network IPs, by UID.
-	pods map[string]*snapshot.Pod
-	// holders maps each IP (its 16-byte form) to its pods.
-	holders map[[16]byte][]*snapshot.Pod
-	// dups are the IPs with more than one holder.
-	dups map[[16]byte]struct{}
+	// pods are the records, in no order and without gaps: a deleted
+	// pod's place takes the last one.
+	pods []snapshot.Pod
+	// at is each pod's place in pods, by UID.
+	at map[string]int32
+	// first is, for each pod-network IP (its 16-byte form), the place of
+	// one pod that holds it, and more the places of the others, for the
+	// IPs held by more than one pod: nearly every IP has one holder, and
+	// neither map holds a pointer for the garbage collector to scan.
+	first map[[16]byte]int32
+	more  map[[16]byte][]int32
+	// holding counts the pods that hold pod-network IPs.
+	holding int
 }
 
 // NewPodIPs returns an empty index.
 func NewPodIPs() *PodIPs {
-	return &PodIPs{pods: map[string]*snapshot.Pod{}, holders: map[[16]byte][]*snapshot.Pod{}, dups: map[[16]byte]struct{}{}}
+	return &PodIPs{at: map[string]int32{}, first: map[[16]byte]int32{}, more: map[[16]byte][]int32{}}
 }
 
 // Len is the number of pods that hold pod-network IPs.
-func (x *PodIPs) Len() int { return len(x.pods) }
+func (x *PodIPs) Len() int { return x.holding }
 
-// Set records p, added or changed; a pod that no longer holds pod-network
-// IPs (finished, or hostNetwork) is removed. The index keeps p: the caller
-// must not change it afterwards.
+// Pods returns the record of every pod set and not deleted, whether it
+// holds a pod-network IP or not, in no particular order. The slice is the
+// index's own: it is valid, and must not be changed, until the next Set
+// or Delete.
+func (x *PodIPs) Pods() []snapshot.Pod { return x.pods }
+
+// Set records a copy of p, added or changed. A pod that holds no
+// pod-network IP (finished, hostNetwork, or not given one yet) is kept
+// among Pods but holds no IP in the index.
 func (x *PodIPs) Set(p *snapshot.Pod) {
-	x.Delete(p.UID)
+	if i, ok := x.at[p.UID]; ok {
+		x.unindex(i)
+		x.pods[i] = *p
+		x.index(i)
+		return
+	}
+	i := int32(len(x.pods))
+	x.pods = append(x.pods, *p)
+	x.at[p.UID] = i
+	x.index(i)
+}
+
+// Delete removes the pod with the given UID.
+func (x *PodIPs) Delete(uid string) {
+	i, ok := x.at[uid]
+	if !ok {
+		return
+	}
+	x.unindex(i)
+	delete(x.at, uid)
+	last := int32(len(x.pods) - 1)
+	if i != last {
+		x.unindex(last)
+		x.pods[i] = x.pods[last]
+		x.at[x.pods[i].UID] = i
+		x.index(i)
+	}
+	x.pods[last] = snapshot.Pod{} // its strings are no longer kept
+	x.pods = x.pods[:last]
+}
+
+// index records that the pod at place i holds its IPs.
+func (x *PodIPs) index(i int32) {
+	p := &x.pods[i]
 	if !holdsPodIP(p) || len(p.IPs) == 0 {
 		return
 	}
-	x.pods[p.UID] = p
+	x.holding++
+	eachIP(p, func(k [16]byte) {
+		if _, ok := x.first[k]; !ok {
+			x.first[k] = i
+			return
+		}
+		x.more[k] = append(x.more[k], i)
+	})
+}
+
+// unindex forgets that the pod at place i holds its IPs.
+func (x *PodIPs) unindex(i int32) {
+	p := &x.pods[i]
+	if !holdsPodIP(p) || len(p.IPs) == 0 {
+		return
+	}
+	x.holding--
+	eachIP(p, func(k [16]byte) {
+		m := x.more[k]
+		if x.first[k] == i {
+			if len(m) == 0 {
+				delete(x.first, k)
+				return
+			}
+			x.first[k] = m[0]
+			m = slices.Delete(m, 0, 1)
+		} else if j := slices.Index(m, i); j >= 0 {
+			m = slices.Delete(m, j, j+1)
+		}
+		if len(m) == 0 {
+			delete(x.more, k)
+		} else {
+			x.more[k] = m
+		}
+	})
+}
+
+// eachIP calls fn with each of p's IPs, unmapped, once.
+func eachIP(p *snapshot.Pod, fn func(k [16]byte)) {
 	for i, a := range p.IPs {
 		a = a.Unmap()
 		if i > 0 && slices.ContainsFunc(p.IPs[:i], func(b netip.Addr) bool { return b.Unmap() == a }) {
 			continue
 		}
-		k := a.As16()
-		hs := append(x.holders[k], p)
-		x.holders[k] = hs
-		if len(hs) > 1 {
-			x.dups[k] = struct{}{}
-		}
-	}
-}
-
-// Delete removes the pod with the given UID.
-func (x *PodIPs) Delete(uid string) {
-	p := x.pods[uid]
-	if p == nil {
-		return
-	}
-	delete(x.pods, uid)
-	for _, a := range p.IPs {
-		k := a.Unmap().As16()
-		hs := x.holders[k]
-		i := slices.Index(hs, p)
-		if i < 0 {
-			continue
-		}
-		hs = slices.Delete(hs, i, i+1)
-		switch len(hs) {
-		case 0:
-			delete(x.holders, k)
-		default:
-			x.holders[k] = hs
-		}
-		if len(hs) < 2 {
-			delete(x.dups, k)
-		}
+		fn(a.As16())
 	}
 }
 
 // Duplicates returns the findings of duplicate-pod-ip, as Evaluate would
 // on the same pods, in a time proportional to the duplicated IPs.
 func (x *PodIPs) Duplicates() []finding.Finding {
-	m := make(map[netip.Addr][]*snapshot.Pod, len(x.dups))
-	for k := range x.dups {
-		m[netip.AddrFrom16(k).Unmap()] = x.holders[k]
+	m := make(map[netip.Addr][]*snapshot.Pod, len(x.more))
+	for k, rest := range x.more {
+		ps := make([]*snapshot.Pod, 0, 1+len(rest))
+		ps = append(ps, &x.pods[x.first[k]])
+		for _, j := range rest {
+			ps = append(ps, &x.pods[j])
+		}
+		m[netip.AddrFrom16(k).Unmap()] = ps
 	}
 	return DuplicatesOf(m)
 }

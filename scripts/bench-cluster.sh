@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
-# Measures the cluster-wide pod rules on 150,000 pods: a full pass of
-# duplicate-pod-ip over every pod (the anchor), and the index a long-running
-# watcher keeps instead: building it, one pod event, reading the duplicates,
-# and the heap it keeps per pod (B/pod; B/pod+record adds the trimmed pod
-# record). Prints each benchmark's median of COUNT runs and the ratio of a
-# full pass to one event.
+# Measures the cluster-wide rules on 150,000 pods.
+#
+# The pod rules alone: a full pass of duplicate-pod-ip over every pod (the
+# anchor), and the index a long-running watcher keeps instead: building it,
+# one pod event, reading the duplicates, and the heap it keeps per pod (B/pod,
+# its record of the pod included; B/pod+addr adds the pod's one address).
+#
+# The controller's leader (BenchmarkControllerPass) on 150,000 pods, 2,500
+# nodes and 2,500 Calico blocks of 64 addresses, 60 of each allocated to pods
+# (a handle each), ten misbooked and ten leaked: one full pass (the snapshot
+# assembled from its informers and every cluster rule it runs), wall and CPU
+# time; one pod event; the heap its index keeps per pod beyond the informer
+# cache; and all it keeps per pod, informer caches and Calico's converted
+# ledger included.
+#
+# Prints each benchmark's median of COUNT runs.
 #
 # Usage: scripts/bench-cluster.sh [COUNT]   (default 5 runs of each)
 set -euo pipefail
@@ -13,16 +23,20 @@ count=${1:-5}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 go test ./rule -run '^$' -bench '^(BenchmarkDuplicatePodIP|BenchmarkPodIPs)$' -count "$count" | tee "$out" >&2
+# A pass takes about half a second and the index's build as long: a few of
+# each per run; an event is timed over a second of them.
+go test ./controller -run '^$' -bench '^BenchmarkControllerPass$/^(pass|index)$' -benchtime 5x -count "$count" | tee -a "$out" >&2
+go test ./controller -run '^$' -bench '^BenchmarkControllerPass$/^event$' -count "$count" | tee -a "$out" >&2
 awk '
   /^Benchmark/ {
     name = $1; sub(/-[0-9]+$/, "", name)
     n[name]++; t[name, n[name]] = $3
-    for (i = 4; i < NF; i++) if ($(i+1) == "B/pod") bp[name] = $i; else if ($(i+1) == "B/pod+record") bpr[name] = $i
+    for (i = 4; i < NF; i++) v[name, $(i+1), n[name]] = $i
   }
-  function median(name,   k, j, tmp, m) {
+  function median(name, unit,   k, j, tmp, m, a) {
     m = n[name]
-    for (k = 1; k <= m; k++) a[k] = t[name, k]
-    for (k = 1; k <= m; k++) for (j = k + 1; j <= m; j++) if (a[j] < a[k]) { tmp = a[k]; a[k] = a[j]; a[j] = tmp }
+    for (k = 1; k <= m; k++) a[k] = (unit == "" ? t[name, k] : v[name, unit, k])
+    for (k = 1; k <= m; k++) for (j = k + 1; j <= m; j++) if (a[j] + 0 < a[k] + 0) { tmp = a[k]; a[k] = a[j]; a[j] = tmp }
     return a[int((m + 1) / 2)]
   }
   END {
@@ -31,5 +45,11 @@ awk '
     printf "index build, 150,000 pods:                  %.1f ms\n", median("BenchmarkPodIPs/build") / 1e6
     printf "one pod event:                              %.0f ns (a full pass costs %.0fx that)\n", ev, full / ev
     printf "reading the duplicates:                     %.1f us\n", median("BenchmarkPodIPs/duplicates") / 1e3
-    printf "heap kept per pod:                          %s B (%s B with the pod record)\n", bp["BenchmarkPodIPs/build"], bpr["BenchmarkPodIPs/build"]
+    printf "heap kept per pod:                          %s B, its record included (%s B with its address)\n", median("BenchmarkPodIPs/build", "B/pod"), median("BenchmarkPodIPs/build", "B/pod+addr")
+    p = "BenchmarkControllerPass/"
+    printf "\ncontroller, 150,000 pods and 2,500 Calico blocks:\n"
+    printf "one full pass:                              %.0f ms (%.0f ms CPU), %.1f MB and %s allocations\n", median(p "pass") / 1e6, median(p "pass", "cpu-ns/op") / 1e6, median(p "pass", "B/op") / 1e6, median(p "pass", "allocs/op")
+    printf "one pod event:                              %.0f ns, %s B\n", median(p "event"), median(p "event", "B/op")
+    printf "index kept per pod, beyond the informers:   %.0f B\n", median(p "index", "B/pod")
+    printf "heap kept per pod, everything:              %.0f B (Calico ledger converted: %.0f B)\n", median(p "pass", "heap-B/pod"), median(p "pass", "calico-B/pod")
   }' "$out"

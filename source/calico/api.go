@@ -126,7 +126,7 @@ func (a *APISource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 			if r.optional {
 				continue
 			}
-			return fmt.Errorf("the API server serves %s/v1 but not %s.%s: Calico's CRDs are incomplete", Group, r.plural, Group)
+			return incomplete(r)
 		}
 		err := a.list(ctx, r, c)
 		switch {
@@ -145,6 +145,41 @@ func (a *APISource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	return nil
 }
 
+func incomplete(r resource) error {
+	return fmt.Errorf("the API server serves %s/v1 but not %s.%s: Calico's CRDs are incomplete", Group, r.plural, Group)
+}
+
+// Resource is one of the ledger's resources, to list and watch.
+type Resource struct {
+	schema.GroupVersionResource
+	// Kind is the kind of its objects (KindIPAMBlock, ...).
+	Kind string
+}
+
+// Served asks discovery (open to every user) which of the ledger's
+// resources the API server serves, and returns those to read: every one,
+// but an optional one it does not serve (the KubeControllersConfiguration
+// kind, without which the collector's grace is Calico's default). It
+// returns source.ErrUnsupported when the API server serves none of the
+// ledger, and an error when it serves only part of it.
+func Served(d discovery.DiscoveryInterface) ([]Resource, error) {
+	served, err := servedBy(d)
+	if err != nil {
+		return nil, err
+	}
+	var out []Resource
+	for _, r := range resources {
+		if !served[r.plural] {
+			if r.optional {
+				continue
+			}
+			return nil, incomplete(r)
+		}
+		out = append(out, Resource{GroupVersionResource: schema.GroupVersionResource{Group: Group, Version: "v1", Resource: r.plural}, Kind: r.kind})
+	}
+	return out, nil
+}
+
 // served asks discovery which of Calico's resources the API server serves:
 // nil when there is no discovery client, ErrUnsupported when it serves
 // none of them.
@@ -152,7 +187,12 @@ func (a *APISource) served() (map[string]bool, error) {
 	if a.Discovery == nil {
 		return nil, nil
 	}
-	l, err := a.Discovery.ServerResourcesForGroupVersion(Group + "/v1")
+	return servedBy(a.Discovery)
+}
+
+// servedBy is served, asking d.
+func servedBy(d discovery.DiscoveryInterface) (map[string]bool, error) {
+	l, err := d.ServerResourcesForGroupVersion(Group + "/v1")
 	if apierrors.IsNotFound(err) {
 		return nil, source.Unsupported("%s", notServed)
 	}

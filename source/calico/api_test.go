@@ -256,6 +256,46 @@ func TestAPISourceErrors(t *testing.T) {
 	}
 }
 
+// Served says what a watcher of the ledger lists and watches, as Collect
+// reads it: all five, or four without the collector's configuration; none
+// when Calico is not there; an error when its CRDs are incomplete.
+func TestServed(t *testing.T) {
+	all := []string{"ipamblocks", "ipamhandles", "blockaffinities", "ippools", "kubecontrollersconfigurations"}
+	for _, tc := range []struct {
+		name        string
+		discovery   []string
+		want        []string
+		unsupported bool
+		err         string
+	}{
+		{name: "all", discovery: all, want: all},
+		{name: "no collector configuration", discovery: all[:4], want: all[:4]},
+		{name: "no Calico", discovery: []string{}, unsupported: true, err: notServed},
+		{name: "handles missing", discovery: []string{"ipamblocks", "blockaffinities", "ippools"},
+			err: "the API server serves crd.projectcalico.org/v1 but not ipamhandles.crd.projectcalico.org: Calico's CRDs are incomplete"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs, err := Served(calicoDiscovery(tc.discovery...))
+			if tc.err != "" {
+				if err == nil || err.Error() != tc.err || errors.Is(err, source.ErrUnsupported) != tc.unsupported {
+					t.Errorf("error %v, want %s (unsupported %t)", err, tc.err, tc.unsupported)
+				}
+				return
+			}
+			var got []string
+			for _, r := range rs {
+				if r.Group != Group || r.Version != "v1" || !Is(APIVersion, r.Kind) {
+					t.Errorf("%+v: not a resource of the ledger", r)
+				}
+				got = append(got, r.Resource)
+			}
+			if err != nil || !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("Served = %v, %v; want %v", got, err, tc.want)
+			}
+		})
+	}
+}
+
 func TestFileSource(t *testing.T) {
 	for _, tc := range []struct {
 		name string

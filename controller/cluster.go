@@ -1,0 +1,375 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source"
+	"github.com/ghostwatch/ghostwatch/source/calico"
+	"github.com/ghostwatch/ghostwatch/source/kube"
+)
+
+// Watched lists the resources the leader lists and watches, as RBAC rules
+// name them: Pods and Nodes, and Calico's ledger when the API server
+// serves it. The controller's ClusterRole must grant list and watch on
+// each, and nothing more of them.
+func Watched() []schema.GroupResource {
+	return append([]schema.GroupResource{{Resource: "pods"}, {Resource: "nodes"}}, calico.Listed()...)
+}
+
+// Sources are the sources the leader reads: every Pod and Node (kube) and
+// Calico's IPAM ledger (calico).
+var Sources = []string{kube.Name, calico.Name}
+
+// Rules splits the cluster rules of rules into those the controller runs,
+// whose sources it reads (for a rule with Ledgers: its Sources and one of
+// its cluster ledgers), and the others, which need a source it does not
+// read; ghostwatch scan runs those.
+func Rules(rules []rule.Rule) (runs, others []rule.Rule) {
+	for _, r := range rule.InScope(rules, rule.ScopeCluster) {
+		info := r.Info()
+		ok := !slices.ContainsFunc(info.Sources, func(s string) bool { return !slices.Contains(Sources, s) })
+		if len(info.Ledgers) > 0 {
+			ok = ok && slices.ContainsFunc(info.Ledgers, func(l rule.Ledger) bool {
+				return l.Scope == rule.ScopeCluster && slices.Contains(Sources, l.Source)
+			})
+		}
+		if ok {
+			runs = append(runs, r)
+		} else {
+			others = append(others, r)
+		}
+	}
+	return runs, others
+}
+
+// cluster is what the leader knows of the cluster: every Pod, in the index
+// of pod IPs kept per event; every Node; and Calico's ledger, each object
+// converted once per event. A pass assembles a snapshot of it.
+type cluster struct {
+	// mu guards idx: pod events write it, a pass reads it.
+	mu  sync.Mutex
+	idx *rule.PodIPs
+
+	pods, nodes *watched
+
+	// calicoMu guards the Calico informers and why there are none.
+	calicoMu sync.Mutex
+	calico   []calicoKind
+	// calicoErr is why the ledger is not watched: source.ErrUnsupported
+	// when the API server does not serve it, another error when
+	// discovery failed; nil once it is watched.
+	calicoErr error
+
+	changed func()
+	// run starts an informer until the leader stops.
+	run func(*watched)
+	now func() time.Time
+}
+
+// calicoKind is the informer of one kind of Calico's ledger.
+type calicoKind struct {
+	kind string
+	w    *watched
+}
+
+// newCluster sets up the informers of Pods and Nodes; run starts each
+// informer, changed is called after every change of what they hold; now is
+// the clock.
+func newCluster(client kubernetes.Interface, changed func(), run func(*watched), now func() time.Time) *cluster {
+	core := client.CoreV1()
+	return newClusterOf(listWatch{
+		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return core.Pods("").List(ctx, o)
+		},
+		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return core.Pods("").Watch(ctx, o)
+		},
+	}, listWatch{
+		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return core.Nodes().List(ctx, o)
+		},
+		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return core.Nodes().Watch(ctx, o)
+		},
+	}, changed, run, now)
+}
+
+// newClusterOf is newCluster with the lists and watches of Pods and Nodes
+// given.
+func newClusterOf(pods, nodes listWatch, changed func(), run func(*watched), now func() time.Time) *cluster {
+	c := &cluster{idx: rule.NewPodIPs(), changed: changed, run: run, now: now}
+	c.pods = newWatched("pods", pods, &corev1.Pod{}, kube.TrimPod, now, changed)
+	c.nodes = newWatched("nodes", nodes, &corev1.Node{}, keep(func(obj any) (snapshot.Node, bool) {
+		n, ok := obj.(*corev1.Node)
+		if !ok {
+			return snapshot.Node{}, false
+		}
+		return kube.Node(n), true
+	}), now, changed)
+	return c
+}
+
+// start registers the event handlers and starts the informers of Pods and
+// Nodes.
+func (c *cluster) start() error {
+	if _, err := c.pods.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.setPod,
+		UpdateFunc: func(_, obj any) { c.setPod(obj) },
+		DeleteFunc: c.deletePod,
+	}); err != nil {
+		return fmt.Errorf("watching pods: %w", err)
+	}
+	if err := onChange(c.nodes, c.changed); err != nil {
+		return err
+	}
+	c.run(c.pods)
+	c.run(c.nodes)
+	return nil
+}
+
+// setPod records a Pod added or changed, as the informer keeps it.
+func (c *cluster) setPod(obj any) {
+	if p, ok := obj.(*corev1.Pod); ok {
+		sp := kube.Pod(p)
+		c.mu.Lock()
+		c.idx.Set(&sp)
+		c.mu.Unlock()
+		c.changed()
+	}
+}
+
+// deletePod forgets a Pod deleted.
+func (c *cluster) deletePod(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if p, ok := obj.(*corev1.Pod); ok {
+		c.mu.Lock()
+		c.idx.Delete(string(p.UID))
+		c.mu.Unlock()
+		c.changed()
+	}
+}
+
+// onChange calls changed at every change of what w holds.
+func onChange(w *watched, changed func()) error {
+	if _, err := w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { changed() },
+		UpdateFunc: func(_, _ any) { changed() },
+		DeleteFunc: func(any) { changed() },
+	}); err != nil {
+		return fmt.Errorf("watching %s: %w", w.resource, err)
+	}
+	return nil
+}
+
+// settled reports whether Pods and Nodes are listed, and Calico's ledger
+// listed, failing, or found not to be served.
+func (c *cluster) settled() bool {
+	if !c.pods.informer.HasSynced() || !c.nodes.informer.HasSynced() {
+		return false
+	}
+	c.calicoMu.Lock()
+	kinds, why := c.calico, c.calicoErr
+	c.calicoMu.Unlock()
+	if len(kinds) == 0 {
+		return why != nil
+	}
+	for _, k := range kinds {
+		if !k.w.informer.HasSynced() && k.w.failure() == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// discoverCalico asks discovery whether the API server serves Calico's
+// ledger and, when it does, starts its informers. It reports whether it
+// watches the ledger now; when not, the snapshot says why.
+func (c *cluster) discoverCalico(d discovery.DiscoveryInterface, dyn dynamic.Interface) bool {
+	rs, err := calico.Served(d)
+	if err == nil {
+		if err = c.watchCalico(rs, dyn); err == nil {
+			return true
+		}
+	}
+	c.calicoMu.Lock()
+	c.calicoErr = err
+	c.calicoMu.Unlock()
+	c.changed()
+	return false
+}
+
+// watchCalico starts an informer of each of rs.
+func (c *cluster) watchCalico(rs []calico.Resource, dyn dynamic.Interface) error {
+	var kinds []calicoKind
+	for _, r := range rs {
+		convert, ok := calicoConverts[r.Kind]
+		if !ok {
+			return fmt.Errorf("no conversion of Calico's %s", r.Kind)
+		}
+		res := dyn.Resource(r.GroupVersionResource)
+		w := newWatched(r.Resource+"."+r.Group, listWatch{
+			list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return res.List(ctx, o)
+			},
+			watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return res.Watch(ctx, o)
+			},
+		}, &unstructured.Unstructured{}, convert, c.now, c.changed)
+		if err := onChange(w, c.changed); err != nil {
+			return err
+		}
+		kinds = append(kinds, calicoKind{kind: r.Kind, w: w})
+	}
+	c.calicoMu.Lock()
+	c.calico, c.calicoErr = kinds, nil
+	c.calicoMu.Unlock()
+	for _, k := range kinds {
+		c.run(k.w)
+	}
+	c.changed()
+	return nil
+}
+
+// calicoConverts keeps each kind of Calico's ledger converted by
+// source/calico's functions, as a scan reads it.
+var calicoConverts = map[string]cache.TransformFunc{
+	calico.KindIPAMBlock:     keep(fromUnstructured(calico.Block)),
+	calico.KindIPAMHandle:    keep(fromUnstructured(calico.Handle)),
+	calico.KindBlockAffinity: keep(fromUnstructured(calico.Affinity)),
+	calico.KindIPPool:        keep(fromUnstructured(calico.Pool)),
+	// kube-controllers reads only the configuration named "default":
+	// the others are kept as nil.
+	calico.KindKubeControllers: keep(fromUnstructured(func(obj map[string]any) *snapshot.LeakGC {
+		if gc, ok := calico.LeakGC(obj); ok {
+			return &gc
+		}
+		return nil
+	})),
+}
+
+// fromUnstructured applies convert to the unstructured objects the dynamic
+// client returns.
+func fromUnstructured[T any](convert func(map[string]any) T) func(any) (T, bool) {
+	return func(obj any) (T, bool) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			var zero T
+			return zero, false
+		}
+		return convert(u.Object), true
+	}
+}
+
+// snapshot assembles what the leader knows into a snapshot taken at now.
+// Its pods are the index's own records: c.mu must be held until the rules
+// are done with it.
+func (c *cluster) snapshot(now time.Time) *snapshot.Snapshot {
+	s := &snapshot.Snapshot{Taken: now}
+	start := time.Now()
+	st := snapshot.SourceStatus{Name: kube.Name, Status: snapshot.StatusOK}
+	if err := errors.Join(c.pods.ready(), c.nodes.ready()); err != nil {
+		st.Status, st.Detail = snapshot.StatusError, oneLine(err)
+	} else {
+		pods := c.idx.Pods()
+		nodes := values[snapshot.Node](c.nodes)
+		s.Kube = &snapshot.Kube{Pods: pods, Nodes: nodes}
+		st.Detail = fmt.Sprintf("%d pods, %d nodes", len(pods), len(nodes))
+	}
+	st.Duration = time.Since(start)
+	s.Sources = append(s.Sources, st)
+
+	start = time.Now()
+	st = snapshot.SourceStatus{Name: calico.Name, Status: snapshot.StatusOK}
+	c.calicoMu.Lock()
+	kinds, why := c.calico, c.calicoErr
+	c.calicoMu.Unlock()
+	var errs []error
+	for _, k := range kinds {
+		errs = append(errs, k.w.ready())
+	}
+	switch err := errors.Join(errs...); {
+	case errors.Is(why, source.ErrUnsupported):
+		st.Status, st.Detail = snapshot.StatusUnsupported, why.Error()
+	case why != nil:
+		st.Status, st.Detail = snapshot.StatusError, why.Error()
+	case len(kinds) == 0:
+		st.Status, st.Detail = snapshot.StatusError, "not asked yet whether the API server serves "+calico.Group
+	case err != nil:
+		st.Status, st.Detail = snapshot.StatusError, oneLine(err)
+	default:
+		s.Calico = calicoLedger(kinds)
+		st.Detail = fmt.Sprintf("%d blocks, %d handles, %d affinities, %d pools", len(s.Calico.Blocks), len(s.Calico.Handles), len(s.Calico.Affinities), len(s.Calico.Pools))
+	}
+	st.Duration = time.Since(start)
+	s.Sources = append(s.Sources, st)
+	return s
+}
+
+// calicoLedger assembles the ledger the informers hold.
+func calicoLedger(kinds []calicoKind) *snapshot.Calico {
+	c := &snapshot.Calico{}
+	for _, k := range kinds {
+		switch k.kind {
+		case calico.KindIPAMBlock:
+			c.Blocks = values[snapshot.IPAMBlock](k.w)
+		case calico.KindIPAMHandle:
+			c.Handles = values[snapshot.IPAMHandle](k.w)
+		case calico.KindBlockAffinity:
+			c.Affinities = values[snapshot.BlockAffinity](k.w)
+		case calico.KindIPPool:
+			c.Pools = values[snapshot.IPPool](k.w)
+		case calico.KindKubeControllers:
+			for _, gc := range values[*snapshot.LeakGC](k.w) {
+				if gc != nil {
+					c.LeakGC = gc
+				}
+			}
+		}
+	}
+	// Sorted by name, as the API server lists them (calico.Sort). Names
+	// are unique in an informer's store: an unstable sort gives the same
+	// order, without the stable sort's merging, the most of a pass over
+	// a handle per pod.
+	slices.SortFunc(c.Blocks, func(a, b snapshot.IPAMBlock) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(c.Handles, func(a, b snapshot.IPAMHandle) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(c.Affinities, func(a, b snapshot.BlockAffinity) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(c.Pools, func(a, b snapshot.IPPool) int { return strings.Compare(a.Name, b.Name) })
+	return c
+}
+
+// oneLine joins a joined error's lines with "; ".
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
+
+// indexed is duplicate-pod-ip judged from the index of pod IPs the leader
+// keeps per event: the findings its Evaluate returns on the same pods, in
+// a time proportional to the duplicated IPs rather than to the pods.
+type indexed struct {
+	rule.Rule
+	idx *rule.PodIPs
+}
+
+// Evaluate returns the index's duplicates; the caller holds the index's
+// lock.
+func (r indexed) Evaluate(*snapshot.Snapshot) []finding.Finding { return r.idx.Duplicates() }
