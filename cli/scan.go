@@ -208,7 +208,7 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 		case len(o.gossipMembers) > 0:
 			sources = append(sources, &gossip.FileSource{Paths: o.gossipMembers, Stdin: streams.In})
 		case len(o.consulAddrs) > 0:
-			src := &gossip.ConsulSource{}
+			src := &gossip.LiveSource{}
 			for _, a := range o.consulAddrs {
 				c, err := gossip.ConsulFromEnv(a)
 				if err != nil {
@@ -218,7 +218,7 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 			}
 			sources = append(sources, src)
 		case len(o.serfAddrs) > 0:
-			src := &gossip.SerfSource{}
+			src := &gossip.LiveSource{}
 			for _, a := range o.serfAddrs {
 				src.Agents = append(src.Agents, gossip.SerfFromEnv(a, o.serfAuth))
 			}

@@ -162,30 +162,3 @@ func selfName(body []byte) string {
 	}
 	return self.Config.NodeName
 }
-
-// ConsulSource reads the members of Consul agents live, one view each.
-type ConsulSource struct {
-	Agents []*Consul
-}
-
-// Name returns "gossip".
-func (*ConsulSource) Name() string { return Name }
-
-// Collect asks every agent; one that cannot be read (unreachable, ACL
-// denied, TLS refused) fails the source: no view is judged on part of the
-// evidence.
-func (c *ConsulSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
-	g := &snapshot.Gossip{}
-	for _, a := range c.Agents {
-		v, err := a.Members(ctx)
-		if err != nil {
-			return err
-		}
-		g.Views = append(g.Views, *v)
-	}
-	s.Gossip = g
-	return nil
-}
-
-// Describe says what was read.
-func (*ConsulSource) Describe(s *snapshot.Snapshot) string { return describe(s.Gossip) }

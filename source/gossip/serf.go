@@ -227,30 +227,3 @@ func (s *Serf) memberStatus(c *client.RPCClient, node string) (string, error) {
 	}
 	return "", nil
 }
-
-// SerfSource reads the members of Serf agents live, one view each.
-type SerfSource struct {
-	Agents []*Serf
-}
-
-// Name returns "gossip".
-func (*SerfSource) Name() string { return Name }
-
-// Collect asks every agent; one that cannot be read (unreachable, auth
-// refused, no answer) fails the source: no view is judged on part of the
-// evidence.
-func (src *SerfSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
-	g := &snapshot.Gossip{}
-	for _, a := range src.Agents {
-		v, err := a.Members(ctx)
-		if err != nil {
-			return err
-		}
-		g.Views = append(g.Views, *v)
-	}
-	s.Gossip = g
-	return nil
-}
-
-// Describe says what was read.
-func (*SerfSource) Describe(s *snapshot.Snapshot) string { return describe(s.Gossip) }

@@ -90,11 +90,11 @@ func show(v *snapshot.GossipView) string {
 }
 
 // scan judges the agent's view as ghostwatch scan does: the members read
-// through SerfSource, the pods from kube, the two gossip rules.
+// through LiveSource, the pods from kube, the two gossip rules.
 func scan(t *testing.T, agent *gossip.Serf, kube *snapshot.Kube) []finding.Finding {
 	t.Helper()
 	s := &snapshot.Snapshot{Taken: time.Now(), Kube: kube, Sources: []snapshot.SourceStatus{{Name: "kube", Status: snapshot.StatusOK}}}
-	source.CollectInto(context.Background(), time.Now, s, &gossip.SerfSource{Agents: []*gossip.Serf{agent}})
+	source.CollectInto(context.Background(), time.Now, s, &gossip.LiveSource{Agents: []gossip.Agent{agent}})
 	fs, skipped := rule.Run(s, []rule.Rule{&rule.GossipGhostMember{}, &rule.GossipIPIdentity{}})
 	if len(skipped) > 0 {
 		t.Fatalf("skipped %+v (sources %+v)", skipped, s.Sources)

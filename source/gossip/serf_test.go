@@ -244,7 +244,7 @@ func TestSerfSourceFails(t *testing.T) {
 	a := serftest.Start(t, serftest.Config{Name: "serf-ok", Gossip: netip.MustParseAddrPort("127.0.0.7:0"), RPC: netip.MustParseAddrPort("127.0.0.7:0")})
 	refused := freeAddr(t)
 	s := &snapshot.Snapshot{}
-	src := &SerfSource{Agents: []*Serf{{Addr: a.RPC}, {Addr: refused}}}
+	src := &LiveSource{Agents: []Agent{&Serf{Addr: a.RPC}, &Serf{Addr: refused}}}
 	if err := src.Collect(context.Background(), s); err == nil || !strings.Contains(err.Error(), refused+": unreachable") || s.Gossip != nil {
 		t.Errorf("%v, gossip %+v", err, s.Gossip)
 	}
