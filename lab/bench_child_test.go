@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -75,7 +76,12 @@ func TestMain(m *testing.M) {
 		fmt.Printf("%s%s\n", benchChildMarker, b)
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	// The ghostwatch binary the tests built goes with them.
+	if ghostwatchBin != "" {
+		os.RemoveAll(filepath.Dir(ghostwatchBin))
+	}
+	os.Exit(code)
 }
 
 func benchChildRun(mode string) (*childReport, error) {
