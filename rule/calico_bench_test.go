@@ -39,7 +39,7 @@ func calicoAtScale() *snapshot.Snapshot {
 		*b = snapshot.IPAMBlock{Name: fmt.Sprintf("block-%04d", n), CIDR: netip.PrefixFrom(base, 26), Affinity: node,
 			Allocations: make([]snapshot.Allocation, 0, perNode)}
 		for i := range perNode {
-			ip := nth(b.CIDR, i)
+			ip := snapshot.BlockAddr(b.CIDR, i)
 			name := fmt.Sprintf("pod-%04d-%02d", n, i)
 			handle := "k8s-pod-network." + name
 			s.Kube.Pods = append(s.Kube.Pods, snapshot.Pod{UID: "u-" + name, Namespace: "ns", Name: name, Node: node,
@@ -57,7 +57,7 @@ func calicoAtScale() *snapshot.Snapshot {
 		b.Allocations = b.Allocations[1:]
 		b.Free = append([]int{a.Ordinal}, b.Free...)
 		// Booked for a pod that is gone.
-		b.Allocations = append(b.Allocations, snapshot.Allocation{Ordinal: 60, IP: nth(b.CIDR, 60), HandleID: "gone",
+		b.Allocations = append(b.Allocations, snapshot.Allocation{Ordinal: 60, IP: snapshot.BlockAddr(b.CIDR, 60), HandleID: "gone",
 			Pod: "gone", Namespace: "ns", Node: b.Affinity, Timestamp: booked})
 		b.Free = b.Free[:len(b.Free)-4]
 		b.Free = append(b.Free, 61, 62, 63)

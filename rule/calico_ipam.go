@@ -1,7 +1,6 @@
 package rule
 
 import (
-	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -192,7 +191,7 @@ func predates(a *snapshot.Allocation, p *snapshot.Pod) bool {
 // freedBy says when the leak collector frees an allocation it judges a
 // leak: at once when its node is gone, after the grace period when it
 // exists, never when the grace is 0.
-func (v *calicoView) freedBy(a *snapshot.Allocation, node string) string {
+func (v *calicoView) freedBy(node string) string {
 	switch {
 	case node == "" || !v.nodes[node]:
 		return "the leak collector frees it at its next scan: its node is gone"
@@ -226,7 +225,7 @@ func unbookedCalico(s *snapshot.Snapshot) []finding.Finding {
 		if len(ps) != 1 {
 			continue
 		}
-		if f, ok := v.unbooked(s, ps[0], ip); ok {
+		if f, ok := v.unbooked(ps[0], ip); ok {
 			out = append(out, f)
 		}
 	}
@@ -237,7 +236,7 @@ func unbookedCalico(s *snapshot.Snapshot) []finding.Finding {
 }
 
 // unbooked judges one pod's IP against the ledger.
-func (v *calicoView) unbooked(s *snapshot.Snapshot, p *snapshot.Pod, ip netip.Addr) (finding.Finding, bool) {
+func (v *calicoView) unbooked(p *snapshot.Pod, ip netip.Addr) (finding.Finding, bool) {
 	if a, ok := v.allocs[ip]; ok && v.more[ip] == nil && ownedBy(a.a, p) {
 		// The common case, decided without allocating.
 		return finding.Finding{}, false
@@ -258,7 +257,7 @@ func (v *calicoView) unbooked(s *snapshot.Snapshot, p *snapshot.Pod, ip netip.Ad
 			if b.Affinity != "" {
 				ev["block_node"] = b.Affinity
 			}
-			ord := ordinalOf(b.CIDR, ip)
+			ord := snapshot.BlockOrdinal(b.CIDR, ip)
 			ev["ordinal"] = ord
 			switch {
 			case slices.ContainsFunc(b.Cooldown, func(c snapshot.Cooldown) bool { return c.Ordinal == ord }):
@@ -267,7 +266,7 @@ func (v *calicoView) unbooked(s *snapshot.Snapshot, p *snapshot.Pod, ip netip.Ad
 			case slices.Contains(b.Free, ord):
 				pos := slices.Index(b.Free, ord)
 				ev["free_position"] = pos + 1
-				ev["next_free"] = nth(b.CIDR, b.Free[0]).String()
+				ev["next_free"] = snapshot.BlockAddr(b.CIDR, b.Free[0]).String()
 				if pool != nil && pool.Disabled {
 					sev = finding.Warning
 					why = fmt.Sprintf("block %s lists it as free (pool %s is disabled: no new address is taken from it until it is enabled again)", b.Name, pool.Name)
@@ -332,7 +331,7 @@ func (v *calicoView) unbooked(s *snapshot.Snapshot, p *snapshot.Pod, ip netip.Ad
 		sev = finding.Critical
 		switch {
 		case q == nil:
-			why = fmt.Sprintf("Calico booked it for pod %s, which no longer exists: %s, and Calico hands it to another pod", other, v.freedBy(a, node))
+			why = fmt.Sprintf("Calico booked it for pod %s, which no longer exists: %s, and Calico hands it to another pod", other, v.freedBy(node))
 		case predates(a, q):
 			why = fmt.Sprintf("Calico booked it for an earlier pod named %s (booked %s, before the pod was created): it stays booked only until that name's pod reports an IP", other, a.Timestamp.UTC().Format(time.RFC3339))
 		case len(q.IPs) == 0 && !q.Terminal():
@@ -341,7 +340,7 @@ func (v *calicoView) unbooked(s *snapshot.Snapshot, p *snapshot.Pod, ip netip.Ad
 			// Two holders: duplicate-pod-ip says it.
 			return finding.Finding{}, false
 		default:
-			why = fmt.Sprintf("Calico booked it for pod %s, which holds other addresses or has finished: %s, and Calico hands it to another pod", other, v.freedBy(a, node))
+			why = fmt.Sprintf("Calico booked it for pod %s, which holds other addresses or has finished: %s, and Calico hands it to another pod", other, v.freedBy(node))
 		}
 	}
 	return v.unbookedFinding(p, ip, sev, "Calico keeps it for another owner: "+why, ev), true
@@ -425,7 +424,7 @@ func leakedCalico(s *snapshot.Snapshot) []finding.Finding {
 				state = "which holds other addresses"
 			}
 			node := allocNode(b, a)
-			when := v.freedBy(a, node)
+			when := v.freedBy(node)
 			ev := map[string]any{
 				"ledger": "calico", "block": b.Name, "ordinal": a.Ordinal, "handle": a.HandleID,
 				"booked_for": ref.String(), "booked_node": node, "collector": when,
@@ -468,28 +467,6 @@ func leakedCalico(s *snapshot.Snapshot) []finding.Finding {
 		})
 	}
 	return out
-}
-
-// ordinalOf is ip's ordinal in the block p, which holds it. Blocks hold
-// at most 4096 addresses, so the host part lies in the low 64 bits.
-func ordinalOf(p netip.Prefix, ip netip.Addr) int {
-	return int(low64(ip) - low64(p.Masked().Addr()))
-}
-
-// nth is the n-th address of the block p.
-func nth(p netip.Prefix, n int) netip.Addr {
-	a := p.Masked().Addr()
-	b := a.As16()
-	binary.BigEndian.PutUint64(b[8:], low64(a)+uint64(n))
-	if a.Is4() {
-		return netip.AddrFrom16(b).Unmap()
-	}
-	return netip.AddrFrom16(b)
-}
-
-func low64(a netip.Addr) uint64 {
-	b := a.As16()
-	return binary.BigEndian.Uint64(b[8:])
 }
 
 // ordinal spells n as "2nd", "3rd", "11th".

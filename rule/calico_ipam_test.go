@@ -45,7 +45,7 @@ func calicoCluster(taken time.Time) *snapshot.Snapshot {
 // of the free list.
 func alloc(s *snapshot.Snapshot, a snapshot.Allocation) {
 	b := &s.Calico.Blocks[0]
-	a.Ordinal = ordinalOf(b.CIDR, a.IP)
+	a.Ordinal = snapshot.BlockOrdinal(b.CIDR, a.IP)
 	b.Allocations = append(b.Allocations, a)
 	for i, o := range b.Free {
 		if o == a.Ordinal {

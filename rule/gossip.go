@@ -327,15 +327,15 @@ func (r *GossipIPIdentity) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 		if len(names) == 0 {
 			continue
 		}
-		shown := names
-		if len(shown) > 10 {
-			shown = shown[:10]
+		shown := strings.Join(names, ", ")
+		if len(names) > 10 {
+			shown = strings.Join(names[:10], ", ") + ", ..."
 		}
 		out = append(out, finding.Finding{
 			Rule:     GossipIPIdentityID,
 			Severity: finding.Warning,
-			Message: fmt.Sprintf("%s cluster (seen by %s): %d of %d members are named after IP addresses (%s%s), %d after their own: a pod given a dead pod's address takes its identity",
-				v.System, seenBy(v), len(names), len(v.Members), strings.Join(shown, ", "), map[bool]string{true: ", ...", false: ""}[len(names) > len(shown)], ownIP),
+			Message: fmt.Sprintf("%s cluster (seen by %s): %d of %d members are named after IP addresses (%s), %d after their own: a pod given a dead pod's address takes its identity",
+				v.System, seenBy(v), len(names), len(v.Members), shown, ownIP),
 			Evidence: map[string]any{"system": v.System, "view": v.From, "count": len(names), "members": len(v.Members), "named_after_ips": names, "named_after_own_ip": ownIP},
 		})
 	}

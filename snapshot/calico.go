@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"time"
 )
@@ -202,4 +203,32 @@ type IPPool struct {
 	AllowedUses []string
 	// Malformed lists what could not be read.
 	Malformed []string
+}
+
+// BlockAddr is the address of ordinal n of the block p: n places after its
+// first address, n being less than the block's size.
+func BlockAddr(p netip.Prefix, n int) netip.Addr {
+	a := p.Masked().Addr()
+	if a.Is4() {
+		b := a.As4()
+		binary.BigEndian.PutUint32(b[:], binary.BigEndian.Uint32(b[:])+uint32(n))
+		return netip.AddrFrom4(b)
+	}
+	b := a.As16()
+	hi, lo := binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])
+	lo2 := lo + uint64(n)
+	if lo2 < lo {
+		hi++
+	}
+	binary.BigEndian.PutUint64(b[:8], hi)
+	binary.BigEndian.PutUint64(b[8:], lo2)
+	return netip.AddrFrom16(b)
+}
+
+// BlockOrdinal is the ordinal of ip in the block p, which holds it. Calico's
+// blocks hold at most 4096 addresses, so the ordinal lies in the low 64
+// bits.
+func BlockOrdinal(p netip.Prefix, ip netip.Addr) int {
+	a, b := p.Masked().Addr().As16(), ip.As16()
+	return int(binary.BigEndian.Uint64(b[8:]) - binary.BigEndian.Uint64(a[8:]))
 }

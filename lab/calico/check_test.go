@@ -18,6 +18,7 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/audit"
 	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
 // checkPool is one pool of /29 blocks for every node.
@@ -58,7 +59,7 @@ func TestIPAMCheckSideBySide(t *testing.T) {
 	// The last two addresses of node-a's block, which the pods below do
 	// not reach, for the allocations written by hand.
 	block := netip.PrefixFrom(web.IP, 29).Masked()
-	last := nthAddr(block.Addr(), 7)
+	last := snapshot.BlockAddr(block, 7)
 	// A pod deleted without its CNI DEL: a leak for both.
 	gone := e.runPod(t, "gone", "node-a", "node-a")
 	e.deletePod(t, "gone")
@@ -85,7 +86,7 @@ func TestIPAMCheckSideBySide(t *testing.T) {
 	// a Pending pod whose sandbox is being given its address;
 	pending := e.pendingPod(t, "starting", "node-a")
 	// an allocation without pod attributes, kept by the collector;
-	manual := e.book(t, nthAddr(block.Addr(), 6).String(), "manual-reservation", nil)
+	manual := e.book(t, snapshot.BlockAddr(block, 6).String(), "manual-reservation", nil)
 	// a deleted node's tunnel address, which the collector frees with the
 	// node's other allocations.
 	tunnel := e.book(t, last.String(), "ipip-tunnel-addr-node-gone", map[string]string{"node": "node-gone", "type": "ipipTunnelAddress"})
@@ -182,13 +183,6 @@ func problemIPs(out, pattern string) []string {
 	return ips
 }
 
-func nthAddr(a netip.Addr, n int) netip.Addr {
-	for range n {
-		a = a.Next()
-	}
-	return a
-}
-
 func sorted(s ...string) []string { sort.Strings(s); return s }
 
 // deletePod deletes a pod object at once, as a force deletion does,
@@ -261,10 +255,7 @@ func (e *env) book(t *testing.T, ip, handle string, secondary map[string]string)
 		if !p.Contains(a) {
 			continue
 		}
-		ord := 0
-		for x := p.Masked().Addr(); x != a; x = x.Next() {
-			ord++
-		}
+		ord := snapshot.BlockOrdinal(p, a)
 		if b.Allocations[ord] != nil || !slices.Contains(b.Unallocated, ord) {
 			t.Fatalf("%s is allocated already", ip)
 		}

@@ -2,7 +2,6 @@ package calico
 
 import (
 	"cmp"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -200,7 +199,7 @@ func Block(obj map[string]any) snapshot.IPAMBlock {
 			}
 			continue
 		}
-		ip := nth(b.CIDR, ord)
+		ip := snapshot.BlockAddr(b.CIDR, ord)
 		taken.set(ord, ordAllocated)
 		if idx < 0 || idx >= int64(len(attrs)) {
 			p.add("allocation %d (%s) points at attribute %d; the block has %d", ord, ip, idx, len(attrs))
@@ -243,10 +242,11 @@ func Block(obj map[string]any) snapshot.IPAMBlock {
 			case ordFree:
 				p.add("ordinal %d is listed twice in unallocated", ord)
 			case ordAllocated:
-				p.add("ordinal %d (%s) is both allocated and in unallocated", ord, nth(b.CIDR, int(ord)))
-				b.Reissuable = append(b.Reissuable, nth(b.CIDR, int(ord)))
+				ip := snapshot.BlockAddr(b.CIDR, int(ord))
+				p.add("ordinal %d (%s) is both allocated and in unallocated", ord, ip)
+				b.Reissuable = append(b.Reissuable, ip)
 			case ordCooldown:
-				p.add("ordinal %d (%s) is both in cooldown and in unallocated", ord, nth(b.CIDR, int(ord)))
+				p.add("ordinal %d (%s) is both in cooldown and in unallocated", ord, snapshot.BlockAddr(b.CIDR, int(ord)))
 			default:
 				taken.set(int(ord), ordFree)
 				b.Free = append(b.Free, int(ord))
@@ -302,26 +302,6 @@ func (o *ordinals) set(i int, v uint8) {
 		return
 	}
 	o.small[i] = v
-}
-
-// nth is the address n places after the first of p, n being less than p's
-// size.
-func nth(p netip.Prefix, n int) netip.Addr {
-	a := p.Masked().Addr()
-	if a.Is4() {
-		b := a.As4()
-		binary.BigEndian.PutUint32(b[:], binary.BigEndian.Uint32(b[:])+uint32(n))
-		return netip.AddrFrom4(b)
-	}
-	b := a.As16()
-	hi, lo := binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])
-	lo2 := lo + uint64(n)
-	if lo2 < lo {
-		hi++
-	}
-	binary.BigEndian.PutUint64(b[:8], hi)
-	binary.BigEndian.PutUint64(b[8:], lo2)
-	return netip.AddrFrom16(b)
 }
 
 // attribute is one entry of a block's attributes.
