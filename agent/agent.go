@@ -585,17 +585,19 @@ func (a *Agent) degrade(trigger, reason string, err error) {
 
 // report turns one remedy action into metrics, a log line, Events and a
 // call of Config.Actions.
+//
+// The metric is counted last, so whoever sees it counted finds the
+// action's Event and log line already there.
 func (a *Agent) report(info rule.Info, act remedy.Action) {
+	if act.Result != remedy.Pending {
+		a.cfg.Log.Info("remedy", "remedy", act.Remedy, "result", act.Result, "target", act.Finding.Target.String(), "reason", act.Reason)
+		a.events.Action(info, act)
+		if a.cfg.Actions != nil {
+			a.cfg.Actions(info, act)
+		}
+	}
 	if m := a.cfg.Metrics; m != nil {
 		m.Action(act)
-	}
-	if act.Result == remedy.Pending {
-		return
-	}
-	a.cfg.Log.Info("remedy", "remedy", act.Remedy, "result", act.Result, "target", act.Finding.Target.String(), "reason", act.Reason)
-	a.events.Action(info, act)
-	if a.cfg.Actions != nil {
-		a.cfg.Actions(info, act)
 	}
 }
 

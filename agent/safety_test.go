@@ -286,6 +286,9 @@ func TestEventsNameTheClientPodOnlyWhenProven(t *testing.T) {
 			f.Start = tc.flowAt
 			h := start(t, fake.NewClientset(objs...), nil, f)
 			waitFor(t, "the deletion", func() bool { return h.tab.count() == 1 })
+			// The audit that deleted records its Events before it counts
+			// itself complete.
+			h.settle(t, 1)
 			if evs := h.events.With("StaleFlowDeleted"); len(evs) == 0 {
 				t.Fatal("no Event")
 			}
