@@ -23,6 +23,11 @@ type GossipView struct {
 	// Local names the member whose view this is, when the view says it.
 	Local   string
 	Members []GossipMember
+	// Rejections counts, by reason, the messages the local member refused
+	// since it started, when the view says so (the ghostwatch/gossip
+	// package's member list); nil when unknown. Consul and Serf do not
+	// tell.
+	Rejections map[string]uint64
 }
 
 // Member states, as the rules read them: the systems' own words mapped to
