@@ -1,0 +1,84 @@
+package gossip
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/ghostwatch/ghostwatch/snapshot"
+)
+
+// Endpoint is the member list a memberlist application serves through the
+// ghostwatch/gossip package, at http://host:port/ghostwatch/members.
+type Endpoint struct {
+	// URL is the member list's address.
+	URL string
+	// Client does the request; nil means one with a 10 s timeout.
+	Client *http.Client
+}
+
+// Members reads the member list. Anything but a 200 answer holding the
+// package's member list (its kind says so) is an error: a pod that serves
+// something else on that port is not read as an empty cluster.
+func (e *Endpoint) Members(ctx context.Context) (*snapshot.GossipView, error) {
+	u, err := url.Parse(e.URL)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("member list address %q: want http://host:port/path", e.URL)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	client := e.Client
+	if client == nil {
+		client = &http.Client{Timeout: 10 * time.Second}
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return nil, fmt.Errorf("member list %s: %w", u.Redacted(), err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxFile+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("member list %s: reading the answer: %w", u.Redacted(), err)
+	case len(body) > maxFile:
+		return nil, fmt.Errorf("member list %s: more than %d MiB", u.Redacted(), maxFile>>20)
+	case resp.StatusCode == http.StatusNotFound:
+		return nil, fmt.Errorf("member list %s: %s: nothing is served there (is the ghostwatch/gossip package's handler mounted at that path, on the port the ghostwatch.io/gossip-port annotation gives?)", u.Redacted(), resp.Status)
+	case resp.StatusCode != http.StatusOK:
+		return nil, fmt.Errorf("member list %s: %s: %s", u.Redacted(), resp.Status, firstLine(body))
+	}
+	if t := bytes.TrimLeft(body, " \t\r\n\ufeff"); len(t) > 0 && t[0] != '{' {
+		return nil, fmt.Errorf("member list %s: the answer is not the ghostwatch/gossip package's member list (a JSON object): %s", u.Redacted(), firstLine(t))
+	}
+	v, err := Parse(u.Redacted(), body)
+	if err != nil {
+		return nil, err
+	}
+	if v.System != "memberlist" {
+		return nil, fmt.Errorf("member list %s: the answer is a %s member list, not the ghostwatch/gossip package's", u.Redacted(), v.System)
+	}
+	return v, nil
+}
+
+// firstLine is the first line of an answer's body, at most 200 bytes, to
+// quote in an error.
+func firstLine(b []byte) string {
+	s, _, _ := strings.Cut(string(b), "\n")
+	s = strings.TrimSpace(s)
+	if len(s) > 200 {
+		s = s[:200] + "..."
+	}
+	return s
+}
