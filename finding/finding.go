@@ -231,3 +231,39 @@ type Report struct {
 	// was not complete; they claim nothing.
 	Skipped []Skipped `json:"skipped,omitempty"`
 }
+
+// MemberKind is the Kind of a MemberTarget.
+const MemberKind = "gossip-member"
+
+// MemberTarget is a gone member of one gossip cluster, to be forced out:
+// Name, listed at Addr:Port, in the cluster Cluster of System (consul,
+// serf), as the view read through From saw it.
+type MemberTarget struct {
+	System, Cluster, From string
+	Name                  string
+	Addr                  netip.Addr
+	Port                  uint16
+	// Status is the member's state when judged: failed, dead or left.
+	Status string
+}
+
+// Kind returns MemberKind.
+func (t *MemberTarget) Kind() string { return MemberKind }
+
+// Key identifies the member by its cluster, name and address.
+func (t *MemberTarget) Key() any {
+	return [5]string{t.System, t.Cluster, t.Name, t.Addr.String(), fmt.Sprint(t.Port)}
+}
+
+// Group is the address the ghost haunts.
+func (t *MemberTarget) Group() string { return t.Addr.String() }
+
+// String renders "member node-abc-old (failed, 10.0.1.50:8301) of serf
+// cluster shop/serf".
+func (t *MemberTarget) String() string {
+	c := t.Cluster
+	if c == "" {
+		c = t.From
+	}
+	return fmt.Sprintf("member %s (%s, %s) of %s cluster %s", t.Name, t.Status, netip.AddrPortFrom(t.Addr, t.Port), t.System, c)
+}

@@ -320,7 +320,7 @@ func TestBuild(t *testing.T) {
 	if err != nil || len(rems) != 1 || rems[0].ID() != rule.StaleNATFlowID || rems[0].Budget.Max != 3 || rems[0].Grace != time.Second {
 		t.Fatalf("%+v %v", rems, err)
 	}
-	if _, err := Build(rules, []string{"flush-everything"}, Settings{}, &Flows{}); err == nil || !strings.Contains(err.Error(), "the remedies are: hostlocal-reserve, stale-nat-flow") {
+	if _, err := Build(rules, []string{"flush-everything"}, Settings{}, &Flows{}); err == nil || !strings.Contains(err.Error(), "the remedies are: gossip-force-leave, hostlocal-reserve, stale-nat-flow") {
 		t.Errorf("unknown remedy: %v", err)
 	}
 	if _, err := Build(rules, []string{rule.StaleNATFlowID}, Settings{}); err == nil || !strings.Contains(err.Error(), "acts on conntrack-flow, which nothing here can act on") {

@@ -56,8 +56,34 @@ func (*GossipGhostMember) Info() Info {
 		Summary: "a gossip member outlived its pod's claim on its address: the cluster shuns or probes the pod that now holds it, or counts a member that is gone",
 		Fix:     "force the ghost out (consul force-leave -prune, serf force-leave -prune), then give members names that are not their IPs and leave on SIGTERM (see the runbook)",
 		Runbook: "docs/runbooks/gossip-ghost-member.md",
+		Gauge: &Gauge{
+			Name:   "gossip_ghost_members",
+			Help:   "Ghost members of the gossip clusters read, by system, cluster (namespace/name, as the ghostwatch.io/gossip annotations group pods) and severity.",
+			Labels: []string{"system", "cluster", "severity"},
+			Values: func(f finding.Finding) []string {
+				c, _ := f.Evidence["cluster"].(string)
+				s, _ := f.Evidence["system"].(string)
+				return []string{s, c, f.Severity.String()}
+			},
+		},
+		Remedy: &RemedyInfo{
+			ID:     GossipForceLeaveID,
+			Action: "force a failed or left Consul or Serf member out of its cluster (force-leave with prune) when its pod is proven gone and a pod of another identity holds its address",
+			Verb:   "force out",
+			Past:   "forced out",
+			Target: finding.MemberKind,
+			Events: RemedyEvents{Done: "GossipMemberForcedOut", DryRun: "GossipForceLeaveDryRun",
+				Refused: "GossipForceLeaveRefused", Failed: "GossipForceLeaveFailed"},
+			Counter: &Counter{Name: "gossip_members_forced_out_total",
+				Help: "Gossip members the controller forced out of their cluster, by the rule that named them."},
+		},
 	}
 }
+
+var _ Rechecker = (*GossipGhostMember)(nil)
+
+// GossipForceLeaveID is the ID of the remedy of gossip-ghost-member.
+const GossipForceLeaveID = "gossip-force-leave"
 
 // gossipSkew is how much later than a member was last seen a pod must have
 // started to be proven another identity: the member's and the pod's
@@ -108,23 +134,30 @@ func (r *GossipGhostMember) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 					if g.Status == snapshot.MemberLeft {
 						sev = finding.Warning
 					}
-					out = append(out, ghost(v, a, sev, g, live[0], pods,
+					f := ghost(v, a, sev, g, live[0], pods,
 						fmt.Sprintf("%s (%s) and %s (%s) share %s: the cluster still keeps the %s identity at an address %s now holds",
-							g.Name, g.Status, live[0].Name, live[0].Status, a, g.Status, live[0].Name)))
+							g.Name, g.Status, live[0].Name, live[0].Status, a, g.Status, live[0].Name))
+					out = append(out, forceable(f, v, g, pods, ns))
 				}
 			case len(gone) > 0:
 				for _, g := range gone {
 					if g.Status == snapshot.MemberLeft {
 						continue
 					}
+					targeted := false
 					for _, p := range pods {
 						why := otherIdentity(g, p, ns)
 						if why == "" {
 							continue
 						}
-						out = append(out, ghost(v, a, finding.Critical, g, nil, []*snapshot.Pod{p},
+						f := ghost(v, a, finding.Critical, g, nil, []*snapshot.Pod{p},
 							fmt.Sprintf("%s is %s, and %s now holds %s (%s): the cluster probes and reconnects to %s at another identity's address",
-								g.Name, g.Status, p.Ref(), a, why, g.Name)))
+								g.Name, g.Status, p.Ref(), a, why, g.Name))
+						// One target per member, on its first finding.
+						if !targeted {
+							f, targeted = forceable(f, v, g, pods, ns), true
+						}
+						out = append(out, f)
 					}
 				}
 			}
@@ -197,8 +230,111 @@ func otherIdentity(g *snapshot.GossipMember, p *snapshot.Pod, clusterNS string) 
 		return fmt.Sprintf("in namespace %s, not the cluster's %s", p.Namespace, clusterNS)
 	case !g.Since.IsZero() && p.Since().After(g.Since.Add(gossipSkew)):
 		return fmt.Sprintf("started %s, after %s went %s at %s", p.Since().UTC().Format(time.RFC3339), g.Name, g.Status, g.Since.UTC().Format(time.RFC3339))
+	case g.Since.IsZero() && !g.SeenAlive.IsZero() && p.Since().After(g.SeenAlive.Add(gossipSkew)):
+		return fmt.Sprintf("started %s, after ghostwatch last read %s alive at %s", p.Since().UTC().Format(time.RFC3339), g.Name, g.SeenAlive.UTC().Format(time.RFC3339))
 	}
 	return ""
+}
+
+// forceable gives f the gone member g as a target to force out, when the
+// force-leave is safe: g is a Consul or Serf member (memberlist has no
+// force-leave), pods hold its address, and every one of them is proven
+// another identity than g, so that g's own pod is gone. Otherwise the
+// evidence says why ghostwatch will not force it out by itself.
+func forceable(f finding.Finding, v *snapshot.GossipView, g *snapshot.GossipMember, pods []*snapshot.Pod, ns string) finding.Finding {
+	if ns != "" {
+		f.Evidence["cluster_namespace"] = ns
+	}
+	if v.System != "consul" && v.System != "serf" {
+		return f
+	}
+	if why := ghostPodGone(g, pods, ns); why != nil {
+		f.Evidence["force_leave_withheld"] = why.Error()
+		return f
+	}
+	f.Target = &finding.MemberTarget{System: v.System, Cluster: v.Cluster, From: v.From, Name: g.Name, Addr: g.Addr, Port: g.Port, Status: g.Status}
+	return f
+}
+
+// ghostPodGone returns nil when pods, those holding gone member g's
+// address, are all proven another identity than g, in a cluster whose
+// members' pods are in namespace ns: g's own pod no longer holds the
+// address. Otherwise it says why that is not proven.
+func ghostPodGone(g *snapshot.GossipMember, pods []*snapshot.Pod, ns string) error {
+	if len(pods) == 0 {
+		return fmt.Errorf("no pod holds %s: nothing shows another identity there", g.Addr)
+	}
+	for _, p := range pods {
+		if otherIdentity(g, p, ns) == "" {
+			when := "the view does not say when " + g.Name + " went, and ghostwatch never read it alive"
+			if !g.Since.IsZero() {
+				when = fmt.Sprintf("it started %s, not after %s went %s at %s", p.Since().UTC().Format(time.RFC3339), g.Name, g.Status, g.Since.UTC().Format(time.RFC3339))
+			} else if !g.SeenAlive.IsZero() {
+				when = fmt.Sprintf("it started %s, not after ghostwatch last read %s alive at %s", p.Since().UTC().Format(time.RFC3339), g.Name, g.SeenAlive.UTC().Format(time.RFC3339))
+			}
+			return fmt.Errorf("pod %s at %s may be %s's own: %s", p.Ref(), g.Addr, g.Name, when)
+		}
+	}
+	return nil
+}
+
+// RecheckQuery names the pods to read afresh before forcing f's member
+// out: those at its address.
+func (*GossipGhostMember) RecheckQuery(_ *snapshot.Snapshot, f finding.Finding) snapshot.KubeQuery {
+	t, ok := f.Target.(*finding.MemberTarget)
+	if !ok {
+		return snapshot.KubeQuery{}
+	}
+	return snapshot.KubeQuery{PodIPs: []netip.Addr{t.Addr}}
+}
+
+// Recheck holds each finding's member against fresh: its cluster's view
+// read again (fresh.Gossip) and the pods at its address read from the API
+// server (fresh.Kube). The member must still be listed gone at the same
+// address and port, and every pod at the address must still be proven
+// another identity, in the cluster's namespace as the finding judged it.
+func (*GossipGhostMember) Recheck(fresh *snapshot.Snapshot, fs []finding.Finding) []error {
+	errs := make([]error, len(fs))
+	for i, f := range fs {
+		t, ok := f.Target.(*finding.MemberTarget)
+		if !ok {
+			errs[i] = fmt.Errorf("the finding names no gossip member")
+			continue
+		}
+		errs[i] = recheckMember(fresh, t, f)
+	}
+	return errs
+}
+
+func recheckMember(fresh *snapshot.Snapshot, t *finding.MemberTarget, f finding.Finding) error {
+	if fresh.Gossip == nil || fresh.Kube == nil {
+		return fmt.Errorf("the cluster's member list and the pods were not read again")
+	}
+	var v *snapshot.GossipView
+	for i := range fresh.Gossip.Views {
+		if w := &fresh.Gossip.Views[i]; w.System == t.System && w.Cluster == t.Cluster {
+			v = w
+		}
+	}
+	if v == nil {
+		return fmt.Errorf("the %s cluster %s was not read again", t.System, t.Cluster)
+	}
+	var m *snapshot.GossipMember
+	for i := range v.Members {
+		if v.Members[i].Name == t.Name {
+			m = &v.Members[i]
+		}
+	}
+	switch {
+	case m == nil:
+		return fmt.Errorf("%s no longer lists %s", seenBy(v), t.Name)
+	case !m.Gone():
+		return fmt.Errorf("%s lists %s %s again", seenBy(v), t.Name, m.Status)
+	case m.Addr != t.Addr || m.Port != t.Port:
+		return fmt.Errorf("%s lists %s at %s now, not %s", seenBy(v), t.Name, netip.AddrPortFrom(m.Addr, m.Port), netip.AddrPortFrom(t.Addr, t.Port))
+	}
+	ns, _ := f.Evidence["cluster_namespace"].(string)
+	return ghostPodGone(m, podsByIP(fresh.Kube.Pods)[t.Addr], ns)
 }
 
 func ghost(v *snapshot.GossipView, a netip.Addr, sev finding.Severity, m, other *snapshot.GossipMember, pods []*snapshot.Pod, reason string) finding.Finding {
@@ -208,6 +344,12 @@ func ghost(v *snapshot.GossipView, a netip.Addr, sev finding.Severity, m, other 
 	}
 	if v.Local != "" {
 		ev["seen_by"] = v.Local
+	}
+	if v.Cluster != "" {
+		ev["cluster"] = v.Cluster
+	}
+	if !m.SeenAlive.IsZero() {
+		ev["member_seen_alive"] = m.SeenAlive.UTC().Format(time.RFC3339)
 	}
 	if !m.Since.IsZero() {
 		ev["member_since"] = m.Since.UTC().Format(time.RFC3339)

@@ -156,3 +156,141 @@ func TestGossipIPIdentity(t *testing.T) {
 		t.Errorf("names from no IP: %+v", fs)
 	}
 }
+
+// The remedy may force out only a gone Consul or Serf member whose pod is
+// proven gone: every pod at its address another identity.
+func TestGossipForceLeaveTarget(t *testing.T) {
+	went := t0.Add(30 * time.Minute)
+	for _, tc := range []struct {
+		name     string
+		system   string
+		mod      func(old *snapshot.GossipMember, s *snapshot.Snapshot)
+		target   bool
+		withheld string
+	}{
+		{"seed 000: the pod at the address started after the member went", "consul", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
+			old.Since = went
+			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "consul-2", "u2", "10.244.1.50", went.Add(time.Minute)))
+		}, true, ""},
+		{"serf: last read alive by ghostwatch before the pod started", "serf", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
+			old.SeenAlive = went
+			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "consul-2", "u2", "10.244.1.50", went.Add(time.Minute)))
+		}, true, ""},
+		{"a pod of another namespace holds it", "consul", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
+			s.Kube.Pods = append(s.Kube.Pods, pod("other", "web", "u2", "10.244.1.50", t0))
+		}, true, ""},
+		{"no time: the pod may be the member's own", "consul", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
+			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "consul-2", "u2", "10.244.1.50", went.Add(time.Minute)))
+		}, false, "pod shop/consul-2 at 10.244.1.50 may be old's own: the view does not say when old went, and ghostwatch never read it alive"},
+		{"the pod started before the member was last read alive", "consul", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
+			old.SeenAlive = went
+			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "consul-2", "u2", "10.244.1.50", went))
+		}, false, "not after ghostwatch last read old alive"},
+		{"two pods at the address, one not proven", "consul", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
+			old.Since = went
+			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "consul-2", "u2", "10.244.1.50", went.Add(time.Minute)), pod("shop", "consul-3", "u3", "10.244.1.50", t0))
+		}, false, "pod shop/consul-3 at 10.244.1.50 may be old's own"},
+		{"no pod holds the address", "consul", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
+			old.Since = went
+		}, false, "no pod holds 10.244.1.50"},
+		{"memberlist has no force-leave", "memberlist", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
+			old.Since = went
+			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "consul-2", "u2", "10.244.1.50", went.Add(time.Minute)))
+		}, false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			old := member("old", "10.244.1.50", snapshot.MemberFailed)
+			s := gossipCluster()
+			tc.mod(&old, s)
+			v := &s.Gossip.Views[0]
+			v.System, v.Cluster = tc.system, "shop/consul"
+			v.Members = append(v.Members, old, member("new", "10.244.1.50", snapshot.MemberAlive))
+			var f *finding.Finding
+			for _, g := range (&GossipGhostMember{}).Evaluate(s) {
+				if g.Evidence["member"] == "old" {
+					f = &g
+				}
+			}
+			if f == nil {
+				t.Fatal("no finding on the old member")
+			}
+			tg, ok := f.Target.(*finding.MemberTarget)
+			if ok != tc.target {
+				t.Fatalf("target %v, want one: %v (withheld: %v)", f.Target, tc.target, f.Evidence["force_leave_withheld"])
+			}
+			if ok {
+				want := finding.MemberTarget{System: tc.system, Cluster: "shop/consul", From: "members.txt", Name: "old", Addr: old.Addr, Port: 8301, Status: snapshot.MemberFailed}
+				if *tg != want {
+					t.Errorf("target %+v, want %+v", *tg, want)
+				}
+			}
+			if got, _ := f.Evidence["force_leave_withheld"].(string); !strings.Contains(got, tc.withheld) || (tc.withheld == "") != (got == "") {
+				t.Errorf("withheld %q, want %q", got, tc.withheld)
+			}
+		})
+	}
+}
+
+// Right before forcing out, the member must still be listed gone at the
+// same address, and every pod the API server now lists there proven
+// another identity.
+func TestGossipForceLeaveRecheck(t *testing.T) {
+	went := t0.Add(30 * time.Minute)
+	old := member("old", "10.244.1.50", snapshot.MemberFailed)
+	old.Since = went
+	s := gossipCluster(old, member("new", "10.244.1.50", snapshot.MemberAlive))
+	s.Gossip.Views[0].Cluster = "shop/consul"
+	newPod := pod("shop", "consul-2", "u2", "10.244.1.50", went.Add(time.Minute))
+	s.Kube.Pods = append(s.Kube.Pods, newPod)
+	r := &GossipGhostMember{}
+	var f finding.Finding
+	for _, g := range r.Evaluate(s) {
+		if g.Target != nil {
+			f = g
+		}
+	}
+	if f.Target == nil {
+		t.Fatal("no finding with a target")
+	}
+	if q := r.RecheckQuery(s, f); len(q.PodIPs) != 1 || q.PodIPs[0] != old.Addr {
+		t.Errorf("query %+v, want the pods at 10.244.1.50", q)
+	}
+	fresh := func(mod func(v *snapshot.GossipView, k *snapshot.Kube)) *snapshot.Snapshot {
+		v := snapshot.GossipView{System: "consul", Cluster: "shop/consul", From: "http://10.244.1.10:8500", Members: []snapshot.GossipMember{old, member("new", "10.244.1.50", snapshot.MemberAlive)}}
+		k := &snapshot.Kube{Pods: []snapshot.Pod{newPod}}
+		if mod != nil {
+			mod(&v, k)
+		}
+		return &snapshot.Snapshot{Gossip: &snapshot.Gossip{Views: []snapshot.GossipView{v}}, Kube: k}
+	}
+	for _, tc := range []struct {
+		name  string
+		mod   func(v *snapshot.GossipView, k *snapshot.Kube)
+		wantE string
+	}{
+		{"still holds", nil, ""},
+		{"the member came back", func(v *snapshot.GossipView, _ *snapshot.Kube) { v.Members[0].Status = snapshot.MemberAlive }, "lists old alive again"},
+		{"already forced out", func(v *snapshot.GossipView, _ *snapshot.Kube) { v.Members = v.Members[1:] }, "no longer lists old"},
+		{"listed at another address", func(v *snapshot.GossipView, _ *snapshot.Kube) {
+			v.Members[0].Addr = netip.MustParseAddr("10.244.1.51")
+		}, "at 10.244.1.51:8301 now"},
+		{"a pod that may be the member's appeared at the address", func(_ *snapshot.GossipView, k *snapshot.Kube) {
+			k.Pods = append(k.Pods, pod("shop", "consul-9", "u9", "10.244.1.50", t0))
+		}, "pod shop/consul-9 at 10.244.1.50 may be old's own"},
+		{"the pod left the address", func(_ *snapshot.GossipView, k *snapshot.Kube) { k.Pods = nil }, "no pod holds 10.244.1.50"},
+		{"the cluster was not read again", func(v *snapshot.GossipView, _ *snapshot.Kube) { v.Cluster = "shop/other" }, "was not read again"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := r.Recheck(fresh(tc.mod), []finding.Finding{f})
+			if len(errs) != 1 {
+				t.Fatalf("%d answers for 1 finding", len(errs))
+			}
+			if got := fmt.Sprint(errs[0]); (tc.wantE == "") != (errs[0] == nil) || !strings.Contains(got, tc.wantE) {
+				t.Errorf("recheck: %v, want %q", errs[0], tc.wantE)
+			}
+		})
+	}
+	if errs := r.Recheck(&snapshot.Snapshot{}, []finding.Finding{f}); errs[0] == nil {
+		t.Error("a re-check with nothing read again passed")
+	}
+}

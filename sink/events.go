@@ -28,6 +28,8 @@ const (
 type Events struct {
 	Recorder record.EventRecorder
 	// Node is where the actions are taken; every message starts with it.
+	// "" for a cluster-wide process (the controller), whose messages say
+	// where they act themselves.
 	Node string
 }
 
@@ -40,7 +42,10 @@ func (e *Events) Action(info rule.Info, a remedy.Action) {
 	if reason == "" {
 		return
 	}
-	msg := fmt.Sprintf("node %s: %s", e.Node, a.Reason)
+	msg := a.Reason
+	if e.Node != "" {
+		msg = fmt.Sprintf("node %s: %s", e.Node, a.Reason)
+	}
 	for _, o := range a.Finding.Concerns {
 		ref := &corev1.ObjectReference{Kind: o.Kind, APIVersion: "v1", Namespace: o.Namespace, Name: o.Name, UID: types.UID(o.UID)}
 		e.Recorder.Event(ref, typ, reason, msg)

@@ -20,6 +20,10 @@ type GossipView struct {
 	From string
 	// Label is memberlist's cluster label, when the view says it.
 	Label string
+	// Cluster names the cluster the view belongs to when the reader knows
+	// it: the controller's "namespace/name" of the pods it was read from
+	// (see the ghostwatch.io/gossip annotations); "" for files and flags.
+	Cluster string
 	// Local names the member whose view this is, when the view says it.
 	Local   string
 	Members []GossipMember
@@ -55,6 +59,12 @@ type GossipMember struct {
 	// Since is when the view last saw the member's state change; zero
 	// when unknown.
 	Since time.Time
+	// SeenAlive is, for a member whose view gives no Since, the last time
+	// ghostwatch itself read the member alive in that cluster's views:
+	// the member's process lived at least until then. Zero when unknown
+	// (Consul and Serf do not tell when a member went, and a process
+	// that started after the member went never saw it alive).
+	SeenAlive time.Time
 }
 
 // Gone reports whether the member is failed, dead or left: a ghost when
