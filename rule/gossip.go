@@ -230,8 +230,8 @@ func otherIdentity(g *snapshot.GossipMember, p *snapshot.Pod, clusterNS string) 
 		return fmt.Sprintf("in namespace %s, not the cluster's %s", p.Namespace, clusterNS)
 	case !g.Since.IsZero() && p.Since().After(g.Since.Add(gossipSkew)):
 		return fmt.Sprintf("started %s, after %s went %s at %s", p.Since().UTC().Format(time.RFC3339), g.Name, g.Status, g.Since.UTC().Format(time.RFC3339))
-	case g.Since.IsZero() && !g.SeenAlive.IsZero() && p.Since().After(g.SeenAlive.Add(gossipSkew)):
-		return fmt.Sprintf("started %s, after ghostwatch last read %s alive at %s", p.Since().UTC().Format(time.RFC3339), g.Name, g.SeenAlive.UTC().Format(time.RFC3339))
+	case g.Since.IsZero() && !g.Listed.IsZero() && p.Since().After(g.Listed.Add(gossipSkew)):
+		return fmt.Sprintf("started %s, after ghostwatch first read %s listed at %s", p.Since().UTC().Format(time.RFC3339), g.Name, g.Listed.UTC().Format(time.RFC3339))
 	}
 	return ""
 }
@@ -266,11 +266,11 @@ func ghostPodGone(g *snapshot.GossipMember, pods []*snapshot.Pod, ns string) err
 	}
 	for _, p := range pods {
 		if otherIdentity(g, p, ns) == "" {
-			when := "the view does not say when " + g.Name + " went, and ghostwatch never read it alive"
+			when := "the view does not say when " + g.Name + " went, and ghostwatch did not read it listed before the pod started"
 			if !g.Since.IsZero() {
 				when = fmt.Sprintf("it started %s, not after %s went %s at %s", p.Since().UTC().Format(time.RFC3339), g.Name, g.Status, g.Since.UTC().Format(time.RFC3339))
-			} else if !g.SeenAlive.IsZero() {
-				when = fmt.Sprintf("it started %s, not after ghostwatch last read %s alive at %s", p.Since().UTC().Format(time.RFC3339), g.Name, g.SeenAlive.UTC().Format(time.RFC3339))
+			} else if !g.Listed.IsZero() {
+				when = fmt.Sprintf("it started %s, not after ghostwatch first read %s listed at %s", p.Since().UTC().Format(time.RFC3339), g.Name, g.Listed.UTC().Format(time.RFC3339))
 			}
 			return fmt.Errorf("pod %s at %s may be %s's own: %s", p.Ref(), g.Addr, g.Name, when)
 		}
@@ -348,8 +348,8 @@ func ghost(v *snapshot.GossipView, a netip.Addr, sev finding.Severity, m, other 
 	if v.Cluster != "" {
 		ev["cluster"] = v.Cluster
 	}
-	if !m.SeenAlive.IsZero() {
-		ev["member_seen_alive"] = m.SeenAlive.UTC().Format(time.RFC3339)
+	if !m.Listed.IsZero() {
+		ev["member_listed"] = m.Listed.UTC().Format(time.RFC3339)
 	}
 	if !m.Since.IsZero() {
 		ev["member_since"] = m.Since.UTC().Format(time.RFC3339)

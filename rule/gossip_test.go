@@ -172,8 +172,8 @@ func TestGossipForceLeaveTarget(t *testing.T) {
 			old.Since = went
 			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "consul-2", "u2", "10.244.1.50", went.Add(time.Minute)))
 		}, true, ""},
-		{"serf: last read alive by ghostwatch before the pod started", "serf", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
-			old.SeenAlive = went
+		{"serf: first read listed by ghostwatch before the pod started", "serf", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
+			old.Listed = went
 			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "consul-2", "u2", "10.244.1.50", went.Add(time.Minute)))
 		}, true, ""},
 		{"a pod of another namespace holds it", "consul", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
@@ -181,11 +181,11 @@ func TestGossipForceLeaveTarget(t *testing.T) {
 		}, true, ""},
 		{"no time: the pod may be the member's own", "consul", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
 			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "consul-2", "u2", "10.244.1.50", went.Add(time.Minute)))
-		}, false, "pod shop/consul-2 at 10.244.1.50 may be old's own: the view does not say when old went, and ghostwatch never read it alive"},
-		{"the pod started before the member was last read alive", "consul", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
-			old.SeenAlive = went
+		}, false, "pod shop/consul-2 at 10.244.1.50 may be old's own: the view does not say when old went, and ghostwatch did not read it listed before the pod started"},
+		{"the pod started before ghostwatch first read the member", "consul", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
+			old.Listed = went
 			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "consul-2", "u2", "10.244.1.50", went))
-		}, false, "not after ghostwatch last read old alive"},
+		}, false, "not after ghostwatch first read old listed"},
 		{"two pods at the address, one not proven", "consul", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
 			old.Since = went
 			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "consul-2", "u2", "10.244.1.50", went.Add(time.Minute)), pod("shop", "consul-3", "u3", "10.244.1.50", t0))

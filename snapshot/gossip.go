@@ -59,12 +59,12 @@ type GossipMember struct {
 	// Since is when the view last saw the member's state change; zero
 	// when unknown.
 	Since time.Time
-	// SeenAlive is, for a member whose view gives no Since, the last time
-	// ghostwatch itself read the member alive in that cluster's views:
-	// the member's process lived at least until then. Zero when unknown
-	// (Consul and Serf do not tell when a member went, and a process
-	// that started after the member went never saw it alive).
-	SeenAlive time.Time
+	// Listed is, for a member whose view gives no Since, the first time
+	// ghostwatch itself read the member listed (in any state) in its
+	// cluster's views: the member had joined by then, so its process
+	// started before. Zero when unknown (Consul and Serf do not say when a
+	// member joined or went; files are read once).
+	Listed time.Time
 }
 
 // Gone reports whether the member is failed, dead or left: a ghost when
