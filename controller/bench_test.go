@@ -204,7 +204,7 @@ func BenchmarkControllerPass(b *testing.B) {
 		b.ReportAllocs()
 		cpu := cpuTime()
 		for b.Loop() {
-			c.judge(cl, judged)
+			c.judge(context.Background(), cl, judged)
 		}
 		// The process's CPU time, the garbage collector's included: on
 		// shared cores the wall time also counts the waits for them.

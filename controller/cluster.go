@@ -25,6 +25,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/calico"
+	sourcegossip "github.com/ghostwatch/ghostwatch/source/gossip"
 	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
@@ -36,9 +37,10 @@ func Watched() []schema.GroupResource {
 	return append([]schema.GroupResource{{Resource: "pods"}, {Resource: "nodes"}}, calico.Listed()...)
 }
 
-// Sources are the sources the leader reads: every Pod and Node (kube) and
-// Calico's IPAM ledger (calico).
-var Sources = []string{kube.Name, calico.Name}
+// Sources are the sources the leader reads: every Pod and Node (kube),
+// Calico's IPAM ledger (calico), and the member lists of the gossip
+// clusters whose pods are annotated ghostwatch.io/gossip (gossip).
+var Sources = []string{kube.Name, calico.Name, sourcegossip.Name}
 
 // Rules splits the cluster rules of rules into those the controller runs,
 // whose sources it reads (for a rule with Ledgers: its Sources and one of
@@ -79,6 +81,13 @@ type cluster struct {
 	// when the API server does not serve it, another error when
 	// discovery failed; nil once it is watched.
 	calicoErr error
+
+	// gossipMu guards gossip: the running pods annotated as gossip
+	// members, by UID.
+	gossipMu sync.Mutex
+	gossip   map[string]gossipPod
+	// reader reads the gossip clusters' views; nil reads none.
+	reader *gossipReader
 
 	changed func()
 	// run starts an informer until the leader stops.
@@ -154,6 +163,7 @@ func (c *cluster) setPod(obj any) {
 		c.mu.Lock()
 		c.idx.Set(&sp)
 		c.mu.Unlock()
+		c.setGossipPod(p)
 		c.changed()
 	}
 }
@@ -167,6 +177,7 @@ func (c *cluster) deletePod(obj any) {
 		c.mu.Lock()
 		c.idx.Delete(string(p.UID))
 		c.mu.Unlock()
+		c.deleteGossipPod(string(p.UID))
 		c.changed()
 	}
 }
@@ -183,10 +194,14 @@ func onChange(w *watched, changed func()) error {
 	return nil
 }
 
-// settled reports whether Pods and Nodes are listed, and Calico's ledger
-// listed, failing, or found not to be served.
+// settled reports whether Pods and Nodes are listed, the gossip clusters
+// read once, and Calico's ledger listed, failing, or found not to be
+// served.
 func (c *cluster) settled() bool {
 	if !c.pods.informer.HasSynced() || !c.nodes.informer.HasSynced() {
+		return false
+	}
+	if c.reader != nil && !c.reader.hasRead() {
 		return false
 	}
 	c.calicoMu.Lock()
@@ -324,6 +339,13 @@ func (c *cluster) snapshot(now time.Time) *snapshot.Snapshot {
 	}
 	st.Duration = time.Since(start)
 	s.Sources = append(s.Sources, st)
+
+	if c.reader != nil {
+		start = time.Now()
+		st, s.Gossip = c.reader.snapshot()
+		st.Duration = time.Since(start)
+		s.Sources = append(s.Sources, st)
+	}
 	return s
 }
 

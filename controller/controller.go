@@ -30,8 +30,10 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
+	sourcegossip "github.com/ghostwatch/ghostwatch/source/gossip"
 )
 
 // Config is what the controller needs. Zero durations take the defaults
@@ -64,6 +66,15 @@ type Config struct {
 	// server serves Calico's ledger while it does not (Calico installed
 	// after the leader started). Default 1m: discovery is one request.
 	Rediscover time.Duration
+	// GossipInterval is how often the leader reads the member list of
+	// each gossip cluster whose pods are annotated ghostwatch.io/gossip:
+	// one request per cluster. Default DefaultGossipInterval.
+	GossipInterval time.Duration
+	// GossipAgent returns the API of an annotated pod's gossip agent; nil
+	// means Consul's HTTP API, Serf's RPC or the ghostwatch/gossip
+	// package's member list at the pod's address, configured from the
+	// environment (CONSUL_HTTP_TOKEN, CONSUL_CACERT, SERF_RPC_AUTH).
+	GossipAgent func(GossipPod) (sourcegossip.Agent, error)
 	// Metrics, when set, are updated after every pass.
 	Metrics *Metrics
 	// Events, when set, receives an Event on every object a finding
@@ -105,6 +116,10 @@ type Controller struct {
 	// skipped the rules the last pass skipped.
 	last    map[string][]finding.Finding
 	skipped map[string]finding.Skipped
+	// cluster is what the leader watches, while it leads.
+	cluster *cluster
+	// remedies are the remedies EnableRemedies turned on.
+	remedies []*remedy.Remedy
 }
 
 // New returns a controller for cfg.
@@ -123,6 +138,9 @@ func New(cfg Config) *Controller {
 	}
 	if cfg.Rediscover == 0 {
 		cfg.Rediscover = time.Minute
+	}
+	if cfg.GossipInterval == 0 {
+		cfg.GossipInterval = DefaultGossipInterval
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -245,10 +263,32 @@ func (c *Controller) lead(ctx context.Context) {
 		}()
 	}
 	cl := newCluster(cfg.Client, poke, run, cfg.Now)
+	var agent func(gossipPod) (sourcegossip.Agent, error)
+	if cfg.GossipAgent != nil {
+		agent = func(p gossipPod) (sourcegossip.Agent, error) { return cfg.GossipAgent(p.public()) }
+	}
+	cl.reader = newGossipReader(cl, agent, cfg.Now)
 	if err := cl.start(); err != nil {
 		cfg.Log.Error("watching the cluster", "err", err)
 		return
 	}
+	c.mu.Lock()
+	c.cluster = cl
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.cluster = nil
+		c.mu.Unlock()
+	}()
+	// The gossip clusters are read once the pods are listed: the pods
+	// say where they are.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if until(ctx, cl.pods.informer.HasSynced) {
+			cl.reader.run(ctx, cfg.GossipInterval, poke)
+		}
+	}()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -275,11 +315,18 @@ func (c *Controller) lead(ctx context.Context) {
 	cfg.Log.Info("cluster listed", "pods", pods, "nodes", len(cl.nodes.informer.GetStore().ListKeys()))
 	rules := c.rulesOn(cl.idx)
 	for {
-		took := c.judge(cl, rules)
+		took, wait := c.judge(ctx, cl, rules)
+		// A finding waiting out a remedy's grace period is looked at
+		// again when it is due, changes or not.
+		var due <-chan time.Time
+		if wait > 0 {
+			due = time.After(wait)
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-changed:
+		case <-due:
 		}
 		// Gather the rest of the burst.
 		select {
@@ -327,19 +374,29 @@ func (c *Controller) rulesOn(idx *rule.PodIPs) []rule.Rule {
 }
 
 // judge runs one pass: a snapshot of what the leader knows, the rules on
-// it, and the findings published. It returns how long the snapshot and the
-// rules took.
-func (c *Controller) judge(cl *cluster, rules []rule.Rule) time.Duration {
+// it, the findings published, and the remedies on them. It returns how
+// long the snapshot and the rules took, and when a remedy wants the next
+// pass (0: no sooner than changes come).
+func (c *Controller) judge(ctx context.Context, cl *cluster, rules []rule.Rule) (took, wait time.Duration) {
 	start := time.Now()
 	// The snapshot's pods are the index's: events wait for the pass.
 	cl.mu.Lock()
 	s := cl.snapshot(c.cfg.Now())
 	fs, skipped := rule.Run(s, rules)
 	pods := cl.idx.Len()
+	// The remedies read the snapshot's sources only: its pods may change
+	// once the lock is let go.
+	s.Kube = nil
 	cl.mu.Unlock()
-	took := time.Since(start)
+	took = time.Since(start)
+	if m := c.cfg.Metrics; m != nil {
+		m.Gossip(s)
+	}
 	c.publish(s.Sources, fs, skipped, pods, took)
-	return took
+	if len(c.remedies) > 0 {
+		wait = c.remedy(ctx, s, fs)
+	}
+	return took, wait
 }
 
 // publish publishes a pass's findings: metrics, and for each finding that

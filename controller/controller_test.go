@@ -181,11 +181,13 @@ func get(t *testing.T, url string) string {
 }
 
 // The controller runs the cluster rules whose sources it reads, Calico's
-// included, and leaves those that need another source to scan.
+// and the gossip clusters' included, and leaves those that need another
+// source to scan.
 func TestRulesAreThoseOfWhatItReads(t *testing.T) {
 	all := rule.All(rule.Config{})
 	runs, others := Rules(all)
-	want := []string{rule.DuplicatePodIPID, rule.IPAMUnbookedIPID, rule.IPAMLeakedIPID, rule.IPAMMisbookedID, "ipam-ledger-corrupt"}
+	want := []string{rule.DuplicatePodIPID, rule.IPAMUnbookedIPID, rule.IPAMLeakedIPID, rule.IPAMMisbookedID, "ipam-ledger-corrupt",
+		rule.GossipGhostMemberID, rule.GossipIPIdentityID}
 	if got := rule.IDs(runs); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
 		t.Errorf("runs %v, want %v", got, want)
 	}

@@ -1,10 +1,15 @@
 package controller
 
 import (
+	"sort"
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/sink"
+	"github.com/ghostwatch/ghostwatch/snapshot"
+	sourcegossip "github.com/ghostwatch/ghostwatch/source/gossip"
 )
 
 // Metrics are the controller's Prometheus series: the findings every
@@ -15,6 +20,14 @@ type Metrics struct {
 	Pods        prometheus.Gauge
 	Passes      prometheus.Counter
 	PassSeconds prometheus.Gauge
+	// GossipMembers counts the members of each gossip cluster read, by
+	// system, cluster and status, as the last view read says.
+	GossipMembers *prometheus.GaugeVec
+
+	// rejections are the counts of messages refused by the member whose
+	// view was read last, by system, cluster and reason.
+	rejMu      sync.Mutex
+	rejections map[[3]string]uint64
 }
 
 // NewMetrics creates the series for the controller's rules and registers
@@ -32,6 +45,64 @@ func NewMetrics(reg prometheus.Registerer, rules []rule.Rule) *Metrics {
 		PassSeconds: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "controller_pass_duration_seconds",
 			Help: "How long the leader's last pass took: assembling what it watches into a snapshot and running the cluster rules on it."}),
 	}
-	reg.MustRegister(m.Leader, m.Pods, m.Passes, m.PassSeconds)
+	m.GossipMembers = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "gossip_members",
+		Help: "Members of each gossip cluster read (pods annotated ghostwatch.io/gossip), by system, cluster (namespace/name) and status (alive, suspect, leaving, left, failed, dead), as the last view read says."},
+		[]string{"system", "cluster", "status"})
+	reg.MustRegister(m.Leader, m.Pods, m.Passes, m.PassSeconds, m.GossipMembers, rejectionsCollector{m})
 	return m
+}
+
+// Gossip sets the gossip series from a pass's snapshot: from its views
+// when they were read, to none when no pod is annotated; left as they
+// were while the views cannot be read.
+func (m *Metrics) Gossip(s *snapshot.Snapshot) {
+	st, ok := s.Source(sourcegossip.Name)
+	if !ok || (st.Status != snapshot.StatusOK && st.Status != snapshot.StatusUnsupported) {
+		return
+	}
+	m.GossipMembers.Reset()
+	rej := map[[3]string]uint64{}
+	if s.Gossip != nil {
+		for _, v := range s.Gossip.Views {
+			for _, st := range []string{snapshot.MemberAlive, snapshot.MemberSuspect, snapshot.MemberLeaving, snapshot.MemberLeft, snapshot.MemberFailed, snapshot.MemberDead} {
+				m.GossipMembers.WithLabelValues(v.System, v.Cluster, st).Set(0)
+			}
+			for _, mb := range v.Members {
+				m.GossipMembers.WithLabelValues(v.System, v.Cluster, mb.Status).Inc()
+			}
+			for reason, n := range v.Rejections {
+				rej[[3]string{v.System, v.Cluster, reason}] = n
+			}
+		}
+	}
+	m.rejMu.Lock()
+	m.rejections = rej
+	m.rejMu.Unlock()
+}
+
+// rejectionsDesc describes ghostwatch_gossip_join_rejections_total.
+var rejectionsDesc = prometheus.NewDesc(sink.Namespace+"_gossip_join_rejections_total",
+	"Messages the member whose view was read last refused since it started, by system, cluster and reason (memberlist applications using the ghostwatch/gossip package: label, conflicting-address, unexpected-node, ...). A counter of that member: it starts over when another member's view is read, which rate() reads as a reset.",
+	[]string{"system", "cluster", "reason"}, nil)
+
+// rejectionsCollector exports the counts the views give as they are.
+type rejectionsCollector struct{ m *Metrics }
+
+func (rejectionsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- rejectionsDesc }
+
+func (c rejectionsCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.rejMu.Lock()
+	keys := make([][3]string, 0, len(c.m.rejections))
+	for k := range c.m.rejections {
+		keys = append(keys, k)
+	}
+	vals := c.m.rejections
+	c.m.rejMu.Unlock()
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := keys[i], keys[j]
+		return a[0]+a[1]+a[2] < b[0]+b[1]+b[2]
+	})
+	for _, k := range keys {
+		ch <- prometheus.MustNewConstMetric(rejectionsDesc, prometheus.CounterValue, float64(vals[k]), k[0], k[1], k[2])
+	}
 }

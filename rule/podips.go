@@ -43,6 +43,15 @@ func (x *PodIPs) Len() int { return x.holding }
 // or Delete.
 func (x *PodIPs) Pods() []snapshot.Pod { return x.pods }
 
+// Holders returns how many pods hold ip.
+func (x *PodIPs) Holders(ip netip.Addr) int {
+	k := ip.Unmap().As16()
+	if _, ok := x.first[k]; !ok {
+		return 0
+	}
+	return 1 + len(x.more[k])
+}
+
 // Set records a copy of p, added or changed. A pod that holds no
 // pod-network IP (finished, hostNetwork, or not given one yet) is kept
 // among Pods but holds no IP in the index.

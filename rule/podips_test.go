@@ -60,6 +60,18 @@ func TestPodIPsAgreesWithAFullPass(t *testing.T) {
 			if x.Len() != holding {
 				t.Fatalf("seed %d step %d: Len() = %d, %d pods hold pod IPs", seed, step, x.Len(), holding)
 			}
+			for i := range 7 {
+				a := netip.AddrFrom4([4]byte{10, 0, 0, byte(i)})
+				want := 0
+				for _, p := range live {
+					if holdsPodIP(&p) && p.HasIP(a) {
+						want++
+					}
+				}
+				if got := x.Holders(a); got != want {
+					t.Fatalf("seed %d step %d: Holders(%s) = %d, want %d", seed, step, a, got, want)
+				}
+			}
 			want := NewDuplicatePodIP().Evaluate(&snapshot.Snapshot{Kube: &snapshot.Kube{Pods: all}})
 			got := x.Duplicates()
 			if len(got) != len(want) {

@@ -18,6 +18,9 @@ import (
 // A real memberlist member serving its list through the package's
 // handler, read as the controller reads it.
 func TestEndpointReadsTheRealHandler(t *testing.T) {
+	if MemberlistPath != pkg.Path || MemberlistKind != pkg.Kind {
+		t.Fatalf("the reader asks %s for %s; the package serves %s at %s", MemberlistPath, MemberlistKind, pkg.Kind, pkg.Path)
+	}
 	cfg := pkg.DefaultPodConfig("web-0-1b4e28ba", "shop/cache")
 	cfg.BindAddr, cfg.BindPort, cfg.AdvertisePort = "127.0.0.1", 0, 0
 	cfg.LogOutput = io.Discard

@@ -24,6 +24,10 @@ import (
 // package serves.
 const MemberlistKind = "ghostwatch.io/memberlist-members"
 
+// MemberlistPath is where the ghostwatch/gossip package serves the member
+// list, on the port the pod's ghostwatch.io/gossip-port annotation gives.
+const MemberlistPath = "/ghostwatch/members"
+
 // Parse reads one member list saved in name, its format detected from its
 // content: a JSON array is Consul's /v1/agent/members; a JSON object is
 // the ghostwatch/gossip package's member list (its kind says so) or serf

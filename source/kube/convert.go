@@ -233,8 +233,21 @@ func TrimPod(obj any) (any, error) {
 	if len(p.Status.PodIPs) > 0 {
 		out.Status.PodIPs = append([]corev1.PodIP(nil), p.Status.PodIPs...)
 	}
+	for k, v := range p.Annotations {
+		if strings.HasPrefix(k, GossipAnnotationPrefix) {
+			if out.Annotations == nil {
+				out.Annotations = map[string]string{}
+			}
+			out.Annotations[k] = v
+		}
+	}
 	return out, nil
 }
+
+// GossipAnnotationPrefix starts the annotations that name a pod's gossip
+// agent (ghostwatch.io/gossip, ghostwatch.io/gossip-port, ...): TrimPod
+// keeps them, and no other annotation.
+const GossipAnnotationPrefix = "ghostwatch.io/gossip"
 
 // trimNode is the informer transform for Nodes: it keeps the metadata the
 // informer needs and the addresses, and drops the rest (images, conditions,

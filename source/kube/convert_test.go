@@ -281,8 +281,9 @@ func fullPod() *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{
 			UID: "u1", Namespace: "web", Name: "api-1", ResourceVersion: "4711",
 			CreationTimestamp: metav1.NewTime(t0), DeletionTimestamp: ptr(metav1.NewTime(t1)),
-			Labels:          map[string]string{"app": "api"},
-			Annotations:     map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{...}"},
+			Labels: map[string]string{"app": "api"},
+			Annotations: map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{...}",
+				"ghostwatch.io/gossip": "consul", "ghostwatch.io/gossip-port": "8500"},
 			OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "api-7c9d"}},
 			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kubelet"}},
 		},
@@ -321,7 +322,9 @@ func TestTrimPod(t *testing.T) {
 	want := &corev1.Pod{
 		TypeMeta: in.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{UID: "u1", Namespace: "web", Name: "api-1", ResourceVersion: "4711",
-			CreationTimestamp: in.CreationTimestamp, DeletionTimestamp: in.DeletionTimestamp},
+			CreationTimestamp: in.CreationTimestamp, DeletionTimestamp: in.DeletionTimestamp,
+			// The gossip annotations only: they name the pod's agent.
+			Annotations: map[string]string{"ghostwatch.io/gossip": "consul", "ghostwatch.io/gossip-port": "8500"}},
 		Spec: corev1.PodSpec{NodeName: "worker-1", HostNetwork: true},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.1.5", PodIPs: in.Status.PodIPs,
 			StartTime: in.Status.StartTime},

@@ -1,0 +1,231 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/ghostwatch/ghostwatch/internal/eventstest"
+	"github.com/ghostwatch/ghostwatch/internal/serftest"
+	"github.com/ghostwatch/ghostwatch/remedy"
+	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/hashicorp/serf/serf"
+)
+
+// gossipPodObj is a running pod of namespace shop at ip, started at start,
+// annotated as a member of a gossip cluster of system whose agent's API
+// listens on port (no port annotation when 0).
+func gossipPodObj(name, uid, ip, system string, port uint16, start time.Time) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, UID: types.UID(uid), CreationTimestamp: metav1.Time{Time: start},
+			Annotations: map[string]string{AnnotationGossip: system}},
+		Spec:   corev1.PodSpec{NodeName: "node-a"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}, StartTime: &metav1.Time{Time: start}},
+	}
+	if port != 0 {
+		p.Annotations[AnnotationGossipPort] = strconv.Itoa(int(port))
+	}
+	return p
+}
+
+// startGossipReplica runs a controller with every cluster rule, reading the
+// gossip clusters every 100 ms, and the remedies ids turned on.
+func startGossipReplica(t *testing.T, client kubernetes.Interface, ids []string, st remedy.Settings) *replica {
+	t.Helper()
+	rules, _ := Rules(rule.All(rule.Config{}))
+	r := &replica{m: NewMetrics(prometheus.NewRegistry(), rules), ev: &eventstest.Recorder{}, done: make(chan error, 1)}
+	r.c = New(Config{Client: client, Dynamic: noCalico(), Identity: "replica-a", LeaseNamespace: "ghostwatch", LeaseName: "ghostwatch-controller",
+		LeaseDuration: 1500 * time.Millisecond, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
+		Rules: rules, Metrics: r.m, Events: r.ev, Debounce: 10 * time.Millisecond, GossipInterval: 100 * time.Millisecond})
+	if len(ids) > 0 {
+		if err := r.c.EnableRemedies(ids, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { r.done <- r.c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-r.done
+	})
+	return r
+}
+
+func (r *replica) members(cluster, status string) float64 {
+	return testutil.ToFloat64(r.m.GossipMembers.WithLabelValues("serf", cluster, status))
+}
+
+func (r *replica) ghosts(sev string) float64 {
+	return testutil.ToFloat64(r.m.Findings.WithLabelValues(rule.GossipGhostMemberID, sev))
+}
+
+func (r *replica) actions(res remedy.Result) float64 {
+	return testutil.ToFloat64(r.m.RemedyActions.WithLabelValues(rule.GossipGhostMemberID, string(res)))
+}
+
+// Seed 000 with real Serf agents, the controller reading the survivor's
+// member list through its RPC, as the pod's annotations say: pod A's
+// member, named after its IP, dies without leaving; a pod with a new
+// member name starts on A's address. The controller reports the ghost with
+// both identities, proves A's pod gone (the new pod started after it first
+// read A's member listed), forces A's member out with the remedy, and the
+// finding clears.
+func TestSerfGhostForcedOutByTheController(t *testing.T) {
+	survivor := serftest.Start(t, serftest.Config{Name: "serf-0", Gossip: netip.MustParseAddrPort("127.0.0.3:0"), RPC: netip.MustParseAddrPort("127.0.0.3:0")})
+	old := serftest.Start(t, serftest.Config{Name: "node-127-0-0-2", Gossip: netip.MustParseAddrPort("127.0.0.2:0")})
+	old.Join(t, survivor.Gossip)
+	rpcPort := netip.MustParseAddrPort(survivor.RPC).Port()
+
+	start := time.Now().Add(-time.Hour)
+	client := fake.NewClientset(node("node-a"),
+		gossipPodObj("serf-0", "u0", "127.0.0.3", "serf", rpcPort, start),
+		gossipPodObj("serf-1", "u1", "127.0.0.2", "serf", 0, start.Add(time.Minute)))
+	st := remedy.Settings{Grace: 300 * time.Millisecond, Budget: 5, BudgetInterval: time.Minute}
+	r := startGossipReplica(t, client, []string{rule.GossipForceLeaveID}, st)
+	waitFor(t, "the controller to read both members alive", func() bool { return r.members("shop/serf", "alive") == 2 })
+	listedBy := time.Now()
+	if n := r.ghosts("critical") + r.ghosts("warning"); n != 0 {
+		t.Fatalf("%v ghosts in a healthy cluster", n)
+	}
+
+	// Pod A's member dies without leaving; its pod is gone, and a new pod
+	// gets its address. Its start time is 6 s after the controller first
+	// read A's member listed: gossipSkew (5 s) is the margin for clocks.
+	old.Kill()
+	ctx := context.Background()
+	if err := client.CoreV1().Pods("shop").Delete(ctx, "serf-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Pods("shop").Create(ctx, gossipPodObj("serf-2", "u2", "127.0.0.2", "serf", 0, listedBy.Add(6*time.Second)), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	newcomer := serftest.Start(t, serftest.Config{Name: "node-8c1f3e", Gossip: netip.MustParseAddrPort("127.0.0.2:0")})
+	newcomer.Join(t, survivor.Gossip)
+
+	waitFor(t, "the ghost reported", func() bool { return r.ghosts("critical") == 1 })
+	evs := r.ev.With("GossipGhostMember")
+	if len(evs) == 0 || !strings.Contains(evs[0], "node-127-0-0-2 (failed) and node-8c1f3e (alive) share 127.0.0.2") || !strings.HasPrefix(evs[0], "Pod Warning shop/serf-2") {
+		t.Errorf("Events of the finding: %q", evs)
+	}
+	waitFor(t, "the ghost forced out", func() bool { return r.actions(remedy.Done) == 1 })
+	if evs := r.ev.With("GossipMemberForcedOut"); len(evs) != 1 || !strings.Contains(evs[0], "forced out member node-127-0-0-2 (failed, 127.0.0.2:") || !strings.Contains(evs[0], "of serf cluster shop/serf") {
+		t.Errorf("Events of the action: %q", evs)
+	}
+	if slices.ContainsFunc(survivor.Members(), func(m serf.Member) bool { return m.Name == "node-127-0-0-2" }) {
+		t.Errorf("the survivor still lists the ghost: %v", survivor.Members())
+	}
+	waitFor(t, "the finding to clear", func() bool { return r.ghosts("critical") == 0 })
+	if v := testutil.ToFloat64(r.m.RemedyCounter(rule.GossipGhostMemberID).WithLabelValues(rule.GossipGhostMemberID)); v != 1 {
+		t.Errorf("gossip_members_forced_out_total = %v", v)
+	}
+	if n := r.members("shop/serf", "failed"); n != 0 {
+		t.Errorf("%v failed members after the force-leave", n)
+	}
+}
+
+// Without proof that the ghost's pod is gone, the remedy does not act: the
+// pod now at the address started before the controller first read the
+// ghost listed, so it may be the ghost's own (a container restarted under a
+// new member name).
+func TestSerfGhostNotForcedOutWithoutProof(t *testing.T) {
+	survivor := serftest.Start(t, serftest.Config{Name: "serf-0", Gossip: netip.MustParseAddrPort("127.0.0.3:0"), RPC: netip.MustParseAddrPort("127.0.0.3:0")})
+	old := serftest.Start(t, serftest.Config{Name: "node-127-0-0-2", Gossip: netip.MustParseAddrPort("127.0.0.2:0")})
+	old.Join(t, survivor.Gossip)
+	rpcPort := netip.MustParseAddrPort(survivor.RPC).Port()
+	start := time.Now().Add(-time.Hour)
+	client := fake.NewClientset(node("node-a"),
+		gossipPodObj("serf-0", "u0", "127.0.0.3", "serf", rpcPort, start),
+		gossipPodObj("serf-1", "u1", "127.0.0.2", "serf", 0, start.Add(time.Minute)))
+	st := remedy.Settings{Grace: 300 * time.Millisecond, Budget: 5, BudgetInterval: time.Minute}
+	r := startGossipReplica(t, client, []string{rule.GossipForceLeaveID}, st)
+	waitFor(t, "the controller to read both members alive", func() bool { return r.members("shop/serf", "alive") == 2 })
+
+	old.Kill()
+	newcomer := serftest.Start(t, serftest.Config{Name: "node-8c1f3e", Gossip: netip.MustParseAddrPort("127.0.0.2:0")})
+	newcomer.Join(t, survivor.Gossip)
+	waitFor(t, "the ghost reported", func() bool { return r.ghosts("critical") == 1 })
+	// Several passes, each past the grace period.
+	passes := testutil.ToFloat64(r.m.Passes)
+	waitFor(t, "ten more passes", func() bool { return testutil.ToFloat64(r.m.Passes) >= passes+10 })
+	if n := r.actions(remedy.Done) + r.actions(remedy.Pending) + r.actions(remedy.DryRun); n != 0 {
+		t.Errorf("%v actions on a ghost whose pod may be the one at its address", n)
+	}
+	if !slices.ContainsFunc(survivor.Members(), func(m serf.Member) bool { return m.Name == "node-127-0-0-2" }) {
+		t.Error("the ghost was forced out")
+	}
+}
+
+// Annotations the controller cannot use name the pod and the annotation in
+// the gossip source's status, and the gossip rules are skipped, not run on
+// nothing.
+func TestGossipAnnotationErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want string
+	}{
+		{"unknown system", gossipPodObj("a", "u1", "127.0.0.9", "zookeeper", 1, time.Now()), `ghostwatch.io/gossip: "zookeeper" is not consul, serf or memberlist`},
+		{"memberlist without a port", gossipPodObj("a", "u1", "127.0.0.9", "memberlist", 0, time.Now()), "ghostwatch.io/gossip-port: none given, and memberlist has no default port"},
+		{"nothing listens", gossipPodObj("a", "u1", "127.0.0.9", "consul", 1, time.Now()), "gossip cluster shop/consul (consul): pod shop/a: consul GET http://127.0.0.9:1/v1/agent/members: dial tcp 127.0.0.9:1: connect: connection refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := startGossipReplica(t, fake.NewClientset(node("node-a"), tc.pod), nil, remedy.Settings{})
+			waitFor(t, "a pass", func() bool { return !r.c.Status().LastPass.IsZero() })
+			var got []string
+			for _, sk := range r.c.Status().Skipped {
+				if isGossipRule(sk.Rule) {
+					got = append(got, fmt.Sprint(sk.NotApplicable, " ", sk.Reason))
+				}
+			}
+			if len(got) != 2 || !strings.Contains(got[0], tc.want) || !strings.HasPrefix(got[0], "false") {
+				t.Errorf("gossip rules skipped: %q, want not ready: %q", got, tc.want)
+			}
+			if v := testutil.ToFloat64(r.m.SourceUp.WithLabelValues("gossip")); v != 0 {
+				t.Errorf("source_up{gossip} = %v", v)
+			}
+		})
+	}
+}
+
+// The annotations, as the controller reads them.
+func TestGossipPodOf(t *testing.T) {
+	p := gossipPodObj("consul-0", "u1", "10.244.1.5", "consul", 0, time.Now())
+	p.Annotations[AnnotationGossipCluster] = "mesh"
+	p.Annotations[AnnotationGossipScheme] = "https"
+	g, ok := gossipPodOf(p)
+	if !ok || g.err != "" || g.key != (gossipKey{"consul", "shop/mesh"}) || g.port != 8500 || g.scheme != "https" || g.ip != netip.MustParseAddr("10.244.1.5") {
+		t.Errorf("%+v %v", g, ok)
+	}
+	pending := p.DeepCopy()
+	pending.Status.Phase = corev1.PodPending
+	deleting := p.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	noIP := p.DeepCopy()
+	noIP.Status.PodIP = ""
+	plain := p.DeepCopy()
+	plain.Annotations = nil
+	for name, q := range map[string]*corev1.Pod{"pending": pending, "deleting": deleting, "no IP": noIP, "not annotated": plain} {
+		if _, ok := gossipPodOf(q); ok {
+			t.Errorf("%s: read as a gossip member", name)
+		}
+	}
+	bad := p.DeepCopy()
+	bad.Annotations[AnnotationGossipPort] = "http"
+	bad.Annotations[AnnotationGossipScheme] = "udp"
+	if g, _ := gossipPodOf(bad); g.err != `ghostwatch.io/gossip-scheme: "udp" is not http or https; ghostwatch.io/gossip-port: "http" is not a port` {
+		t.Errorf("errors: %q", g.err)
+	}
+}
