@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/ghostwatch/ghostwatch/controller"
+	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/source/calico"
 	"github.com/ghostwatch/ghostwatch/source/kube"
@@ -37,7 +38,18 @@ type controllerOptions struct {
 	listen         string
 	logFormat      string
 	logLevel       string
+	gossipInterval time.Duration
+	remedies       []string
+	dryRun         bool
+	grace          time.Duration
+	budget         int
+	budgetInterval time.Duration
 }
+
+// defaultControllerGrace is how long a gossip ghost must hold before the
+// controller forces it out: two reads of its cluster's member list, at
+// the default interval, agree on it.
+const defaultControllerGrace = 2 * controller.DefaultGossipInterval
 
 func newControllerCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	o := &controllerOptions{kubeFlags: genericclioptions.NewConfigFlags(true)}
@@ -63,16 +75,48 @@ ghostwatch_source_up{source} says which source is not.
 Findings are exported as metrics (:9809/metrics), logged, and reported as a
 Warning Event (Normal for info findings) on every object they concern when
 they first appear. The node agents never watch every Pod for these rules: the
-controller is the one watcher. It is read-only: it writes its Lease and
-Events, nothing else. Its ClusterRole grants list and watch on the resources
+controller is the one watcher. Unless a remedy is turned on, it is
+read-only: it writes its Lease and Events, nothing else. Its ClusterRole grants list and watch on the resources
 above and create and patch on Events; its Role get, create and update on its
 Lease, in its namespace. Discovery needs no grant.
+
+Gossip clusters (Consul, Serf, and memberlist applications using the
+ghostwatch/gossip package) are read from their pods' annotations:
+
+  ghostwatch.io/gossip: consul | serf | memberlist
+  ghostwatch.io/gossip-port: the agent's HTTP API (consul, 8500 by default),
+      RPC (serf, 7373 by default) or member list server (memberlist)
+  ghostwatch.io/gossip-cluster: the cluster's name among the pods of one
+      namespace and system (default: the system's name)
+  ghostwatch.io/gossip-scheme: http (default) or https
+
+Every --gossip-interval the leader reads one member's view of each cluster,
+the oldest running pod's first. The answer must come from the pod asked (the
+agent's own member is at the pod's address) and the pod must still hold its
+address alone. Consul's ACL token and CA come from CONSUL_HTTP_TOKEN (or
+CONSUL_HTTP_TOKEN_FILE) and CONSUL_CACERT, Serf's RPC key from SERF_RPC_AUTH,
+as their own CLIs read them. A cluster that cannot be read makes the gossip
+source not ready, and the log names the pod and the error.
+
+It only reports unless --remedy names a remedy:
+
+` + remedyList(controller.Remedies(rules)) + `
+A remedy acts on a finding only when it has held in every pass for --grace,
+the ghost IPs due fit in the --budget, and right before acting a quorum read of
+the pods at the ghost's address and a new read of its cluster's member list
+still show the member gone and every pod at its address another identity.
+Every action and refusal is an Event on the pods the finding concerns and a
+sample of ghostwatch_remedy_actions_total.
 
 A replica that loses the Lease while leading exits with status 2, so that its
 restart campaigns afresh. /readyz is ready on a standby replica, and on the
 leader once it has listed every Pod and Node.`,
 		Example: `  # in the cluster: kubectl apply -k deploy/controller
-  ghostwatch controller --kubeconfig ~/.kube/config --lease-namespace default --log-format text`,
+  ghostwatch controller --kubeconfig ~/.kube/config --lease-namespace default --log-format text
+
+  # see which gossip ghosts it would force out, as Events, before letting it
+  ghostwatch controller --remedy=gossip-force-leave --dry-run
+  kubectl get events -A --field-selector reason=GossipForceLeaveDryRun`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), streams, rules) },
 	}
@@ -84,10 +128,43 @@ leader once it has listed every Pod and Node.`,
 	f.StringVar(&o.listen, "listen", ":9809", "address serving /metrics, /healthz and /readyz (empty: none)")
 	f.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.DurationVar(&o.gossipInterval, "gossip-interval", controller.DefaultGossipInterval, "how often the leader reads the member list of each gossip cluster (one request per cluster)")
+	ids := rule.RemedyIDs(controller.Remedies(rules))
+	f.StringSliceVar(&o.remedies, "remedy", nil, "remedies to turn on: "+strings.Join(ids, ", ")+" (default none: report only)")
+	f.BoolVar(&o.dryRun, "dry-run", false, "with --remedy, say what would be done (Events and metrics) and do nothing")
+	f.DurationVar(&o.grace, "grace", defaultControllerGrace, "how long a finding must hold in every pass before a remedy acts on it")
+	f.IntVar(&o.budget, "budget", 5, "at most this many ghost IPs acted on per --budget-interval; a larger batch is refused whole")
+	f.DurationVar(&o.budgetInterval, "budget-interval", 10*time.Minute, "the sliding window --budget applies to")
 	return cmd
 }
 
+// validate checks the remedy flags.
+func (o *controllerOptions) validate(rules []rule.Rule) error {
+	ids := rule.RemedyIDs(controller.Remedies(rules))
+	for _, r := range o.remedies {
+		if !slices.Contains(ids, r) {
+			return fmt.Errorf("--remedy %q: the controller's remedies are %s", r, strings.Join(ids, ", "))
+		}
+	}
+	switch {
+	case o.dryRun && len(o.remedies) == 0:
+		return errors.New("--dry-run needs --remedy: without a remedy the controller acts on nothing anyway")
+	case o.grace < o.gossipInterval:
+		return fmt.Errorf("--grace %s: must be at least --gossip-interval (%s), so that two reads of a member list agree before acting", o.grace, o.gossipInterval)
+	case o.gossipInterval < time.Second:
+		return fmt.Errorf("--gossip-interval %s: must be at least 1s", o.gossipInterval)
+	case o.budget < 1:
+		return fmt.Errorf("--budget %d: must be at least 1 (turn the remedy off with no --remedy instead)", o.budget)
+	case o.budgetInterval <= 0:
+		return fmt.Errorf("--budget-interval %s: must be positive", o.budgetInterval)
+	}
+	return nil
+}
+
 func (o *controllerOptions) run(ctx context.Context, streams genericiooptions.IOStreams, rules []rule.Rule) error {
+	if err := o.validate(rules); err != nil {
+		return withCode(ExitError, err)
+	}
 	log, err := newLogger(streams.ErrOut, o.logFormat, o.logLevel)
 	if err != nil {
 		return withCode(ExitError, err)
@@ -129,14 +206,20 @@ func (o *controllerOptions) run(ctx context.Context, streams genericiooptions.IO
 	c := controller.New(controller.Config{
 		Client: client, Dynamic: dyn, Identity: identity, LeaseNamespace: ns, LeaseName: o.leaseName,
 		Rules: rules, Metrics: controller.NewMetrics(reg, rules),
-		Events: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "ghostwatch-controller"}),
-		Log:    log,
+		Events:         broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "ghostwatch-controller"}),
+		Log:            log,
+		GossipInterval: o.gossipInterval,
 	})
+	if len(o.remedies) > 0 {
+		if err := c.EnableRemedies(o.remedies, remedy.Settings{Grace: o.grace, DryRun: o.dryRun, Budget: o.budget, BudgetInterval: o.budgetInterval}); err != nil {
+			return withCode(ExitError, err)
+		}
+	}
 	stopServing, err := serveHTTP(o.listen, c.Handler(reg), log)
 	if err != nil {
 		return withCode(ExitError, err)
 	}
-	log.Info("controller starting", "identity", identity, "lease", ns+"/"+o.leaseName, "apiServer", server, "rules", rule.IDs(rules))
+	log.Info("controller starting", "identity", identity, "lease", ns+"/"+o.leaseName, "apiServer", server, "rules", rule.IDs(rules), "remedies", o.remedies, "dryRun", o.dryRun)
 	runErr := c.Run(ctx)
 	log.Info("controller stopping", "reason", context.Cause(ctx), "err", runErr)
 	stopServing()
@@ -158,7 +241,8 @@ func watchedList() string {
 		}
 	}
 	return wrap(strings.Join(core, ", ")+" (source kube)", "  ", 80) +
-		wrap(strings.Join(ledger, ", ")+" (source calico, Calico's IPAM ledger: when discovery says the API server serves it; asked again every minute until it does)", "  ", 80)
+		wrap(strings.Join(ledger, ", ")+" (source calico, Calico's IPAM ledger: when discovery says the API server serves it; asked again every minute until it does)", "  ", 80) +
+		wrap("the member lists of the gossip clusters whose pods are annotated "+controller.AnnotationGossip+" (source gossip, below)", "  ", 80)
 }
 
 // controllerRuleList lists the rules with the sources each reads in the

@@ -66,3 +66,22 @@ func TestControllerHelpListsWhatItRuns(t *testing.T) {
 		t.Errorf("the help does not say which ledger ipam-unbooked-ip judges here:\n%s", out)
 	}
 }
+
+// The remedy flags are checked before anything is reached.
+func TestControllerRemedyFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--remedy=hostlocal-reserve"}, `--remedy "hostlocal-reserve": the controller's remedies are gossip-force-leave`},
+		{[]string{"--dry-run"}, "--dry-run needs --remedy"},
+		{[]string{"--remedy=gossip-force-leave", "--grace=10s"}, "--grace 10s: must be at least --gossip-interval (30s)"},
+		{[]string{"--remedy=gossip-force-leave", "--budget=0"}, "--budget 0: must be at least 1"},
+		{[]string{"--gossip-interval=10ms", "--grace=1m"}, "--gossip-interval 10ms: must be at least 1s"},
+	} {
+		code, _, errOut := run(t, "", append([]string{"controller", "--server=https://127.0.0.1:1", "--listen="}, tc.args...)...)
+		if code != ExitError || !strings.Contains(errOut, tc.want) || strings.Contains(errOut, "127.0.0.1:1") {
+			t.Errorf("%v: exit %d, stderr %q; want %q before reaching the API server", tc.args, code, errOut, tc.want)
+		}
+	}
+}

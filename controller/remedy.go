@@ -14,6 +14,18 @@ import (
 	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
+// Remedies returns the rules of rules whose remedy the controller can
+// run: those that act on gossip members.
+func Remedies(rules []rule.Rule) []rule.Rule {
+	var out []rule.Rule
+	for _, r := range rules {
+		if rem := r.Info().Remedy; rem != nil && rem.Target == finding.MemberKind {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // EnableRemedies turns on the remedies ids names (gossip-force-leave is the
 // controller's) under st. Call it before Run. Without it the controller
 // acts on nothing.
