@@ -1,6 +1,8 @@
 package deploy
 
 import (
+	"os"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -10,8 +12,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ghostwatch/ghostwatch/controller"
+	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
@@ -355,5 +361,61 @@ func TestAgentClusterRoleGrantsExactlyWhatTheAgentUses(t *testing.T) {
 		if !want[k] {
 			t.Errorf("ClusterRole %s grants %s, which the agent does not use", role.Name, k)
 		}
+	}
+}
+
+// The alerting rules parse, and use only metrics the controller exports.
+func TestGossipAlertRulesUseTheControllersMetrics(t *testing.T) {
+	b, err := os.ReadFile("alerts/gossip.rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Groups []struct {
+			Name  string
+			Rules []struct {
+				Alert, Expr, For string
+				Labels           map[string]string
+			}
+		}
+	}
+	if err := yaml.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	rules, _ := controller.Rules(rule.All(rule.Config{}))
+	controller.NewMetrics(reg, rules)
+	ch := make(chan *prometheus.Desc, 100)
+	go func() {
+		reg.Describe(ch)
+		close(ch)
+	}()
+	exported := map[string]bool{}
+	name := regexp.MustCompile(`fqName: "([a-z_]+)"`)
+	for d := range ch {
+		if m := name.FindStringSubmatch(d.String()); m != nil {
+			exported[m[1]] = true
+		}
+	}
+	used := regexp.MustCompile(`ghostwatch_[a-z_]+`)
+	n := 0
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			n++
+			if r.Alert == "" || strings.TrimSpace(r.Expr) == "" || r.Labels["severity"] == "" {
+				t.Errorf("rule %+v: want alert, expr and a severity label", r)
+			}
+			if strings.Count(r.Expr, "(") != strings.Count(r.Expr, ")") || strings.Count(r.Expr, "{") != strings.Count(r.Expr, "}") {
+				t.Errorf("%s: unbalanced expression %q", r.Alert, r.Expr)
+			}
+			for _, m := range used.FindAllString(r.Expr, -1) {
+				if !exported[m] {
+					t.Errorf("%s uses %s, which the controller does not export", r.Alert, m)
+				}
+			}
+		}
+	}
+	if n < 3 {
+		t.Errorf("%d rules: want at least the seed's three", n)
 	}
 }

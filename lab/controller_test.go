@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"os/exec"
 	"strings"
 	"testing"
@@ -19,7 +20,9 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/ghostwatch/ghostwatch/controller"
 	"github.com/ghostwatch/ghostwatch/deploy"
+	"github.com/ghostwatch/ghostwatch/internal/serftest"
 	labcalico "github.com/ghostwatch/ghostwatch/lab/calico"
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
 )
@@ -88,7 +91,9 @@ func TestRealController(t *testing.T) {
 	if _, err := e.cp.InstallCRDs(ctx, labcalico.CRDs()); err != nil {
 		t.Fatal(err)
 	}
-	metrics := e.realController(t)
+	// The gossip remedy on, with the member lists read every second and a
+	// grace of 2 s (defaults: 30 s and 1 min), for the test's patience.
+	metrics := e.realController(t, "--remedy=gossip-force-leave", "--gossip-interval=1s", "--grace=2s")
 	e.eventually(t, time.Minute, "the controller to lead", func() bool {
 		l, err := e.api.CoordinationV1().Leases("ghostwatch").Get(ctx, "ghostwatch-controller", metav1.GetOptions{})
 		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == "controller-0"
@@ -166,6 +171,70 @@ func TestRealController(t *testing.T) {
 	e.eventually(t, time.Minute, "ipam-misbooked gone", func() bool {
 		return strings.Contains(metrics(t), `ghostwatch_findings{rule="ipam-misbooked",severity="critical"} 0`)
 	})
+
+	realGossipGhost(t, e, metrics)
+}
+
+// realGossipGhost plays seed 000 with real Serf agents on 127.0.0.x and
+// their pods in the real API server, annotated for the controller: the
+// member of pod serf-1, named after its IP, dies without leaving; pod
+// serf-2 gets its address and a member of another name. The controller
+// reports the ghost, re-reads the pods at the address from the API server
+// with its own identity, forces the ghost out through the survivor's RPC,
+// and the finding goes.
+func realGossipGhost(t *testing.T, e *realEnv, metrics func(*testing.T) string) {
+	ctx := context.Background()
+	survivor := serftest.Start(t, serftest.Config{Name: "serf-0", Gossip: netip.MustParseAddrPort("127.0.0.3:0"), RPC: netip.MustParseAddrPort("127.0.0.3:0")})
+	old := serftest.Start(t, serftest.Config{Name: "node-127-0-0-2", Gossip: netip.MustParseAddrPort("127.0.0.2:0")})
+	old.Join(t, survivor.Gossip)
+	rpcPort := netip.MustParseAddrPort(survivor.RPC).Port()
+	if _, err := e.api.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gossip"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := func(name, ip string, start time.Time, annotations map[string]string) {
+		p, err := e.api.CoreV1().Pods("gossip").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "gossip", Name: name, Annotations: annotations},
+			Spec: corev1.PodSpec{NodeName: "node-7", Containers: []corev1.Container{{Name: "serf", Image: "serf:0.10.2"}}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}, StartTime: &metav1.Time{Time: start}}
+		if _, err := e.api.CoreV1().Pods("gossip").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	serfPod := map[string]string{controller.AnnotationGossip: "serf"}
+	pod("serf-0", "127.0.0.3", time.Now().Add(-time.Hour), map[string]string{controller.AnnotationGossip: "serf", controller.AnnotationGossipPort: fmt.Sprint(rpcPort)})
+	pod("serf-1", "127.0.0.2", time.Now().Add(-time.Hour), serfPod)
+	e.eventually(t, time.Minute, "the controller to read both members alive", func() bool {
+		return strings.Contains(metrics(t), `ghostwatch_gossip_members{cluster="gossip/serf",status="alive",system="serf"} 2`)
+	})
+	// The new pod starts 6 s after the controller first read the old
+	// member listed: 5 s is the margin for the clocks.
+	started := time.Now().Add(6 * time.Second)
+	old.Kill()
+	if err := e.api.CoreV1().Pods("gossip").Delete(ctx, "serf-1", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	pod("serf-2", "127.0.0.2", started, serfPod)
+	newcomer := serftest.Start(t, serftest.Config{Name: "node-8c1f3e", Gossip: netip.MustParseAddrPort("127.0.0.2:0")})
+	newcomer.Join(t, survivor.Gossip)
+
+	e.eventually(t, time.Minute, "a GossipGhostMember Event on the new pod", func() bool {
+		return e.hasWarning(t, "gossip", "Pod", "serf-2", "GossipGhostMember")
+	})
+	e.eventually(t, time.Minute, "the ghost forced out", func() bool {
+		return e.hasEvent(t, "gossip", "Pod", "serf-2", "GossipMemberForcedOut")
+	})
+	for _, m := range survivor.Members() {
+		if m.Name == "node-127-0-0-2" {
+			t.Errorf("the survivor still lists the ghost, %s", m.Status)
+		}
+	}
+	e.eventually(t, time.Minute, "the finding gone", func() bool {
+		m := metrics(t)
+		return strings.Contains(m, `ghostwatch_findings{rule="gossip-ghost-member",severity="critical"} 0`) &&
+			strings.Contains(m, `ghostwatch_remedy_actions_total{result="done",rule="gossip-ghost-member"} 1`)
+	})
 }
 
 // misbookedBlock is the /26 block holding ordinal ord for pod ns/pod under
@@ -231,15 +300,15 @@ func grepLines(s, sub string) string {
 // realController runs the ghostwatch binary's controller with the identity
 // deploy/controller grants, until the test ends; it returns a function
 // reading its metrics.
-func (e *realEnv) realController(t *testing.T) func(*testing.T) string {
+func (e *realEnv) realController(t *testing.T, args ...string) func(*testing.T) string {
 	t.Helper()
 	kubeconfig, err := e.cp.WriteKubeconfig(controlplane.UserController)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ln := "127.0.0.1:9809"
-	runUntilCleanup(t, "controller", exec.Command(ghostwatchBinary(t), "controller", "--kubeconfig="+kubeconfig, "--identity=controller-0",
-		"--lease-namespace=ghostwatch", "--listen="+ln, "--log-format=text"))
+	runUntilCleanup(t, "controller", exec.Command(ghostwatchBinary(t), append([]string{"controller", "--kubeconfig=" + kubeconfig, "--identity=controller-0",
+		"--lease-namespace=ghostwatch", "--listen=" + ln, "--log-format=text"}, args...)...))
 	return func(t *testing.T) string {
 		t.Helper()
 		resp, err := http.Get("http://" + ln + "/metrics")
