@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -21,7 +22,9 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source/calico"
+	sourcegossip "github.com/ghostwatch/ghostwatch/source/gossip"
 	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
@@ -30,7 +33,11 @@ import (
 // pods (one handle each); a few allocations booked under the next node
 // (misbooked) and a few for pods that are gone (leaked).
 const (
-	benchPods      = 150000
+	benchPods = 150000
+	// benchMembers pods are members of a Consul cluster, benchGhosts of
+	// whose members are ghosts.
+	benchMembers   = 5000
+	benchGhosts    = 10
 	benchBlocks    = 2500
 	benchPerBlock  = benchPods / benchBlocks
 	benchMisbooked = 10
@@ -117,6 +124,9 @@ func benchCluster(b *testing.B, now time.Time) (cl *cluster, heap benchHeap, sto
 		for ord := range benchPerBlock {
 			i := blk*benchPerBlock + ord
 			pods.Items = append(pods.Items, *benchPod(i, benchAddr(blk, ord), started))
+			if i < benchMembers {
+				pods.Items[i].Annotations = map[string]string{AnnotationGossip: "consul"}
+			}
 			booked := node
 			if blk < benchMisbooked && ord == 0 {
 				booked = benchNode(blk + 1)
@@ -164,6 +174,10 @@ func benchCluster(b *testing.B, now time.Time) (cl *cluster, heap benchHeap, sto
 	for !cl.pods.informer.HasSynced() || !cl.nodes.informer.HasSynced() {
 		time.Sleep(10 * time.Millisecond) // the informers list once, at start
 	}
+	// A Consul cluster of the first benchMembers pods, read as the
+	// leader reads it, from an agent that answers a fixed view.
+	cl.reader = newGossipReader(cl, func(gossipPod) (sourcegossip.Agent, error) { return benchAgentOf(pods), nil }, clock)
+	cl.reader.round(ctx)
 	h1 := heapNow()
 	var rs []calico.Resource
 	for plural, kind := range calicoPlurals {
@@ -178,6 +192,31 @@ func benchCluster(b *testing.B, now time.Time) (cl *cluster, heap benchHeap, sto
 	h2 := heapNow()
 	return cl, benchHeap{perPod: (float64(h2) - float64(base)) / benchPods, ledgerPerPod: (float64(h2) - float64(h1)) / benchPods},
 		func() { cancel(); wg.Wait() }
+}
+
+// benchAgent is a Consul agent whose view lists the first benchMembers
+// pods alive, and benchGhosts failed members at the addresses of pods that
+// started after they went.
+type benchView struct{ v snapshot.GossipView }
+
+func (b *benchView) Members(context.Context) (*snapshot.GossipView, error) {
+	v := b.v
+	v.Members = slices.Clone(b.v.Members)
+	return &v, nil
+}
+
+func benchAgentOf(pods *corev1.PodList) sourcegossip.Agent {
+	v := snapshot.GossipView{System: "consul", From: "bench", Local: pods.Items[0].Name}
+	for i := range benchMembers {
+		p := &pods.Items[i]
+		v.Members = append(v.Members, snapshot.GossipMember{Name: p.Name, Addr: netip.MustParseAddr(p.Status.PodIP), Port: 8301, Status: snapshot.MemberAlive})
+	}
+	for k := range benchGhosts {
+		p := &pods.Items[1+k*(benchMembers/benchGhosts)]
+		v.Members = append(v.Members, snapshot.GossipMember{Name: fmt.Sprintf("ghost-%d", k), Addr: netip.MustParseAddr(p.Status.PodIP), Port: 8301,
+			Status: snapshot.MemberFailed, Since: p.Status.StartTime.Add(-time.Hour)})
+	}
+	return &benchView{v: v}
 }
 
 // benchHeap is the heap the leader keeps, per pod: all of it, and the
@@ -210,8 +249,8 @@ func BenchmarkControllerPass(b *testing.B) {
 		// shared cores the wall time also counts the waits for them.
 		b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
 		st := c.Status()
-		if len(st.Skipped) != 0 || st.Findings != benchMisbooked+benchLeaked {
-			b.Fatalf("%d findings, skipped %+v; want %d", st.Findings, st.Skipped, benchMisbooked+benchLeaked)
+		if len(st.Skipped) != 0 || st.Findings != benchMisbooked+benchLeaked+benchGhosts {
+			b.Fatalf("%d findings, skipped %+v; want %d", st.Findings, st.Skipped, benchMisbooked+benchLeaked+benchGhosts)
 		}
 		b.ReportMetric(heap.perPod, "heap-B/pod")
 		b.ReportMetric(heap.ledgerPerPod, "calico-B/pod")

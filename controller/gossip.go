@@ -402,7 +402,10 @@ func (c *cluster) gossipTargets() map[gossipKey][]gossipPod {
 			if c := a.since.Compare(b.since); c != 0 {
 				return c
 			}
-			return strings.Compare(a.ref(), b.ref())
+			if c := strings.Compare(a.namespace, b.namespace); c != 0 {
+				return c
+			}
+			return strings.Compare(a.name, b.name)
 		})
 	}
 	return out

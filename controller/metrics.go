@@ -64,11 +64,12 @@ func (m *Metrics) Gossip(s *snapshot.Snapshot) {
 	rej := map[[3]string]uint64{}
 	if s.Gossip != nil {
 		for _, v := range s.Gossip.Views {
-			for _, st := range []string{snapshot.MemberAlive, snapshot.MemberSuspect, snapshot.MemberLeaving, snapshot.MemberLeft, snapshot.MemberFailed, snapshot.MemberDead} {
-				m.GossipMembers.WithLabelValues(v.System, v.Cluster, st).Set(0)
-			}
+			count := map[string]int{}
 			for _, mb := range v.Members {
-				m.GossipMembers.WithLabelValues(v.System, v.Cluster, mb.Status).Inc()
+				count[mb.Status]++
+			}
+			for _, st := range []string{snapshot.MemberAlive, snapshot.MemberSuspect, snapshot.MemberLeaving, snapshot.MemberLeft, snapshot.MemberFailed, snapshot.MemberDead} {
+				m.GossipMembers.WithLabelValues(v.System, v.Cluster, st).Set(float64(count[st]))
 			}
 			for reason, n := range v.Rejections {
 				rej[[3]string{v.System, v.Cluster, reason}] = n

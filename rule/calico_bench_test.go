@@ -103,3 +103,43 @@ func BenchmarkCalicoRules(b *testing.B) {
 		})
 	}
 }
+
+// gossipAtScale adds to s a Consul cluster of 5,000 members, one per pod
+// of the first 5,000, and 10 ghosts: failed members at the addresses of
+// pods that started after they went, beside the live members there.
+func gossipAtScale(s *snapshot.Snapshot) {
+	v := snapshot.GossipView{System: "consul", Cluster: "ns/consul", From: "pod ns/pod-0000-00", Local: "pod-0000-00"}
+	for i := range 5000 {
+		p := &s.Kube.Pods[i]
+		v.Members = append(v.Members, snapshot.GossipMember{Name: p.Name, Addr: p.IPs[0], Port: 8301, Status: snapshot.MemberAlive})
+	}
+	for k := range 10 {
+		p := &s.Kube.Pods[k*400]
+		v.Members = append(v.Members, snapshot.GossipMember{Name: fmt.Sprintf("ghost-%d", k), Addr: p.IPs[0], Port: 8301,
+			Status: snapshot.MemberFailed, Listed: p.StartTime.Add(-time.Hour)})
+	}
+	s.Gossip = &snapshot.Gossip{Views: []snapshot.GossipView{v}}
+}
+
+// BenchmarkGossipRules is the gossip rules over a Consul cluster of 5,000
+// members in a cluster of 150,000 pods.
+func BenchmarkGossipRules(b *testing.B) {
+	s := calicoAtScale()
+	gossipAtScale(s)
+	for _, c := range []struct {
+		r    Rule
+		want int
+	}{
+		{&GossipGhostMember{}, 10},
+		{&GossipIPIdentity{}, 0},
+	} {
+		b.Run(c.r.Info().ID, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if fs, _ := Run(s, []Rule{c.r}); len(fs) != c.want {
+					b.Fatalf("%d findings, want %d", len(fs), c.want)
+				}
+			}
+		})
+	}
+}

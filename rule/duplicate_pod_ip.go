@@ -101,7 +101,17 @@ func sharedIPs(pods []snapshot.Pod) map[netip.Addr][]*snapshot.Pod {
 // podsByIP maps each pod-network IP to the pods that report it, each pod
 // once per address.
 func podsByIP(pods []snapshot.Pod) map[netip.Addr][]*snapshot.Pod {
-	by := make(map[netip.Addr][]*snapshot.Pod, len(pods))
+	return podsAt(pods, nil)
+}
+
+// podsAt is podsByIP for the addresses in only (every address when nil):
+// a rule that asks about a few addresses does not index every pod.
+func podsAt(pods []snapshot.Pod, only map[netip.Addr]bool) map[netip.Addr][]*snapshot.Pod {
+	n := len(pods)
+	if only != nil {
+		n = len(only)
+	}
+	by := make(map[netip.Addr][]*snapshot.Pod, n)
 	for i := range pods {
 		p := &pods[i]
 		if !holdsPodIP(p) {
@@ -109,6 +119,9 @@ func podsByIP(pods []snapshot.Pod) map[netip.Addr][]*snapshot.Pod {
 		}
 		for j, a := range p.IPs {
 			a = a.Unmap()
+			if only != nil && !only[a] {
+				continue
+			}
 			if j > 0 && slices.ContainsFunc(p.IPs[:j], func(b netip.Addr) bool { return b.Unmap() == a }) {
 				continue
 			}

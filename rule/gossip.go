@@ -95,7 +95,15 @@ func (r *GossipGhostMember) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 	if s.Kube == nil || s.Gossip == nil || len(s.Gossip.Views) == 0 {
 		return nil
 	}
-	holders := podsByIP(s.Kube.Pods)
+	// Only the pods at the members' addresses: a cluster's members are
+	// a few of its pods.
+	addrs := map[netip.Addr]bool{}
+	for _, v := range s.Gossip.Views {
+		for _, m := range v.Members {
+			addrs[m.Addr.Unmap()] = true
+		}
+	}
+	holders := podsAt(s.Kube.Pods, addrs)
 	nodeAddrs := map[netip.Addr]string{}
 	for _, n := range s.Kube.Nodes {
 		for _, a := range n.Addresses {

@@ -14,6 +14,10 @@
 # cache; and all it keeps per pod, informer caches and Calico's converted
 # ledger included.
 #
+# The gossip rules over a Consul cluster of 5,000 members among those pods,
+# ten of them ghosts (BenchmarkGossipRules), against the anchor of
+# duplicate-pod-ip's full pass over the same pods.
+#
 # Prints each benchmark's median of COUNT runs.
 #
 # Usage: scripts/bench-cluster.sh [COUNT]   (default 5 runs of each)
@@ -23,6 +27,7 @@ count=${1:-5}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 go test ./rule -run '^$' -bench '^(BenchmarkDuplicatePodIP|BenchmarkPodIPs)$' -count "$count" | tee "$out" >&2
+go test ./rule -run '^$' -bench '^BenchmarkGossipRules$' -benchtime 20x -count "$count" | tee -a "$out" >&2
 # A pass takes about half a second and the index's build as long: a few of
 # each per run; an event is timed over a second of them.
 go test ./controller -run '^$' -bench '^BenchmarkControllerPass$/^(pass|index)$' -benchtime 5x -count "$count" | tee -a "$out" >&2
@@ -46,6 +51,9 @@ awk '
     printf "one pod event:                              %.0f ns (a full pass costs %.0fx that)\n", ev, full / ev
     printf "reading the duplicates:                     %.1f us\n", median("BenchmarkPodIPs/duplicates") / 1e3
     printf "heap kept per pod:                          %s B, its record included (%s B with its address)\n", median("BenchmarkPodIPs/build", "B/pod"), median("BenchmarkPodIPs/build", "B/pod+addr")
+    g = median("BenchmarkGossipRules/gossip-ghost-member")
+    printf "gossip-ghost-member, 5,000 members:         %.1f ms, %.1f MB (%.2fx the duplicate-pod-ip pass)\n", g / 1e6, median("BenchmarkGossipRules/gossip-ghost-member", "B/op") / 1e6, g / full
+    printf "gossip-ip-identity, 5,000 members:          %.1f ms\n", median("BenchmarkGossipRules/gossip-ip-identity") / 1e6
     p = "BenchmarkControllerPass/"
     printf "\ncontroller, 150,000 pods and 2,500 Calico blocks:\n"
     printf "one full pass:                              %.0f ms (%.0f ms CPU), %.1f MB and %s allocations\n", median(p "pass") / 1e6, median(p "pass", "cpu-ns/op") / 1e6, median(p "pass", "B/op") / 1e6, median(p "pass", "allocs/op")
