@@ -45,7 +45,9 @@ $GHOSTWATCH_KUBE_BIN). The agent and the scans then read the cluster with the
 identity deploy/agent grants.
 
 hostlocal-wipe and calico-misbook play IPAM incidents with the real CNI
-plugins and need neither root nor a network namespace: see their help.
+plugins, and gossip-reuse plays the gossip incident with real memberlist
+members and Serf agents on loopback addresses; they need neither root nor a
+network namespace: see their help.
 
 The others need root. Each touches nothing outside the namespaces it creates
 (all named <prefix>-*) but its lock file, and removes them however it ends: done, Ctrl-C,
@@ -84,6 +86,7 @@ the kernel still translates to the deleted pod: every query times out, while new
 connections work. ghostwatch reports the stale NAT flow.`),
 		newHostLocalWipeCommand(streams),
 		newCalicoMisbookCommand(streams),
+		newGossipReuseCommand(streams),
 		newLabCleanupCommand(streams),
 	)
 	return cmd
@@ -214,6 +217,77 @@ start, as on the timeline), and the timeline goes to stderr.`,
 	f.StringVar(&o.KubeBin, "kube-bin", "", "the directory of the Kubernetes binaries scripts/kube-binaries.sh builds (default $GHOSTWATCH_KUBE_BIN)")
 	f.StringVar(&o.CalicoBin, "calico-bin", "", "the directory of the Calico binaries scripts/calico-binaries.sh builds (default $GHOSTWATCH_CALICO_BIN)")
 	f.DurationVar(&o.LeakGracePeriod, "leak-grace-period", lab.DefaultMisbookGrace, fmt.Sprintf("calico-kube-controllers' leakGracePeriod in the lab (Calico's default is 15m); at least %s, and the lab lasts about two of them", lab.MinMisbookGrace))
+	return cmd
+}
+
+func newGossipReuseCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	var o lab.GossipReuseOptions
+	var output string
+	cmd := &cobra.Command{
+		Use:   "gossip-reuse",
+		Short: "Seed 000: a gossip member outlives its pod, Kubernetes gives its address to the next pod, and ghostwatch finds the ghost",
+		Long: `Seed 000 with real memberlist members (github.com/hashicorp/memberlist) and
+real Serf agents (github.com/hashicorp/serf), each on its own address of
+127.0.0.0/8. There is no Kubernetes: the pods are stated as the API server
+would list them (namespace, name, UID, IP, start time), and ghostwatch's
+gossip rules (gossip-ghost-member, gossip-ip-identity) judge every live
+member's list against them: memberlist's as the ghostwatch/gossip package's
+View serves it over HTTP, Serf's through its agent's RPC.
+
+In each act a cluster of three runs; one member's pod goes, and the next pod
+gets its address and port:
+
+  1a  memberlist, members named after their IPs (the seed's application): the
+      new pod's member takes the dead one's name; only gossip-ip-identity warns.
+  1b  the same, the new pod's member with a name of its own: the dead member
+      stays listed at the address beside it; gossip-ghost-member names both.
+  2   Serf: the crashed member stays failed beside the new one (for
+      ReconnectTimeout, 24h by default) until force-leave -prune, sent through
+      the survivor's RPC as ghostwatch does; then nothing is found.
+  3   the ghostwatch/gossip package: names from the pod UID, a leave on
+      SIGTERM (gossip.LeaveOnDone): the old member is left, never suspected.
+  4a  a pod of another namespace gets a crashed member's address, and a
+      surviving member reconnects to it (as Alertmanager does): without a
+      memberlist Label the two clusters merge.
+  4b  the same with the package's Label: the foreign pod refuses the cluster's
+      traffic ("unacceptable label"), and nothing is left once the dead member
+      is forgotten.
+
+Timings are shortened so that the lab takes about 20 seconds (memberlist's
+ProbeInterval 200ms, GossipToTheDeadTime 3s, ...): each act prints the values
+it changed beside the defaults, and what the defaults give. It needs no root
+and no lock: its members listen on free ports of 127.0.0.111 to 127.0.0.146
+(Linux routes all of 127.0.0.0/8 to lo; macOS does not). It stops every member
+it started however it ends: done, Ctrl-C, SIGTERM, SIGHUP, or its output
+closing.
+
+With -o json or -o yaml, stdout carries what the acts measured, as one object
+(each act's settings, the states the old member went through, durations,
+log lines counted, and every scan: the lists read and the findings), and the
+timeline goes to stderr.`,
+		Example: "  ghostwatch lab gossip-reuse\n  ghostwatch lab gossip-reuse -o json | jq '.acts[] | {id, measured_seconds}'",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			format, err := checkOutput(output, nil)
+			if err != nil {
+				return err
+			}
+			defer notifySIGPIPE()()
+			o.Out = streams.Out
+			if format != "text" {
+				o.Out = streams.ErrOut // stdout carries one object
+			}
+			res, err := lab.GossipReuse(cmd.Context(), o)
+			if err != nil {
+				return withCode(ExitError, err)
+			}
+			if err := writeResult(streams.Out, format, res); err != nil {
+				return withCode(ExitError, fmt.Errorf("writing the result: %w", err))
+			}
+			return nil
+		},
+	}
+	addOutputFlag(cmd, &output, "text is the timeline; json and yaml print what the acts measured, as one object, and the timeline goes to stderr")
 	return cmd
 }
 

@@ -33,6 +33,7 @@ func TestOutputNamesShared(t *testing.T) {
 		{"lab", "conntrack-pool", "-o", "xml"},
 		{"lab", "hostlocal-wipe", "-o", "xml"},
 		{"lab", "calico-misbook", "-o", "xml"},
+		{"lab", "gossip-reuse", "-o", "xml"},
 	} {
 		code, out, errOut := run(t, "", args...)
 		if code != ExitError || out != "" || errOut != "ghostwatch: -o \"xml\": want text, json or yaml\n" {
@@ -43,7 +44,7 @@ func TestOutputNamesShared(t *testing.T) {
 
 // The shell offers the same -o names for scan and the lab.
 func TestOutputCompletionsShared(t *testing.T) {
-	for _, cmd := range [][]string{{"scan"}, {"lab", "conntrack-deploy"}, {"lab", "conntrack-pool"}, {"lab", "hostlocal-wipe"}, {"lab", "calico-misbook"}} {
+	for _, cmd := range [][]string{{"scan"}, {"lab", "conntrack-deploy"}, {"lab", "conntrack-pool"}, {"lab", "hostlocal-wipe"}, {"lab", "calico-misbook"}, {"lab", "gossip-reuse"}} {
 		code, out, errOut := run(t, "", append(append([]string{"__complete"}, cmd...), "-o", "")...)
 		names, _, _ := strings.Cut(out, ":")
 		if code != ExitOK || names != "text\njson\nyaml\n" {
@@ -63,6 +64,29 @@ func TestScanTextIsTheTable(t *testing.T) {
 	}
 	if !strings.Contains(def, "stale-nat-flow: 2 findings") {
 		t.Errorf("default output is not the table:\n%s", def)
+	}
+}
+
+// lab gossip-reuse is listed, and says what each act plays, that its
+// timings are shortened, and what it needs; it takes no argument.
+func TestLabGossipReuseCommand(t *testing.T) {
+	code, out, _ := run(t, "", "lab", "--help")
+	if code != ExitOK || !strings.Contains(out, "gossip-reuse") || !strings.Contains(out, "Seed 000: a gossip member outlives its pod") {
+		t.Errorf("lab --help does not list gossip-reuse:\n%s", out)
+	}
+	code, out, _ = run(t, "", "lab", "gossip-reuse", "--help")
+	for _, want := range []string{
+		"1a  memberlist, members named after their IPs", "1b  ", "2   Serf", "3   the ghostwatch/gossip package", "4a  ", "4b  ",
+		"gossip-ghost-member", "gossip-ip-identity", "force-leave -prune", "unacceptable label",
+		"Timings are shortened", "GossipToTheDeadTime 3s", "It needs no root", "127.0.0.111 to 127.0.0.146", "Ctrl-C", "-o json",
+	} {
+		if code != ExitOK || !strings.Contains(out, want) {
+			t.Errorf("lab gossip-reuse --help (exit %d) lacks %q:\n%s", code, want, out)
+		}
+	}
+	code, out, errOut := run(t, "", "lab", "gossip-reuse", "now")
+	if code != ExitError || out != "" || errOut != "ghostwatch: unknown command \"now\" for \"ghostwatch lab gossip-reuse\"\n" {
+		t.Errorf("lab gossip-reuse now: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
 

@@ -5,47 +5,34 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/memberlist"
 
+	"github.com/ghostwatch/ghostwatch/internal/memberlisttest"
 	"github.com/ghostwatch/ghostwatch/internal/testenv"
 )
 
-// The tests run real memberlist members, each on its own address of
-// 127.0.0.0/8 (Linux routes all of it to lo), so that a member can die and
-// another take its address and port, as a pod takes a dead pod's IP.
+// The tests run real memberlist members (internal/memberlisttest), each
+// on its own address of 127.0.0.0/8, so that a member can die and another
+// take its address and port, as a pod takes a dead pod's IP.
 
 // testLabel is the cluster label of the tests' clusters.
 const testLabel = "shop/cache"
 
-// testConfig is DefaultPodConfig with timings shortened for loopback, so
-// that a test sees a crashed member suspected, declared dead and
-// forgotten within seconds:
-//
-//   - ProbeInterval 1s -> 200ms and ProbeTimeout 500ms -> 100ms: loopback
-//     answers in microseconds, and 100ms leaves room for a busy machine;
-//   - GossipInterval 200ms -> 20ms;
-//   - GossipToTheDeadTime and PushPullInterval 15s -> 3s, kept equal as
-//     the preset keeps them;
-//   - TCPTimeout 10s -> 2s.
-//
-// SuspicionMult (4) and SuspicionMaxTimeoutMult (3) stay the preset's: a
-// member is suspect 0.8s to 2.4s before it is declared dead.
+// testConfig is DefaultPodConfig with timings shortened for loopback
+// (memberlisttest.Shorten), so that a test sees a crashed member
+// suspected, declared dead and forgotten within seconds: ProbeInterval
+// 200ms, ProbeTimeout 100ms, GossipInterval 20ms, GossipToTheDeadTime and
+// PushPullInterval 3s, TCPTimeout 2s. SuspicionMult (4) and
+// SuspicionMaxTimeoutMult (3) stay the preset's: a member is suspect 0.8s
+// to 2.4s before it is declared dead.
 func testConfig(name, label string) *memberlist.Config {
 	c := DefaultPodConfig(name, label)
-	c.ProbeInterval = 200 * time.Millisecond
-	c.ProbeTimeout = 100 * time.Millisecond
-	c.GossipInterval = 20 * time.Millisecond
-	c.GossipToTheDeadTime = 3 * time.Second
-	c.PushPullInterval = 3 * time.Second
-	c.TCPTimeout = 2 * time.Second
+	memberlisttest.Shorten(c)
 	return c
 }
 
@@ -55,42 +42,9 @@ type testNode struct {
 	cfg        *memberlist.Config
 	ml         *memberlist.Memberlist
 	view       *View
-	srv        *httptest.Server
-	log        *lockedBuffer
+	url        string
+	log        *memberlisttest.Log
 	started    time.Time
-}
-
-// lockedBuffer collects a member's log lines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// lines returns the log lines holding every one of words.
-func (l *lockedBuffer) lines(words ...string) []string {
-	var out []string
-	for _, line := range strings.Split(l.String(), "\n") {
-		ok := true
-		for _, w := range words {
-			ok = ok && strings.Contains(line, w)
-		}
-		if ok && line != "" {
-			out = append(out, line)
-		}
-	}
-	return out
 }
 
 // requireLoopback stops the test unless addr, an address of 127.0.0.0/8
@@ -98,12 +52,9 @@ func (l *lockedBuffer) lines(words ...string) []string {
 // 127.0.0.1).
 func requireLoopback(t *testing.T, addr string) {
 	t.Helper()
-	l, err := net.ListenPacket("udp", net.JoinHostPort(addr, "0"))
-	if err != nil {
-		testenv.Unavailable(t, fmt.Sprintf("cannot bind %s (%v): the tests need every address of 127.0.0.0/8 on lo, as Linux routes it", addr, err))
-		return
+	if err := memberlisttest.CheckLoopback(addr); err != nil {
+		testenv.Unavailable(t, err.Error())
 	}
-	l.Close()
 }
 
 // startNode starts a member named name on addr:port (port 0: any) with
@@ -112,28 +63,23 @@ func requireLoopback(t *testing.T, addr string) {
 func startNode(t *testing.T, name, addr string, port int, label string, edit func(*memberlist.Config)) *testNode {
 	t.Helper()
 	requireLoopback(t, addr)
-	n := &testNode{name: name, addr: addr, log: &lockedBuffer{}, started: time.Now()}
-	n.cfg = testConfig(name, label)
-	n.cfg.BindAddr, n.cfg.BindPort, n.cfg.AdvertisePort = addr, port, port
-	n.cfg.LogOutput = n.log
+	cfg := testConfig(name, label)
+	cfg.BindAddr, cfg.BindPort, cfg.AdvertisePort = addr, port, port
 	if edit != nil {
-		edit(n.cfg)
+		edit(cfg)
 	}
-	n.view = Watch(n.cfg)
-	ml, err := memberlist.Create(n.cfg)
+	view := Watch(cfg)
+	m, err := memberlisttest.Start(cfg, view.Handler)
 	if err != nil {
-		t.Fatalf("starting member %s on %s:%d: %v", name, addr, port, err)
+		t.Fatal(err)
 	}
-	n.ml = ml
-	n.srv = httptest.NewServer(n.view.Handler(ml))
 	t.Cleanup(func() {
-		n.srv.Close()
-		_ = ml.Shutdown()
+		_ = m.Stop()
 		if t.Failed() {
-			t.Logf("log of member %s (%s):\n%s", name, addr, n.log)
+			t.Logf("log of member %s (%s):\n%s", name, addr, m.Log)
 		}
 	})
-	return n
+	return &testNode{name: name, addr: addr, cfg: cfg, ml: m.ML, view: view, url: m.URL, log: m.Log, started: m.Started}
 }
 
 // address is the member's host:port, to join it.
@@ -158,7 +104,7 @@ func (n *testNode) join(t *testing.T, others ...*testNode) {
 // does.
 func (n *testNode) members(t *testing.T) (*MemberList, []byte) {
 	t.Helper()
-	resp, err := http.Get(n.srv.URL + Path)
+	resp, err := http.Get(n.url + Path)
 	if err != nil {
 		t.Fatalf("GET %s's member list: %v", n.name, err)
 	}

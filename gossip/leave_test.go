@@ -55,11 +55,11 @@ func TestLeaveOnDone(t *testing.T) {
 		if m := l.member("cache-c"); m.Since == "" {
 			t.Errorf("%s's list gives no time for cache-c's leave: %+v", n.name, m)
 		}
-		if lines := n.log.lines("Marking cache-c as failed"); len(lines) > 0 {
+		if lines := n.log.Lines("Marking cache-c as failed"); len(lines) > 0 {
 			t.Errorf("%s declared cache-c dead, which left: %v", n.name, lines)
 		}
 	}
-	resp, err := http.Get(c.srv.URL + Path)
+	resp, err := http.Get(c.url + Path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestLeaveOnDoneTimeout(t *testing.T) {
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("LeaveOnDone took %v with a timeout of 200ms", took)
 	}
-	resp, err := http.Get(mute.srv.URL + Path)
+	resp, err := http.Get(mute.url + Path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func TestHandler(t *testing.T) {
 	eventually(t, 10*time.Second, "cache-b alive in cache-a's list", stateOf(t, a, "cache-b", StateAlive))
 
 	t.Run("GET: the member list, version 1", func(t *testing.T) {
-		resp, err := http.Get(a.srv.URL + Path)
+		resp, err := http.Get(a.url + Path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +115,7 @@ func TestHandler(t *testing.T) {
 	})
 
 	t.Run("HEAD: the headers alone", func(t *testing.T) {
-		resp, err := http.Head(a.srv.URL + Path)
+		resp, err := http.Head(a.url + Path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,7 +127,7 @@ func TestHandler(t *testing.T) {
 
 	for _, method := range []string{http.MethodPost, http.MethodPut, http.MethodDelete} {
 		t.Run(method+": not allowed", func(t *testing.T) {
-			req, _ := http.NewRequest(method, a.srv.URL+Path, strings.NewReader("{}"))
+			req, _ := http.NewRequest(method, a.url+Path, strings.NewReader("{}"))
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
@@ -143,7 +143,7 @@ func TestHandler(t *testing.T) {
 		if err := b.ml.Shutdown(); err != nil {
 			t.Fatal(err)
 		}
-		resp, err := http.Get(b.srv.URL + Path)
+		resp, err := http.Get(b.url + Path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -172,11 +172,11 @@ func TestReadEncrypted(t *testing.T) {
 	b := startNode(t, "cache-b", "127.0.0.24", 0, testLabel, keys)
 	b.join(t, a)
 	eventually(t, 10*time.Second, "cache-b alive in cache-a's list", stateOf(t, a, "cache-b", StateAlive))
-	if lines := a.log.lines("Stream connection"); len(lines) == 0 {
+	if lines := a.log.Lines("Stream connection"); len(lines) == 0 {
 		t.Errorf("cache-a logged no stream connection: the list was not read over memberlist's push/pull")
 	}
 	for _, bad := range []string{"failed to receive", "Failed to read remote state", "unacceptable label"} {
-		if lines := a.log.lines(bad); len(lines) > 0 {
+		if lines := a.log.Lines(bad); len(lines) > 0 {
 			t.Errorf("cache-a refused a read: %v", lines)
 		}
 	}
@@ -200,7 +200,7 @@ func TestReadEncrypted(t *testing.T) {
 				t.Fatalf("read %v", l)
 			}
 			eventually(t, 5*time.Second, "cache-a refusing the read", func() (bool, string) {
-				return len(a.log.lines(tc.want)) > 0, a.log.String()
+				return len(a.log.Lines(tc.want)) > 0, a.log.String()
 			})
 		})
 	}

@@ -161,13 +161,13 @@ func TestSeed000NewName(t *testing.T) {
 	// The probes meant for the dead member reached the new one: a ping
 	// names its target, and memberlist does not answer for another name
 	// (net.go:567-570, "Got ping for unexpected node").
-	if lines := b.log.lines("Got ping for unexpected node", a.name); len(lines) == 0 {
+	if lines := b.log.Lines("Got ping for unexpected node", a.name); len(lines) == 0 {
 		t.Errorf("%s logged no ping meant for %s", b.name, a.name)
 	} else {
 		t.Logf("%s: %d pings for %s, e.g. %s", b.name, len(lines), a.name, lines[0])
 	}
 	for _, s := range seeds {
-		if lines := s.log.lines("Conflicting address"); len(lines) > 0 {
+		if lines := s.log.Lines("Conflicting address"); len(lines) > 0 {
 			t.Errorf("%s logged an address conflict, but the names differ: %v", s.name, lines)
 		}
 	}
@@ -250,7 +250,7 @@ func TestSeed000SameName(t *testing.T) {
 	if n != 1 {
 		t.Errorf("%d members at %s, want one: the new pod has the dead one's identity %v", n, addr, l)
 	}
-	refuted := b.log.lines("Refuting a")
+	refuted := b.log.Lines("Refuting a")
 	if len(refuted) == 0 {
 		t.Errorf("the new member did not refute its death")
 	}
@@ -289,7 +289,7 @@ func TestSeed000NameMoved(t *testing.T) {
 	if !sawOld {
 		t.Errorf("cache-s1 never listed the old cache-0 after the new one joined")
 	}
-	conflicts := seeds[0].log.lines("Conflicting address for cache-0")
+	conflicts := seeds[0].log.Lines("Conflicting address for cache-0")
 	if len(conflicts) == 0 {
 		t.Fatalf("cache-s1 logged no address conflict for cache-0")
 	}
@@ -365,12 +365,12 @@ func TestSeed000Prevented(t *testing.T) {
 	})
 	for _, s := range seeds {
 		for _, bad := range []string{"Marking " + a.name, "Conflicting address"} {
-			if lines := s.log.lines(bad); len(lines) > 0 {
+			if lines := s.log.Lines(bad); len(lines) > 0 {
 				t.Errorf("%s: %v", s.name, lines)
 			}
 		}
 	}
-	if lines := b.log.lines("Got ping for unexpected node"); len(lines) > 0 {
+	if lines := b.log.Lines("Got ping for unexpected node"); len(lines) > 0 {
 		t.Errorf("%s got pings meant for %s: %v", b.name, a.name, lines)
 	}
 	if fs := ghostFindings(t, seeds[0], append(seeds, b)...); len(fs) > 0 {
@@ -422,13 +422,13 @@ func TestForeignLabel(t *testing.T) {
 	}
 	// Streams and packets under another label are dropped (net.go:273-276
 	// and 393-396).
-	if lines := seeds[0].log.lines("discarding stream with unacceptable label", `"billing/cache"`); len(lines) == 0 {
+	if lines := seeds[0].log.Lines("discarding stream with unacceptable label", `"billing/cache"`); len(lines) == 0 {
 		t.Errorf("cache-s1 logged no stream with the foreign label")
 	}
-	if lines := f.log.lines("discarding stream with unacceptable label", `"`+testLabel+`"`); len(lines) == 0 {
+	if lines := f.log.Lines("discarding stream with unacceptable label", `"`+testLabel+`"`); len(lines) == 0 {
 		t.Errorf("the foreign member logged no stream with the cluster's label")
 	}
-	if lines := f.log.lines("discarding packet with unacceptable label", `"`+testLabel+`"`); len(lines) == 0 {
+	if lines := f.log.Lines("discarding packet with unacceptable label", `"`+testLabel+`"`); len(lines) == 0 {
 		t.Errorf("the foreign member logged no probe or gossip with the cluster's label")
 	} else {
 		t.Logf("the foreign member dropped %d packets of the cluster, e.g. %s", len(lines), lines[0])

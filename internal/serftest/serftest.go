@@ -1,12 +1,13 @@
-// Package serftest runs real Serf agents in-process for tests: the serf
-// library gossiping on a loopback address, and the RPC server serf agent
-// serves (its IPC, from the serf module's agent package), so that a test
-// reads and drives them as an operator's serf CLI does. It only starts and
-// stops agents; what they do is Serf's own.
+// Package serftest runs real Serf agents in-process for tests and for
+// ghostwatch's lab: the serf library gossiping on a loopback address, and
+// the RPC server serf agent serves (its IPC, from the serf module's agent
+// package), so that a test reads and drives them as an operator's serf CLI
+// does. It only starts and stops agents; what they do is Serf's own.
 package serftest
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -89,11 +90,35 @@ type Agent struct {
 	once  sync.Once
 }
 
+// ErrNoLoopback says a loopback address other than 127.0.0.1 cannot be
+// bound: macOS, for one, routes only 127.0.0.1 to lo, where Linux routes
+// all of 127.0.0.0/8.
+var ErrNoLoopback = errors.New("the loopback addresses 127.0.0.0/8 cannot be bound here")
+
 // Start starts an agent and stops it when the test ends. A loopback
 // address other than 127.0.0.1 that cannot be bound (macOS routes only
 // 127.0.0.1 to lo) stops the test with testenv.Unavailable.
 func Start(tb testing.TB, c Config) *Agent {
 	tb.Helper()
+	ag, err := Create(c)
+	if errors.Is(err, ErrNoLoopback) {
+		testenv.Unavailable(tb, err.Error())
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		ag.Kill()
+		if tb.Failed() {
+			tb.Logf("serf agent %s logged:\n%s", c.Name, ag.Log.String())
+		}
+	})
+	return ag
+}
+
+// Create starts an agent; the caller stops it with Kill. An address that
+// cannot be bound is an error wrapping ErrNoLoopback.
+func Create(c Config) (*Agent, error) {
 	conf := Fast()
 	if c.Tune != nil {
 		c.Tune(conf)
@@ -104,19 +129,20 @@ func Start(tb testing.TB, c Config) *Agent {
 	conf.MemberlistConfig.BindPort = int(c.Gossip.Port())
 	conf.MemberlistConfig.AdvertiseAddr = ""
 	conf.MemberlistConfig.AdvertisePort = 0
-	if ln, err := net.Listen("tcp", netip.AddrPortFrom(c.Gossip.Addr(), 0).String()); err != nil {
-		testenv.Unavailable(tb, fmt.Sprintf("cannot bind %s (%v): the test needs the loopback addresses 127.0.0.0/8", c.Gossip.Addr(), err))
-	} else {
-		ln.Close()
+	probe, err := net.Listen("tcp", netip.AddrPortFrom(c.Gossip.Addr(), 0).String())
+	if err != nil {
+		return nil, fmt.Errorf("serf agent %s: cannot bind %s (%v): %w", c.Name, c.Gossip.Addr(), err, ErrNoLoopback)
 	}
+	probe.Close()
 	l := &Log{}
 	out := io.Writer(l)
 	a, err := agent.Create(agent.DefaultConfig(), conf, out)
 	if err != nil {
-		tb.Fatalf("serf agent %s: %v", c.Name, err)
+		return nil, fmt.Errorf("serf agent %s: %w", c.Name, err)
 	}
 	if err := a.Start(); err != nil {
-		tb.Fatalf("serf agent %s: %v", c.Name, err)
+		a.Shutdown()
+		return nil, fmt.Errorf("serf agent %s: %w", c.Name, err)
 	}
 	ag := &Agent{Name: c.Name, Log: l, agent: a}
 	local := a.Serf().Memberlist().LocalNode()
@@ -125,30 +151,33 @@ func Start(tb testing.TB, c Config) *Agent {
 		ln, err := net.Listen("tcp", c.RPC.String())
 		if err != nil {
 			a.Shutdown()
-			tb.Fatalf("serf agent %s: RPC listener: %v", c.Name, err)
+			return nil, fmt.Errorf("serf agent %s: RPC listener: %w", c.Name, err)
 		}
 		ag.ipc = agent.NewAgentIPC(a, c.AuthKey, ln, out, agent.NewLogWriter(512), false)
 		ag.RPC = ln.Addr().String()
 	}
-	tb.Cleanup(func() {
-		ag.Kill()
-		if tb.Failed() {
-			tb.Logf("serf agent %s logged:\n%s", c.Name, l.String())
-		}
-	})
-	return ag
+	return ag, nil
 }
 
-// Join joins the agent to the cluster of the agents at addrs.
+// Join joins the agent to the cluster of the agents at addrs, and fails
+// the test when it cannot.
 func (a *Agent) Join(tb testing.TB, addrs ...netip.AddrPort) {
 	tb.Helper()
+	if err := a.JoinCluster(addrs...); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// JoinCluster joins the agent to the cluster of the agents at addrs.
+func (a *Agent) JoinCluster(addrs ...netip.AddrPort) error {
 	var s []string
 	for _, x := range addrs {
 		s = append(s, x.String())
 	}
 	if _, err := a.agent.Join(s, false); err != nil {
-		tb.Fatalf("serf agent %s joining %v: %v", a.Name, s, err)
+		return fmt.Errorf("serf agent %s joining %v: %w", a.Name, s, err)
 	}
+	return nil
 }
 
 // Kill stops the agent without leaving, as a pod killed by SIGKILL or an
