@@ -472,7 +472,7 @@ func (g *gossipLab) podIdentityLeave() error {
 	if sc, err := g.scan("listed"); err != nil {
 		return err
 	} else if len(sc.Findings) > 0 {
-		g.tl.logf("ghostwatch", "a warning, not a ghost: memberlist neither probes nor gossips to a left member (state.go probeNode and gossip), and forgets it after GossipToTheDeadTime (%s here, %s in the preset)",
+		g.tl.logf("ghostwatch", "info, not a ghost: memberlist neither probes nor gossips to a left member (state.go probeNode and gossip), and forgets it after GossipToTheDeadTime (%s here, %s in the preset)",
 			fmtDuration(a.ml.Config.GossipToTheDeadTime), fmtDuration(gossip.DefaultPodConfig("x", "").GossipToTheDeadTime))
 	}
 	if err := g.waitForgotten(a, sigterm, timing.DeadMax+10*time.Second); err != nil {

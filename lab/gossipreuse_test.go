@@ -110,7 +110,7 @@ func TestGossipReuseScenario(t *testing.T) {
 	}
 	for _, sc := range a.Scans {
 		for _, f := range sc.Findings {
-			if f.Severity != finding.Warning || f.Evidence["member"] != a.Old || f.Evidence["member_state"] != snapshot.MemberLeft {
+			if f.Severity != finding.Info || f.Evidence["member"] != a.Old || f.Evidence["member_state"] != snapshot.MemberLeft {
 				t.Errorf("3: %s: %s %s: %s", sc.Step, f.Severity, f.Rule, f.Message)
 			}
 		}

@@ -138,9 +138,13 @@ func (r *GossipGhostMember) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 			switch {
 			case len(live) > 0 && len(gone) > 0:
 				for _, g := range gone {
+					// A left member is neither probed nor reconnected
+					// to: it is only listed until forgotten (memberlist:
+					// GossipToTheDeadTime; Serf: TombstoneTimeout, 24 h),
+					// as after every graceful leave.
 					sev := finding.Critical
 					if g.Status == snapshot.MemberLeft {
-						sev = finding.Warning
+						sev = finding.Info
 					}
 					f := ghost(v, a, sev, g, live[0], pods,
 						fmt.Sprintf("%s (%s) and %s (%s) share %s: the cluster still keeps the %s identity at an address %s now holds",

@@ -60,11 +60,11 @@ func TestGossipGhostMember(t *testing.T) {
 			v.Members = append(v.Members, member("cache-a", "10.244.1.50", snapshot.MemberSuspect), member("cache-b", "10.244.1.50", snapshot.MemberAlive))
 			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "cache-b", "u2", "10.244.1.50", t0))
 		}, []got{{"10.244.1.50", "cache-a", finding.Warning}}, "cache-a (suspect) and cache-b (alive) share 10.244.1.50:8301"},
-		{"a left member shares it: a warning", func(s *snapshot.Snapshot) {
+		{"a left member shares it: info, as after every graceful leave", func(s *snapshot.Snapshot) {
 			v := &s.Gossip.Views[0]
 			v.Members = append(v.Members, member("old", "10.244.1.50", snapshot.MemberLeft), member("new", "10.244.1.50", snapshot.MemberAlive))
 			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "consul-2", "u2", "10.244.1.50", t0))
-		}, []got{{"10.244.1.50", "old", finding.Warning}}, ""},
+		}, []got{{"10.244.1.50", "old", finding.Info}}, ""},
 		{"a dead member's address went to a pod started after it died", func(s *snapshot.Snapshot) {
 			m := member("cache-a", "10.244.1.50", snapshot.MemberDead)
 			m.Since = wentAt
