@@ -3,7 +3,9 @@ package controller
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/netip"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,10 +20,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
+	pkggossip "github.com/ghostwatch/ghostwatch/gossip"
 	"github.com/ghostwatch/ghostwatch/internal/eventstest"
+	"github.com/ghostwatch/ghostwatch/internal/memberlisttest"
 	"github.com/ghostwatch/ghostwatch/internal/serftest"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/serf/serf"
 )
 
@@ -227,5 +232,74 @@ func TestGossipPodOf(t *testing.T) {
 	bad.Annotations[AnnotationGossipScheme] = "udp"
 	if g, _ := gossipPodOf(bad); g.err != `ghostwatch.io/gossip-scheme: "udp" is not http or https; ghostwatch.io/gossip-port: "http" is not a port` {
 		t.Errorf("errors: %q", g.err)
+	}
+}
+
+// Seed 000 with real memberlist members using the gossip package's
+// member list, read by the controller over HTTP as the pods' annotations
+// say: pod cache-1's member dies without leaving, and pod cache-2 starts
+// on its address and port under another name. The controller reports the
+// dead member and the new one on one address, on the new pod. memberlist
+// has no force-leave: the finding offers none.
+func TestMemberlistGhostReportedByTheController(t *testing.T) {
+	start := func(name, addr string, port int) *memberlisttest.Member {
+		c := pkggossip.DefaultPodConfig(name, "shop/cache")
+		memberlisttest.Shorten(c)
+		c.BindAddr, c.BindPort, c.AdvertisePort = addr, port, port
+		view := pkggossip.Watch(c)
+		m, err := memberlisttest.Start(c, func(ml *memberlist.Memberlist) http.Handler {
+			mux := http.NewServeMux()
+			mux.Handle(pkggossip.Path, view.Handler(ml))
+			return mux
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Stop() })
+		return m
+	}
+	httpPort := func(m *memberlisttest.Member) uint16 {
+		u, err := url.Parse(m.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := strconv.Atoi(u.Port())
+		return uint16(p)
+	}
+	survivor := start("cache-0-7f3a", "127.0.0.21", 0)
+	old := start("node-127-0-0-22", "127.0.0.22", 0)
+	if _, err := old.ML.Join([]string{survivor.Address()}); err != nil {
+		t.Fatal(err)
+	}
+	hour := time.Now().Add(-time.Hour)
+	client := fake.NewClientset(node("node-a"),
+		gossipPodObj("cache-0", "u0", "127.0.0.21", "memberlist", httpPort(survivor), hour),
+		gossipPodObj("cache-1", "u1", "127.0.0.22", "memberlist", httpPort(old), hour.Add(time.Minute)))
+	r := startGossipReplica(t, client, nil, remedy.Settings{})
+	members := func(status string) float64 {
+		return testutil.ToFloat64(r.m.GossipMembers.WithLabelValues("memberlist", "shop/memberlist", status))
+	}
+	waitFor(t, "the controller to read both members alive", func() bool { return members("alive") == 2 })
+
+	_ = old.Stop()
+	ctx := context.Background()
+	if err := client.CoreV1().Pods("shop").Delete(ctx, "cache-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the old member dead in the survivor's list", func() bool { return members("dead") == 1 })
+	newcomer := start("cache-2-9e8d", "127.0.0.22", old.Port())
+	if _, err := client.CoreV1().Pods("shop").Create(ctx, gossipPodObj("cache-2", "u2", "127.0.0.22", "memberlist", httpPort(newcomer), time.Now()), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newcomer.ML.Join([]string{survivor.Address()}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the ghost reported", func() bool { return r.ghosts("critical") == 1 })
+	evs := r.ev.With("GossipGhostMember")
+	if len(evs) == 0 || !strings.Contains(evs[0], "node-127-0-0-22 (dead) and cache-2-9e8d (alive) share 127.0.0.22") || !strings.HasPrefix(evs[0], "Pod Warning shop/cache-2") {
+		t.Errorf("Events of the finding: %q", evs)
+	}
+	if v := testutil.ToFloat64(r.m.RuleGauge(rule.GossipGhostMemberID).WithLabelValues("memberlist", "shop/memberlist", "critical")); v != 1 {
+		t.Errorf("ghostwatch_gossip_ghost_members = %v", v)
 	}
 }
