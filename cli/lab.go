@@ -118,22 +118,10 @@ builds it (--cni-bin, default $GHOSTWATCH_CNI_BIN).`,
 		Example: "  ghostwatch lab hostlocal-wipe --cni-bin \"$(scripts/cni-plugins.sh)\"\n  ghostwatch lab hostlocal-wipe --pods 10 -o json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := checkOutput(output, nil)
-			if err != nil {
-				return err
-			}
-			o.Out = streams.Out
-			if format != "text" {
-				o.Out = streams.ErrOut // stdout carries one object
-			}
-			res, err := lab.HostLocalWipe(cmd.Context(), o)
-			if err != nil {
-				return withCode(ExitError, err)
-			}
-			if err := writeResult(streams.Out, format, res); err != nil {
-				return withCode(ExitError, fmt.Errorf("writing the result: %w", err))
-			}
-			return nil
+			return runLab(streams, output, func(timeline io.Writer) (any, error) {
+				o.Out = timeline
+				return lab.HostLocalWipe(cmd.Context(), o)
+			})
 		},
 	}
 	addOutputFlag(cmd, &output, "text is the timeline; json and yaml print what the runs measured, as one object, and the timeline goes to stderr")
@@ -190,26 +178,16 @@ start, as on the timeline), and the timeline goes to stderr.`,
 		Example: "  ghostwatch lab calico-misbook --kube-bin \"$(scripts/kube-binaries.sh)\" --calico-bin \"$(scripts/calico-binaries.sh)\"\n  ghostwatch lab calico-misbook --leak-grace-period 1m -o json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := checkOutput(output, nil)
-			if err != nil {
+			if _, err := checkOutput(output, nil); err != nil {
 				return err
 			}
 			if o.LeakGracePeriod < lab.MinMisbookGrace {
 				return withCode(ExitError, fmt.Errorf("--leak-grace-period %s: at least %s, so that the fix is played before the collector can free the address", o.LeakGracePeriod, lab.MinMisbookGrace))
 			}
-			defer notifySIGPIPE()()
-			o.Out = streams.Out
-			if format != "text" {
-				o.Out = streams.ErrOut // stdout carries one object
-			}
-			res, err := lab.CalicoMisbook(cmd.Context(), o)
-			if err != nil {
-				return withCode(ExitError, err)
-			}
-			if err := writeResult(streams.Out, format, res); err != nil {
-				return withCode(ExitError, fmt.Errorf("writing the result: %w", err))
-			}
-			return nil
+			return runLab(streams, output, func(timeline io.Writer) (any, error) {
+				o.Out = timeline
+				return lab.CalicoMisbook(cmd.Context(), o)
+			})
 		},
 	}
 	addOutputFlag(cmd, &output, "text is the timeline; json and yaml print what the run measured, as one object, and the timeline goes to stderr")
@@ -268,23 +246,10 @@ timeline goes to stderr.`,
 		Example: "  ghostwatch lab gossip-reuse\n  ghostwatch lab gossip-reuse -o json | jq '.acts[] | {id, measured_seconds}'",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := checkOutput(output, nil)
-			if err != nil {
-				return err
-			}
-			defer notifySIGPIPE()()
-			o.Out = streams.Out
-			if format != "text" {
-				o.Out = streams.ErrOut // stdout carries one object
-			}
-			res, err := lab.GossipReuse(cmd.Context(), o)
-			if err != nil {
-				return withCode(ExitError, err)
-			}
-			if err := writeResult(streams.Out, format, res); err != nil {
-				return withCode(ExitError, fmt.Errorf("writing the result: %w", err))
-			}
-			return nil
+			return runLab(streams, output, func(timeline io.Writer) (any, error) {
+				o.Out = timeline
+				return lab.GossipReuse(cmd.Context(), o)
+			})
 		},
 	}
 	addOutputFlag(cmd, &output, "text is the timeline; json and yaml print what the acts measured, as one object, and the timeline goes to stderr")
@@ -336,23 +301,10 @@ func newScenarioCommand(streams genericiooptions.IOStreams, name string, run sce
 		Example: fmt.Sprintf("  sudo ghostwatch lab %s\n  sudo ghostwatch lab %s --reuse-ip -o json\n  sudo ghostwatch lab %s --with-agent --control-plane=real --kube-bin \"$(scripts/kube-binaries.sh)\"", name, name, name),
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := checkOutput(output, nil)
-			if err != nil {
-				return err
-			}
-			defer notifySIGPIPE()()
-			o.Out = streams.Out
-			if format != "text" {
-				o.Out = streams.ErrOut // stdout carries one object
-			}
-			res, err := run(cmd.Context(), o)
-			if err != nil {
-				return withCode(ExitError, err)
-			}
-			if err := writeResult(streams.Out, format, res); err != nil {
-				return withCode(ExitError, fmt.Errorf("writing the result: %w", err))
-			}
-			return nil
+			return runLab(streams, output, func(timeline io.Writer) (any, error) {
+				o.Out = timeline
+				return run(cmd.Context(), o)
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -366,6 +318,29 @@ func newScenarioCommand(streams genericiooptions.IOStreams, name string, run sce
 	f.StringVar(&o.ControlPlane, "control-plane", lab.ControlPlaneMemory, "memory (an in-memory API; the lab programs the DNAT rules) or real (kube-apiserver, the EndpointSlice controller and kube-proxy)")
 	f.StringVar(&o.KubeBin, "kube-bin", "", "with --control-plane=real: the directory of the binaries scripts/kube-binaries.sh builds (default $GHOSTWATCH_KUBE_BIN)")
 	return cmd
+}
+
+// runLab runs a lab: its timeline goes to stdout, or to stderr when
+// --output prints what it measured on stdout as one json or yaml object.
+// A closed stdout stops the lab through its cleanup (notifySIGPIPE).
+func runLab(streams genericiooptions.IOStreams, output string, run func(timeline io.Writer) (any, error)) error {
+	format, err := checkOutput(output, nil)
+	if err != nil {
+		return err
+	}
+	defer notifySIGPIPE()()
+	timeline := streams.Out
+	if format != "text" {
+		timeline = streams.ErrOut // stdout carries one object
+	}
+	res, err := run(timeline)
+	if err != nil {
+		return withCode(ExitError, err)
+	}
+	if err := writeResult(streams.Out, format, res); err != nil {
+		return withCode(ExitError, fmt.Errorf("writing the result: %w", err))
+	}
+	return nil
 }
 
 // notifySIGPIPE makes a write to a closed stdout (ghostwatch lab ... |

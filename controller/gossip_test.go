@@ -81,6 +81,27 @@ func (r *replica) actions(res remedy.Result) float64 {
 	return testutil.ToFloat64(r.m.RemedyActions.WithLabelValues(rule.GossipGhostMemberID, string(res)))
 }
 
+// serfCluster starts two real Serf agents and their pods, annotated: the
+// survivor serf-0 on 127.0.0.3, its RPC read by the controller, and serf-1
+// on 127.0.0.2, whose member is named after its IP as in seed 000; and a
+// controller with gossip-force-leave on (grace 300 ms), once it read both
+// members alive.
+func serfCluster(t *testing.T) (survivor, old *serftest.Agent, client *fake.Clientset, r *replica) {
+	t.Helper()
+	survivor = serftest.Start(t, serftest.Config{Name: "serf-0", Gossip: netip.MustParseAddrPort("127.0.0.3:0"), RPC: netip.MustParseAddrPort("127.0.0.3:0")})
+	old = serftest.Start(t, serftest.Config{Name: "node-127-0-0-2", Gossip: netip.MustParseAddrPort("127.0.0.2:0")})
+	old.Join(t, survivor.Gossip)
+	rpcPort := netip.MustParseAddrPort(survivor.RPC).Port()
+	start := time.Now().Add(-time.Hour)
+	client = fake.NewClientset(node("node-a"),
+		gossipPodObj("serf-0", "u0", "127.0.0.3", "serf", rpcPort, start),
+		gossipPodObj("serf-1", "u1", "127.0.0.2", "serf", 0, start.Add(time.Minute)))
+	st := remedy.Settings{Grace: 300 * time.Millisecond, Budget: 5, BudgetInterval: time.Minute}
+	r = startGossipReplica(t, client, []string{rule.GossipForceLeaveID}, st)
+	waitFor(t, "the controller to read both members alive", func() bool { return r.members("shop/serf", "alive") == 2 })
+	return survivor, old, client, r
+}
+
 // Seed 000 with real Serf agents, the controller reading the survivor's
 // member list through its RPC, as the pod's annotations say: pod A's
 // member, named after its IP, dies without leaving; a pod with a new
@@ -89,18 +110,7 @@ func (r *replica) actions(res remedy.Result) float64 {
 // read A's member listed), forces A's member out with the remedy, and the
 // finding clears.
 func TestSerfGhostForcedOutByTheController(t *testing.T) {
-	survivor := serftest.Start(t, serftest.Config{Name: "serf-0", Gossip: netip.MustParseAddrPort("127.0.0.3:0"), RPC: netip.MustParseAddrPort("127.0.0.3:0")})
-	old := serftest.Start(t, serftest.Config{Name: "node-127-0-0-2", Gossip: netip.MustParseAddrPort("127.0.0.2:0")})
-	old.Join(t, survivor.Gossip)
-	rpcPort := netip.MustParseAddrPort(survivor.RPC).Port()
-
-	start := time.Now().Add(-time.Hour)
-	client := fake.NewClientset(node("node-a"),
-		gossipPodObj("serf-0", "u0", "127.0.0.3", "serf", rpcPort, start),
-		gossipPodObj("serf-1", "u1", "127.0.0.2", "serf", 0, start.Add(time.Minute)))
-	st := remedy.Settings{Grace: 300 * time.Millisecond, Budget: 5, BudgetInterval: time.Minute}
-	r := startGossipReplica(t, client, []string{rule.GossipForceLeaveID}, st)
-	waitFor(t, "the controller to read both members alive", func() bool { return r.members("shop/serf", "alive") == 2 })
+	survivor, old, client, r := serfCluster(t)
 	listedBy := time.Now()
 	if n := r.ghosts("critical") + r.ghosts("warning"); n != 0 {
 		t.Fatalf("%v ghosts in a healthy cluster", n)
@@ -146,17 +156,7 @@ func TestSerfGhostForcedOutByTheController(t *testing.T) {
 // ghost listed, so it may be the ghost's own (a container restarted under a
 // new member name).
 func TestSerfGhostNotForcedOutWithoutProof(t *testing.T) {
-	survivor := serftest.Start(t, serftest.Config{Name: "serf-0", Gossip: netip.MustParseAddrPort("127.0.0.3:0"), RPC: netip.MustParseAddrPort("127.0.0.3:0")})
-	old := serftest.Start(t, serftest.Config{Name: "node-127-0-0-2", Gossip: netip.MustParseAddrPort("127.0.0.2:0")})
-	old.Join(t, survivor.Gossip)
-	rpcPort := netip.MustParseAddrPort(survivor.RPC).Port()
-	start := time.Now().Add(-time.Hour)
-	client := fake.NewClientset(node("node-a"),
-		gossipPodObj("serf-0", "u0", "127.0.0.3", "serf", rpcPort, start),
-		gossipPodObj("serf-1", "u1", "127.0.0.2", "serf", 0, start.Add(time.Minute)))
-	st := remedy.Settings{Grace: 300 * time.Millisecond, Budget: 5, BudgetInterval: time.Minute}
-	r := startGossipReplica(t, client, []string{rule.GossipForceLeaveID}, st)
-	waitFor(t, "the controller to read both members alive", func() bool { return r.members("shop/serf", "alive") == 2 })
+	survivor, old, _, r := serfCluster(t)
 
 	old.Kill()
 	newcomer := serftest.Start(t, serftest.Config{Name: "node-8c1f3e", Gossip: netip.MustParseAddrPort("127.0.0.2:0")})

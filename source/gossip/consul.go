@@ -82,32 +82,13 @@ func (c *Consul) do(ctx context.Context, method, path string, query url.Values) 
 	}
 	u = u.JoinPath(path)
 	u.RawQuery = query.Encode()
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+	var header http.Header
+	if c.Token != "" {
+		header = http.Header{"X-Consul-Token": {c.Token}}
+	}
+	resp, body, err := request(ctx, c.Client, method, u, header, "consul "+method)
 	if err != nil {
 		return nil, err
-	}
-	if c.Token != "" {
-		req.Header.Set("X-Consul-Token", c.Token)
-	}
-	client := c.Client
-	if client == nil {
-		client = &http.Client{Timeout: 10 * time.Second}
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			err = uerr.Err
-		}
-		return nil, fmt.Errorf("consul %s %s: %w", method, u.Redacted(), err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxFile+1))
-	if err != nil {
-		return nil, fmt.Errorf("consul %s %s: reading the answer: %w", method, u.Redacted(), err)
-	}
-	if len(body) > maxFile {
-		return nil, fmt.Errorf("consul %s %s: more than %d MiB", method, u.Redacted(), maxFile>>20)
 	}
 	switch {
 	case resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusUnauthorized:
@@ -161,4 +142,37 @@ func selfName(body []byte) string {
 		return ""
 	}
 	return self.Config.NodeName
+}
+
+// request does one HTTP request with client (nil: one with a 10 s
+// timeout) and reads the answer, at most maxFile bytes. Its errors start
+// with what and the address.
+func request(ctx context.Context, client *http.Client, method string, u *url.URL, header http.Header, what string) (*http.Response, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	if client == nil {
+		client = &http.Client{Timeout: 10 * time.Second}
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return nil, nil, fmt.Errorf("%s %s: %w", what, u.Redacted(), err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxFile+1))
+	switch {
+	case err != nil:
+		return nil, nil, fmt.Errorf("%s %s: reading the answer: %w", what, u.Redacted(), err)
+	case len(body) > maxFile:
+		return nil, nil, fmt.Errorf("%s %s: more than %d MiB", what, u.Redacted(), maxFile>>20)
+	}
+	return resp, body, nil
 }

@@ -3,13 +3,10 @@ package gossip
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
@@ -31,29 +28,11 @@ func (e *Endpoint) Members(ctx context.Context) (*snapshot.GossipView, error) {
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("member list address %q: want http://host:port/path", e.URL)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	resp, body, err := request(ctx, e.Client, http.MethodGet, u, nil, "member list")
 	if err != nil {
 		return nil, err
 	}
-	client := e.Client
-	if client == nil {
-		client = &http.Client{Timeout: 10 * time.Second}
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			err = uerr.Err
-		}
-		return nil, fmt.Errorf("member list %s: %w", u.Redacted(), err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxFile+1))
 	switch {
-	case err != nil:
-		return nil, fmt.Errorf("member list %s: reading the answer: %w", u.Redacted(), err)
-	case len(body) > maxFile:
-		return nil, fmt.Errorf("member list %s: more than %d MiB", u.Redacted(), maxFile>>20)
 	case resp.StatusCode == http.StatusNotFound:
 		return nil, fmt.Errorf("member list %s: %s: nothing is served there (is the ghostwatch/gossip package's handler mounted at that path, on the port the ghostwatch.io/gossip-port annotation gives?)", u.Redacted(), resp.Status)
 	case resp.StatusCode != http.StatusOK:
