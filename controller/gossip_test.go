@@ -26,6 +26,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/internal/serftest"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/serf/serf"
 )
@@ -301,5 +302,42 @@ func TestMemberlistGhostReportedByTheController(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(r.m.RuleGauge(rule.GossipGhostMemberID).WithLabelValues("memberlist", "shop/memberlist", "critical")); v != 1 {
 		t.Errorf("ghostwatch_gossip_ghost_members = %v", v)
+	}
+}
+
+// The gossip series come from the views of a pass whose gossip source was
+// read; while it cannot be read they stay as they were.
+func TestGossipMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg, nil)
+	view := snapshot.GossipView{System: "memberlist", Cluster: "shop/cache", Members: []snapshot.GossipMember{
+		{Name: "a", Status: snapshot.MemberAlive}, {Name: "b", Status: snapshot.MemberAlive}, {Name: "c", Status: snapshot.MemberDead}},
+		Rejections: map[string]uint64{"label": 4, "unexpected-node": 31}}
+	read := &snapshot.Snapshot{Sources: []snapshot.SourceStatus{{Name: "gossip", Status: snapshot.StatusOK}}, Gossip: &snapshot.Gossip{Views: []snapshot.GossipView{view}}}
+	m.Gossip(read)
+	want := `
+# HELP ghostwatch_gossip_join_rejections_total ` + rejectionsHelp + `
+# TYPE ghostwatch_gossip_join_rejections_total counter
+ghostwatch_gossip_join_rejections_total{cluster="shop/cache",reason="label",system="memberlist"} 4
+ghostwatch_gossip_join_rejections_total{cluster="shop/cache",reason="unexpected-node",system="memberlist"} 31
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ghostwatch_gossip_join_rejections_total"); err != nil {
+		t.Error(err)
+	}
+	members := func(st string) float64 {
+		return testutil.ToFloat64(m.GossipMembers.WithLabelValues("memberlist", "shop/cache", st))
+	}
+	if members("alive") != 2 || members("dead") != 1 || members("failed") != 0 {
+		t.Errorf("members alive %v dead %v failed %v", members("alive"), members("dead"), members("failed"))
+	}
+	// Not read: the last values stand.
+	m.Gossip(&snapshot.Snapshot{Sources: []snapshot.SourceStatus{{Name: "gossip", Status: snapshot.StatusError}}})
+	if members("alive") != 2 || testutil.CollectAndCount(reg, "ghostwatch_gossip_join_rejections_total") != 2 {
+		t.Error("an unread gossip source changed the series")
+	}
+	// No annotated pod: none.
+	m.Gossip(&snapshot.Snapshot{Sources: []snapshot.SourceStatus{{Name: "gossip", Status: snapshot.StatusUnsupported}}})
+	if testutil.CollectAndCount(reg, "ghostwatch_gossip_members", "ghostwatch_gossip_join_rejections_total") != 0 {
+		t.Error("series left after the last annotated pod went")
 	}
 }

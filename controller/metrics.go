@@ -82,9 +82,10 @@ func (m *Metrics) Gossip(s *snapshot.Snapshot) {
 }
 
 // rejectionsDesc describes ghostwatch_gossip_join_rejections_total.
-var rejectionsDesc = prometheus.NewDesc(sink.Namespace+"_gossip_join_rejections_total",
-	"Messages the member whose view was read last refused since it started, by system, cluster and reason (memberlist applications using the ghostwatch/gossip package: label, conflicting-address, unexpected-node, ...). A counter of that member: it starts over when another member's view is read, which rate() reads as a reset.",
+var rejectionsDesc = prometheus.NewDesc(sink.Namespace+"_gossip_join_rejections_total", rejectionsHelp,
 	[]string{"system", "cluster", "reason"}, nil)
+
+const rejectionsHelp = "Messages the member whose view was read last refused since it started, by system, cluster and reason (memberlist applications using the ghostwatch/gossip package: label, unexpected-node, conflicting-address, refuted-death, refuted-alive). A counter of that member: it starts over when another member's view is read, which rate() reads as a reset."
 
 // rejectionsCollector exports the counts the views give as they are.
 type rejectionsCollector struct{ m *Metrics }

@@ -42,6 +42,10 @@ type MemberList struct {
 	// Local names the member whose view this is.
 	Local   string   `json:"local"`
 	Members []Member `json:"members"`
+	// Rejections counts, by reason (RejectLabel, ...), the messages the
+	// local member refused since it started; left out when none. An
+	// optional field: readers of version 1 that do not know it ignore it.
+	Rejections map[string]uint64 `json:"rejections,omitempty"`
 }
 
 // Member is one member of the cluster as the local member sees it.
@@ -79,6 +83,7 @@ type View struct {
 	cfg  *memberlist.Config
 	next memberlist.EventDelegate
 	now  func() time.Time
+	rej  *Rejections
 
 	mu     sync.Mutex
 	events map[string]event
@@ -99,11 +104,13 @@ func keepGone(c *memberlist.Config) time.Duration {
 }
 
 // Watch returns the View of the member c configures. Call it before
-// memberlist.Create(c), after setting c.Events: the View takes c.Events'
-// place and passes every event on to it. The View reads c for the label,
-// keys, transport and timeouts when it asks the member for its state.
+// memberlist.Create(c), after setting c.Events and c.LogOutput (or
+// c.Logger): the View takes c.Events' place and passes every event on to
+// it, and counts the member's rejections from its log (CountRejections),
+// which goes where c sent it. The View reads c for the label, keys,
+// transport and timeouts when it asks the member for its state.
 func Watch(c *memberlist.Config) *View {
-	v := &View{cfg: c, next: c.Events, now: time.Now, events: map[string]event{}}
+	v := &View{cfg: c, next: c.Events, now: time.Now, events: map[string]event{}, rej: CountRejections(c)}
 	c.Events = v
 	return v
 }
@@ -183,6 +190,7 @@ func (v *View) Read(ctx context.Context, ml *memberlist.Memberlist) (*MemberList
 		}
 	}
 	slices.SortFunc(l.Members, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	l.Rejections = v.rej.Counts()
 	return l, nil
 }
 

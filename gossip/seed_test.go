@@ -165,6 +165,10 @@ func TestSeed000NewName(t *testing.T) {
 		t.Errorf("%s logged no ping meant for %s", b.name, a.name)
 	} else {
 		t.Logf("%s: %d pings for %s, e.g. %s", b.name, len(lines), a.name, lines[0])
+		// Its member list counts them, for ghostwatch's metric.
+		if l, _ := b.members(t); l.Rejections[RejectUnexpectedNode] < uint64(len(lines)) {
+			t.Errorf("%s's list counts %v, want at least %d %s", b.name, l.Rejections, len(lines), RejectUnexpectedNode)
+		}
 	}
 	for _, s := range seeds {
 		if lines := s.log.Lines("Conflicting address"); len(lines) > 0 {
@@ -254,6 +258,9 @@ func TestSeed000SameName(t *testing.T) {
 	if len(refuted) == 0 {
 		t.Errorf("the new member did not refute its death")
 	}
+	if l, _ := b.members(t); l.Rejections[RejectRefutedDeath] == 0 {
+		t.Errorf("the new member's list counts %v, want its refutation as %s", l.Rejections, RejectRefutedDeath)
+	}
 	t.Logf("the new pod took over %s (incarnation %d -> %d) %v after it started; it logged: %s", a.name, incA, m.Incarnation, took, refuted)
 }
 
@@ -292,6 +299,9 @@ func TestSeed000NameMoved(t *testing.T) {
 	conflicts := seeds[0].log.Lines("Conflicting address for cache-0")
 	if len(conflicts) == 0 {
 		t.Fatalf("cache-s1 logged no address conflict for cache-0")
+	}
+	if l, _ := seeds[0].members(t); l.Rejections[RejectConflictingAddress] < uint64(len(conflicts)) {
+		t.Errorf("cache-s1's list counts %v, want at least %d %s", l.Rejections, len(conflicts), RejectConflictingAddress)
 	}
 	t.Logf("cache-0 at %s shunned for %v after the crash (%d conflicts logged by cache-s1, e.g. %s)",
 		newAddr, time.Since(crashed).Round(time.Millisecond), len(conflicts), conflicts[0])
@@ -432,6 +442,13 @@ func TestForeignLabel(t *testing.T) {
 		t.Errorf("the foreign member logged no probe or gossip with the cluster's label")
 	} else {
 		t.Logf("the foreign member dropped %d packets of the cluster, e.g. %s", len(lines), lines[0])
+	}
+	// Both count them in their member lists, for ghostwatch's metric.
+	for _, n := range []*testNode{seeds[0], f} {
+		dropped := len(n.log.Lines("with unacceptable label"))
+		if l, _ := n.members(t); l.Rejections[RejectLabel] < uint64(dropped) || dropped == 0 {
+			t.Errorf("%s logged %d drops for the label, its list counts %v", n.name, dropped, l.Rejections)
+		}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -76,16 +77,22 @@ type Member struct {
 }
 
 // Start creates a member from c, whose BindAddr, BindPort and
-// AdvertisePort the caller sets, logging into the member's Log (it sets
-// c.LogOutput), and serves serve(ml) over HTTP on a free port of
-// c.BindAddr. The caller stops it with Stop. An address that cannot be
+// AdvertisePort the caller sets, logging into the member's Log, and serves
+// serve(ml) over HTTP on a free port of c.BindAddr. The log goes to the
+// Log through c.LogOutput when c.LogOutput passes lines on (it has a
+// SetOutput method, as the gossip package's Rejections), else c.LogOutput
+// is the Log. The caller stops it with Stop. An address that cannot be
 // bound is an error wrapping ErrNoLoopback.
 func Start(c *memberlist.Config, serve func(*memberlist.Memberlist) http.Handler) (*Member, error) {
 	if err := CheckLoopback(c.BindAddr); err != nil {
 		return nil, fmt.Errorf("member %s: %w", c.Name, err)
 	}
 	m := &Member{Config: c, Log: &Log{}, Started: time.Now()}
-	c.LogOutput = m.Log
+	if w, ok := c.LogOutput.(interface{ SetOutput(io.Writer) }); ok {
+		w.SetOutput(m.Log)
+	} else {
+		c.LogOutput = m.Log
+	}
 	ml, err := memberlist.Create(c)
 	if err != nil {
 		return nil, fmt.Errorf("starting member %s on %s:%d: %w", c.Name, c.BindAddr, c.BindPort, err)

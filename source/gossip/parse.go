@@ -201,6 +201,7 @@ func parseMemberlist(data []byte) (*snapshot.GossipView, error) {
 			Meta        []byte  `json:"meta"`
 			Since       string  `json:"since"`
 		} `json:"members"`
+		Rejections map[string]uint64 `json:"rejections"`
 	}
 	if err := json.Unmarshal(data, &l); err != nil {
 		return nil, jsonError(data, err)
@@ -209,6 +210,14 @@ func parseMemberlist(data []byte) (*snapshot.GossipView, error) {
 		return nil, fmt.Errorf(" version %d of %s; this ghostwatch reads version 1", l.Version, MemberlistKind)
 	}
 	v := &snapshot.GossipView{System: "memberlist", Label: l.Label, Local: l.Local}
+	for reason := range l.Rejections {
+		if reason == "" {
+			return nil, fmt.Errorf(" rejections: a count without a reason")
+		}
+	}
+	if len(l.Rejections) > 0 {
+		v.Rejections = l.Rejections
+	}
 	for i, m := range l.Members {
 		where := fmt.Sprintf(" members[%d]", i)
 		if m.Name == nil || m.Addr == nil || m.State == nil {

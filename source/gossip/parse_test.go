@@ -59,7 +59,8 @@ func TestParseDetails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Label != "shop/cache" || v.Local != "consul-0" || v.Members[1].Incarnation != 5 || v.Members[1].Since.IsZero() {
+	if v.Label != "shop/cache" || v.Local != "consul-0" || v.Members[1].Incarnation != 5 || v.Members[1].Since.IsZero() ||
+		v.Rejections["unexpected-node"] != 31 || v.Rejections["label"] != 4 || len(v.Rejections) != 2 {
 		t.Errorf("view %+v", v)
 	}
 }
@@ -80,6 +81,8 @@ func TestParseErrorsNameTheFileAndLine(t *testing.T) {
 		{"an object of nothing known", `{"nodes": []}`, `x: a JSON object with neither "kind"`},
 		{"another kind", `{"kind": "other", "members": []}`, `x: kind "other" is not`},
 		{"another version", `{"kind": "ghostwatch.io/memberlist-members", "version": 2, "members": []}`, "x: version 2 of"},
+		{"a negative rejection count", "{\"kind\": \"ghostwatch.io/memberlist-members\", \"version\": 1,\n \"rejections\": {\"label\": -1}}", "x:2: json: cannot unmarshal number -1"},
+		{"a rejection count without a reason", `{"kind": "ghostwatch.io/memberlist-members", "version": 1, "rejections": {"": 3}}`, "x: rejections: a count without a reason"},
 		{"a name twice", "Node Address Status\nn1 10.0.0.1:8301 alive\nn1 10.0.0.2:8301 alive\n", "x: member n1 is listed twice"},
 		{"a serf address without port", `{"members": [{"name": "a", "addr": "10.0.0.1", "status": "alive"}]}`, `x: members[0] (a): addr "10.0.0.1": want ip:port`},
 	} {
