@@ -85,9 +85,9 @@ func (r *replica) actions(res remedy.Result) float64 {
 // serfCluster starts two real Serf agents and their pods, annotated: the
 // survivor serf-0 on 127.0.0.3, its RPC read by the controller, and serf-1
 // on 127.0.0.2, whose member is named after its IP as in seed 000; and a
-// controller with gossip-force-leave on (grace 300 ms), once it read both
-// members alive.
-func serfCluster(t *testing.T) (survivor, old *serftest.Agent, client *fake.Clientset, r *replica) {
+// controller with gossip-force-leave on (grace 300 ms; dry run when asked),
+// once it read both members alive.
+func serfCluster(t *testing.T, dryRun bool) (survivor, old *serftest.Agent, client *fake.Clientset, r *replica) {
 	t.Helper()
 	survivor = serftest.Start(t, serftest.Config{Name: "serf-0", Gossip: netip.MustParseAddrPort("127.0.0.3:0"), RPC: netip.MustParseAddrPort("127.0.0.3:0")})
 	old = serftest.Start(t, serftest.Config{Name: "node-127-0-0-2", Gossip: netip.MustParseAddrPort("127.0.0.2:0")})
@@ -97,7 +97,7 @@ func serfCluster(t *testing.T) (survivor, old *serftest.Agent, client *fake.Clie
 	client = fake.NewClientset(node("node-a"),
 		gossipPodObj("serf-0", "u0", "127.0.0.3", "serf", rpcPort, start),
 		gossipPodObj("serf-1", "u1", "127.0.0.2", "serf", 0, start.Add(time.Minute)))
-	st := remedy.Settings{Grace: 300 * time.Millisecond, Budget: 5, BudgetInterval: time.Minute}
+	st := remedy.Settings{Grace: 300 * time.Millisecond, Budget: 5, BudgetInterval: time.Minute, DryRun: dryRun}
 	r = startGossipReplica(t, client, []string{rule.GossipForceLeaveID}, st)
 	waitFor(t, "the controller to read both members alive", func() bool { return r.members("shop/serf", "alive") == 2 })
 	return survivor, old, client, r
@@ -111,26 +111,11 @@ func serfCluster(t *testing.T) (survivor, old *serftest.Agent, client *fake.Clie
 // read A's member listed), forces A's member out with the remedy, and the
 // finding clears.
 func TestSerfGhostForcedOutByTheController(t *testing.T) {
-	survivor, old, client, r := serfCluster(t)
-	listedBy := time.Now()
+	survivor, old, client, r := serfCluster(t, false)
 	if n := r.ghosts("critical") + r.ghosts("warning"); n != 0 {
 		t.Fatalf("%v ghosts in a healthy cluster", n)
 	}
-
-	// Pod A's member dies without leaving; its pod is gone, and a new pod
-	// gets its address. Its start time is 6 s after the controller first
-	// read A's member listed: gossipSkew (5 s) is the margin for clocks.
-	old.Kill()
-	ctx := context.Background()
-	if err := client.CoreV1().Pods("shop").Delete(ctx, "serf-1", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := client.CoreV1().Pods("shop").Create(ctx, gossipPodObj("serf-2", "u2", "127.0.0.2", "serf", 0, listedBy.Add(6*time.Second)), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	newcomer := serftest.Start(t, serftest.Config{Name: "node-8c1f3e", Gossip: netip.MustParseAddrPort("127.0.0.2:0")})
-	newcomer.Join(t, survivor.Gossip)
-
+	reissue(t, survivor, old, client, time.Now())
 	waitFor(t, "the ghost reported", func() bool { return r.ghosts("critical") == 1 })
 	evs := r.ev.With("GossipGhostMember")
 	if len(evs) == 0 || !strings.Contains(evs[0], "node-127-0-0-2 (failed) and node-8c1f3e (alive) share 127.0.0.2") || !strings.HasPrefix(evs[0], "Pod Warning shop/serf-2") {
@@ -152,12 +137,51 @@ func TestSerfGhostForcedOutByTheController(t *testing.T) {
 	}
 }
 
+// reissue plays the seed on the Serf cluster: old's member dies without
+// leaving, its pod is deleted, and pod serf-2 gets its address, started 6
+// s after listedBy, when the controller had read old's member listed
+// (gossipSkew, 5 s, is the margin for clocks); a member of another name
+// starts there and joins the survivor.
+func reissue(t *testing.T, survivor, old *serftest.Agent, client *fake.Clientset, listedBy time.Time) {
+	t.Helper()
+	// Pod A's member dies without leaving; its pod is gone, and a new pod
+	// gets its address. Its start time is 6 s after the controller first
+	// read A's member listed: gossipSkew (5 s) is the margin for clocks.
+	old.Kill()
+	ctx := context.Background()
+	if err := client.CoreV1().Pods("shop").Delete(ctx, "serf-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Pods("shop").Create(ctx, gossipPodObj("serf-2", "u2", "127.0.0.2", "serf", 0, listedBy.Add(6*time.Second)), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	newcomer := serftest.Start(t, serftest.Config{Name: "node-8c1f3e", Gossip: netip.MustParseAddrPort("127.0.0.2:0")})
+	newcomer.Join(t, survivor.Gossip)
+}
+
+// With --dry-run the remedy says what it would do, as an Event and a
+// metric, and does nothing.
+func TestSerfGhostDryRun(t *testing.T) {
+	survivor, old, client, r := serfCluster(t, true)
+	reissue(t, survivor, old, client, time.Now())
+	waitFor(t, "the dry run", func() bool { return r.actions(remedy.DryRun) >= 1 })
+	if evs := r.ev.With("GossipForceLeaveDryRun"); len(evs) == 0 || !strings.Contains(evs[0], "would force out member node-127-0-0-2 (failed") {
+		t.Errorf("Events: %q", evs)
+	}
+	if n := r.actions(remedy.Done); n != 0 {
+		t.Errorf("%v members forced out in a dry run", n)
+	}
+	if !slices.ContainsFunc(survivor.Members(), func(m serf.Member) bool { return m.Name == "node-127-0-0-2" }) {
+		t.Error("the survivor no longer lists the ghost after a dry run")
+	}
+}
+
 // Without proof that the ghost's pod is gone, the remedy does not act: the
 // pod now at the address started before the controller first read the
 // ghost listed, so it may be the ghost's own (a container restarted under a
 // new member name).
 func TestSerfGhostNotForcedOutWithoutProof(t *testing.T) {
-	survivor, old, _, r := serfCluster(t)
+	survivor, old, _, r := serfCluster(t, false)
 
 	old.Kill()
 	newcomer := serftest.Start(t, serftest.Config{Name: "node-8c1f3e", Gossip: netip.MustParseAddrPort("127.0.0.2:0")})
