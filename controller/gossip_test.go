@@ -9,13 +9,17 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/serf/serf"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
@@ -27,8 +31,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
-	"github.com/hashicorp/memberlist"
-	"github.com/hashicorp/serf/serf"
+	sourcegossip "github.com/ghostwatch/ghostwatch/source/gossip"
 )
 
 // gossipPodObj is a running pod of namespace shop at ip, started at start,
@@ -363,5 +366,83 @@ ghostwatch_gossip_join_rejections_total{cluster="shop/cache",reason="unexpected-
 	m.Gossip(&snapshot.Snapshot{Sources: []snapshot.SourceStatus{{Name: "gossip", Status: snapshot.StatusUnsupported}}})
 	if testutil.CollectAndCount(reg, "ghostwatch_gossip_members", "ghostwatch_gossip_join_rejections_total") != 0 {
 		t.Error("series left after the last annotated pod went")
+	}
+}
+
+// fixedAgent answers a fixed view.
+type fixedAgent struct{ v snapshot.GossipView }
+
+func (a fixedAgent) Members(context.Context) (*snapshot.GossipView, error) {
+	v := a.v
+	v.Members = slices.Clone(a.v.Members)
+	return &v, nil
+}
+
+// A view is taken for the pod's only when the agent that answered is at
+// the pod's address, and no other pod holds it: an address is not an
+// identity.
+func TestGossipViewMustBeThePods(t *testing.T) {
+	member := func(name, addr string) snapshot.GossipMember {
+		return snapshot.GossipMember{Name: name, Addr: netip.MustParseAddr(addr), Port: 8301, Status: snapshot.MemberAlive}
+	}
+	for _, tc := range []struct {
+		name  string
+		view  snapshot.GossipView
+		other *corev1.Pod
+		want  string
+	}{
+		{"the pod's own agent", snapshot.GossipView{System: "consul", Local: "consul-0", Members: []snapshot.GossipMember{member("consul-0", "10.244.1.5")}}, nil, ""},
+		{"another agent answered", snapshot.GossipView{System: "consul", Local: "consul-9", Members: []snapshot.GossipMember{member("consul-9", "10.244.7.7")}}, nil,
+			"pod shop/consul-0: the agent that answered is consul-9 at 10.244.7.7, not at the pod's address 10.244.1.5: the view is not the pod's"},
+		{"an agent not in its own list", snapshot.GossipView{System: "consul", Local: "ghost", Members: []snapshot.GossipMember{member("consul-0", "10.244.1.5")}}, nil,
+			"the agent says it is ghost, which its own member list does not name"},
+		{"another system", snapshot.GossipView{System: "serf", Members: []snapshot.GossipMember{member("consul-0", "10.244.1.5")}}, nil,
+			"answered with a serf member list, not consul"},
+		{"two pods hold the address", snapshot.GossipView{System: "consul", Local: "consul-0", Members: []snapshot.GossipMember{member("consul-0", "10.244.1.5")}},
+			podWithIP("web-0", "w", "node-a", "10.244.1.5", time.Now()),
+			"2 pods hold 10.244.1.5 (duplicate-pod-ip): whose view answered is not known"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := []runtime.Object{node("node-a"), gossipPodObj("consul-0", "u0", "10.244.1.5", "consul", 0, time.Now())}
+			if tc.other != nil {
+				objs = append(objs, tc.other)
+			}
+			rules, _ := Rules(rule.All(rule.Config{}))
+			m := NewMetrics(prometheus.NewRegistry(), rules)
+			var asked []GossipPod
+			var mu sync.Mutex
+			c := New(Config{Client: fake.NewClientset(objs...), Dynamic: noCalico(), Identity: "a", LeaseNamespace: "ghostwatch", LeaseName: "l",
+				LeaseDuration: 1500 * time.Millisecond, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
+				Rules: rules, Metrics: m, Debounce: 10 * time.Millisecond, GossipInterval: 100 * time.Millisecond,
+				GossipAgent: func(p GossipPod) (sourcegossip.Agent, error) {
+					mu.Lock()
+					asked = append(asked, p)
+					mu.Unlock()
+					return fixedAgent{tc.view}, nil
+				}})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- c.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			waitFor(t, "a pass", func() bool { return !c.Status().LastPass.IsZero() })
+			up := testutil.ToFloat64(m.SourceUp.WithLabelValues("gossip"))
+			var why string
+			for _, sk := range c.Status().Skipped {
+				if sk.Rule == rule.GossipGhostMemberID {
+					why = sk.Reason
+				}
+			}
+			switch {
+			case tc.want == "" && (up != 1 || why != ""):
+				t.Errorf("source_up %v, skipped: %q; want the view read", up, why)
+			case tc.want != "" && (up != 0 || !strings.Contains(why, tc.want)):
+				t.Errorf("source_up %v, skipped: %q; want %q", up, why, tc.want)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(asked) == 0 || asked[0].Addr != netip.MustParseAddrPort("10.244.1.5:8500") || asked[0].Cluster != "shop/consul" || asked[0].Scheme != "http" {
+				t.Errorf("asked %+v", asked)
+			}
+		})
 	}
 }
