@@ -90,8 +90,8 @@ ghostwatch/gossip package) are read from their pods' annotations:
       namespace and system (default: the system's name)
   ghostwatch.io/gossip-scheme: http (default) or https
 
-Every --gossip-interval the leader reads one member's view of each cluster,
-the oldest running pod's first. The answer must come from the pod asked (the
+Every --gossip-interval, and about a second after an annotated pod goes, the
+leader reads one member's view of each cluster, the oldest running pod's first. The answer must come from the pod asked (the
 agent's own member is at the pod's address) and the pod must still hold its
 address alone. Consul's ACL token and CA come from CONSUL_HTTP_TOKEN (or
 CONSUL_HTTP_TOKEN_FILE) and CONSUL_CACERT, Serf's RPC key from SERF_RPC_AUTH,

@@ -162,6 +162,9 @@ type gossipReader struct {
 	cl    *cluster
 	agent func(gossipPod) (sourcegossip.Agent, error)
 	now   func() time.Time
+	// kick asks for a round before the interval ends: a member's pod
+	// went, and the views read before say it is there.
+	kick chan struct{}
 
 	mu sync.Mutex
 	// read is true once a round has ended; views are its views, by
@@ -178,7 +181,7 @@ func newGossipReader(cl *cluster, agent func(gossipPod) (sourcegossip.Agent, err
 	if agent == nil {
 		agent = newGossipAgent
 	}
-	return &gossipReader{cl: cl, agent: agent, now: now, listed: map[gossipKey]map[string]time.Time{}}
+	return &gossipReader{cl: cl, agent: agent, now: now, kick: make(chan struct{}, 1), listed: map[gossipKey]map[string]time.Time{}}
 }
 
 // round reads every cluster's view, at most 8 at once, and keeps them.
@@ -353,40 +356,73 @@ func (r *gossipReader) lastViews() []snapshot.GossipView {
 	return r.views
 }
 
+// minGossipRound is the least time between two rounds a kick asks for: a
+// rolling restart of a cluster's pods costs at most one read of each
+// cluster a second.
+const minGossipRound = time.Second
+
 // run reads every interval until ctx ends, calling changed after each
-// round.
+// round; a kick brings the next round forward, at least minGossipRound
+// after the last one.
 func (r *gossipReader) run(ctx context.Context, interval time.Duration, changed func()) {
 	for {
 		r.round(ctx)
 		changed()
+		next := time.NewTimer(interval)
 		select {
 		case <-ctx.Done():
+			next.Stop()
 			return
-		case <-time.After(interval):
+		case <-next.C:
+		case <-r.kick:
+			next.Stop()
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(minGossipRound):
+			}
 		}
 	}
 }
 
-// setGossipPod records the gossip member p is annotated as, if any.
+// poke asks for a round soon.
+func (r *gossipReader) poke() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// setGossipPod records the gossip member p is annotated as, if any. A
+// member's pod that stops running or leaves its address has the views
+// read again soon: the last ones still count it where it was.
 func (c *cluster) setGossipPod(p *corev1.Pod) {
 	g, ok := gossipPodOf(p)
 	c.gossipMu.Lock()
-	defer c.gossipMu.Unlock()
+	was, had := c.gossip[string(p.UID)]
 	if !ok {
 		delete(c.gossip, string(p.UID))
-		return
+	} else {
+		if c.gossip == nil {
+			c.gossip = map[string]gossipPod{}
+		}
+		c.gossip[g.uid] = g
 	}
-	if c.gossip == nil {
-		c.gossip = map[string]gossipPod{}
+	c.gossipMu.Unlock()
+	if had && (!ok || was.ip != g.ip) && c.reader != nil {
+		c.reader.poke()
 	}
-	c.gossip[g.uid] = g
 }
 
 // deleteGossipPod forgets the pod with the given UID.
 func (c *cluster) deleteGossipPod(uid string) {
 	c.gossipMu.Lock()
+	_, had := c.gossip[uid]
 	delete(c.gossip, uid)
 	c.gossipMu.Unlock()
+	if had && c.reader != nil {
+		c.reader.poke()
+	}
 }
 
 // gossipTargets returns the annotated pods by cluster, oldest first.

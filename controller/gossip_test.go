@@ -446,3 +446,42 @@ func TestGossipViewMustBeThePods(t *testing.T) {
 		})
 	}
 }
+
+// A member's pod that goes has its cluster read again within about a
+// second, not at the next interval: the last view still counts it.
+func TestGossipReadAgainWhenAMembersPodGoes(t *testing.T) {
+	view := snapshot.GossipView{System: "consul", Local: "consul-0", Members: []snapshot.GossipMember{
+		{Name: "consul-0", Addr: netip.MustParseAddr("10.244.1.5"), Port: 8301, Status: snapshot.MemberAlive}}}
+	client := fake.NewClientset(node("node-a"),
+		gossipPodObj("consul-0", "u0", "10.244.1.5", "consul", 0, time.Now().Add(-time.Hour)),
+		gossipPodObj("consul-1", "u1", "10.244.1.6", "consul", 0, time.Now()))
+	var mu sync.Mutex
+	reads := 0
+	rules, _ := Rules(rule.All(rule.Config{}))
+	c := New(Config{Client: client, Dynamic: noCalico(), Identity: "a", LeaseNamespace: "ghostwatch", LeaseName: "l",
+		LeaseDuration: 1500 * time.Millisecond, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
+		Rules: rules, Debounce: 10 * time.Millisecond, GossipInterval: time.Hour,
+		GossipAgent: func(GossipPod) (sourcegossip.Agent, error) {
+			mu.Lock()
+			reads++
+			mu.Unlock()
+			return fixedAgent{view}, nil
+		}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return reads
+	}
+	waitFor(t, "a pass", func() bool { return !c.Status().LastPass.IsZero() })
+	if n := count(); n != 1 {
+		t.Fatalf("%d reads at start, want 1", n)
+	}
+	if err := client.CoreV1().Pods("shop").Delete(ctx, "consul-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the cluster read again", func() bool { return count() == 2 })
+}
