@@ -118,13 +118,17 @@ func TestSerfGhostForcedOutByTheController(t *testing.T) {
 	if n := r.ghosts("critical") + r.ghosts("warning"); n != 0 {
 		t.Fatalf("%v ghosts in a healthy cluster", n)
 	}
-	reissue(t, survivor, old, client, time.Now())
+	reissued := time.Now()
+	reissue(t, survivor, old, client, reissued)
 	waitFor(t, "the ghost reported", func() bool { return r.ghosts("critical") == 1 })
+	reported := time.Since(reissued)
 	evs := r.ev.With("GossipGhostMember")
 	if len(evs) == 0 || !strings.Contains(evs[0], "node-127-0-0-2 (failed) and node-8c1f3e (alive) share 127.0.0.2") || !strings.HasPrefix(evs[0], "Pod Warning shop/serf-2") {
 		t.Errorf("Events of the finding: %q", evs)
 	}
 	waitFor(t, "the ghost forced out", func() bool { return r.actions(remedy.Done) == 1 })
+	t.Logf("after the crash and the new pod: ghost reported in %v, forced out in %v (member lists read every 100 ms, grace 300 ms)",
+		reported.Round(time.Millisecond), time.Since(reissued).Round(time.Millisecond))
 	if evs := r.ev.With("GossipMemberForcedOut"); len(evs) != 1 || !strings.Contains(evs[0], "forced out member node-127-0-0-2 (failed, 127.0.0.2:") || !strings.Contains(evs[0], "of serf cluster shop/serf") {
 		t.Errorf("Events of the action: %q", evs)
 	}
