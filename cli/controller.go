@@ -95,8 +95,10 @@ leader reads one member's view of each cluster, the oldest running pod's first. 
 agent's own member is at the pod's address) and the pod must still hold its
 address alone. Consul's ACL token and CA come from CONSUL_HTTP_TOKEN (or
 CONSUL_HTTP_TOKEN_FILE) and CONSUL_CACERT, Serf's RPC key from SERF_RPC_AUTH,
-as their own CLIs read them. A cluster that cannot be read makes the gossip
-source not ready, and the log names the pod and the error.
+as their own CLIs read them. A cluster that cannot be read is judged on its
+last view (ghostwatch_gossip_cluster_up is 0, the log names the pod and the
+error, and nothing is forced out of it); when none can be read, the gossip
+source is not ready.
 
 It only reports unless --remedy names a remedy:
 

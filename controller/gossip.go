@@ -168,10 +168,14 @@ type gossipReader struct {
 
 	mu sync.Mutex
 	// read is true once a round has ended; views are its views, by
-	// cluster; errs why the clusters it could not read were not.
+	// cluster, a cluster it could not read with its last view (Unread
+	// says why); errs why those were not read; fresh how many were.
 	read  bool
 	views []snapshot.GossipView
 	errs  []string
+	fresh int
+	// last is each cluster's last view read.
+	last map[gossipKey]snapshot.GossipView
 	// listed is, by cluster and member, when the member was first read
 	// listed, for views that do not say when a member went.
 	listed map[gossipKey]map[string]time.Time
@@ -181,7 +185,8 @@ func newGossipReader(cl *cluster, agent func(gossipPod) (sourcegossip.Agent, err
 	if agent == nil {
 		agent = newGossipAgent
 	}
-	return &gossipReader{cl: cl, agent: agent, now: now, kick: make(chan struct{}, 1), listed: map[gossipKey]map[string]time.Time{}}
+	return &gossipReader{cl: cl, agent: agent, now: now, kick: make(chan struct{}, 1), listed: map[gossipKey]map[string]time.Time{},
+		last: map[gossipKey]snapshot.GossipView{}}
 }
 
 // round reads every cluster's view, at most 8 at once, and keeps them.
@@ -209,25 +214,38 @@ func (r *gossipReader) round(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	var vs []snapshot.GossipView
 	var es []string
+	fresh := 0
 	for i, k := range keys {
-		if errs[i] != nil {
-			es = append(es, errs[i].Error())
+		if errs[i] == nil {
+			fresh++
+			r.last[k] = *views[i]
+			vs = append(vs, *views[i])
 			continue
 		}
-		vs = append(vs, *views[i])
-		_ = k
+		es = append(es, errs[i].Error())
+		v, ok := r.last[k]
+		if !ok {
+			v = snapshot.GossipView{System: k.system, Cluster: k.cluster, From: "not read yet"}
+		}
+		v.Unread = errs[i].Error()
+		vs = append(vs, v)
 	}
-	r.mu.Lock()
-	r.read, r.views, r.errs = true, vs, es
+	r.read, r.views, r.errs, r.fresh = true, vs, es, fresh
 	// Clusters no longer annotated are forgotten.
 	for k := range r.listed {
 		if _, ok := targets[k]; !ok {
 			delete(r.listed, k)
 		}
 	}
-	r.mu.Unlock()
+	for k := range r.last {
+		if _, ok := targets[k]; !ok {
+			delete(r.last, k)
+		}
+	}
 }
 
 // readCluster reads the view of cluster k from the first of pods that
@@ -317,8 +335,11 @@ func (r *gossipReader) stamp(k gossipKey, v *snapshot.GossipView) {
 	r.listed[k] = seen
 }
 
-// snapshot returns the gossip source's status and, when every cluster
-// was read, the views.
+// snapshot returns the gossip source's status and the views of the last
+// round. A cluster that could not be read is judged on its last view
+// (Unread says why): one cluster's outage does not stop the others'
+// judgement, nor read as "no ghost" in its own. When no cluster could be
+// read, the source is not ready.
 func (r *gossipReader) snapshot() (snapshot.SourceStatus, *snapshot.Gossip) {
 	st := snapshot.SourceStatus{Name: sourcegossip.Name, Status: snapshot.StatusOK}
 	n := len(r.cl.gossipTargets())
@@ -327,9 +348,11 @@ func (r *gossipReader) snapshot() (snapshot.SourceStatus, *snapshot.Gossip) {
 	switch {
 	case !r.read:
 		st.Status, st.Detail = snapshot.StatusError, "the gossip clusters' views were not read yet"
+		return st, nil
 	case n == 0 && len(r.views) == 0 && len(r.errs) == 0:
 		st.Status, st.Detail = snapshot.StatusUnsupported, "no running pod is annotated "+AnnotationGossip
-	case len(r.errs) > 0:
+		return st, nil
+	case r.fresh == 0 && len(r.errs) > 0:
 		st.Status, st.Detail = snapshot.StatusError, strings.Join(r.errs, "; ")
 	default:
 		members := 0
@@ -337,9 +360,11 @@ func (r *gossipReader) snapshot() (snapshot.SourceStatus, *snapshot.Gossip) {
 			members += len(v.Members)
 		}
 		st.Detail = fmt.Sprintf("%d clusters, %d members", len(r.views), members)
-		return st, &snapshot.Gossip{Views: slices.Clone(r.views)}
+		if len(r.errs) > 0 {
+			st.Detail += fmt.Sprintf("; %d not read again, judged on their last view: %s", len(r.errs), strings.Join(r.errs, "; "))
+		}
 	}
-	return st, nil
+	return st, &snapshot.Gossip{Views: slices.Clone(r.views)}
 }
 
 // hasRead reports whether a round has ended.

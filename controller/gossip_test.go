@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -488,4 +490,83 @@ func TestGossipReadAgainWhenAMembersPodGoes(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the cluster read again", func() bool { return count() == 2 })
+}
+
+// switchAgent answers a fixed view, or fails while down.
+type switchAgent struct {
+	v    snapshot.GossipView
+	down *atomic.Bool
+}
+
+func (a switchAgent) Members(ctx context.Context) (*snapshot.GossipView, error) {
+	if a.down.Load() {
+		return nil, errors.New("connection refused")
+	}
+	return fixedAgent{a.v}.Members(ctx)
+}
+
+// One cluster that cannot be read is judged on its last view, and the
+// others as they are read; only when none can be read is the source not
+// ready. Either way what was found stands.
+func TestGossipOneClusterUnread(t *testing.T) {
+	views := map[string]snapshot.GossipView{
+		"consul": {System: "consul", Local: "consul-0", Members: []snapshot.GossipMember{
+			{Name: "consul-0", Addr: netip.MustParseAddr("10.244.1.5"), Port: 8301, Status: snapshot.MemberAlive},
+			{Name: "node-10-244-1-9", Addr: netip.MustParseAddr("10.244.1.9"), Port: 8301, Status: snapshot.MemberAlive}}},
+		"serf": {System: "serf", Local: "serf-0", Members: []snapshot.GossipMember{
+			{Name: "serf-0", Addr: netip.MustParseAddr("10.244.1.6"), Port: 7946, Status: snapshot.MemberAlive}}},
+	}
+	down := map[string]*atomic.Bool{"consul": {}, "serf": {}}
+	client := fake.NewClientset(node("node-a"),
+		gossipPodObj("consul-0", "u0", "10.244.1.5", "consul", 0, time.Now().Add(-time.Hour)),
+		gossipPodObj("consul-9", "u9", "10.244.1.9", "consul", 0, time.Now()),
+		gossipPodObj("serf-0", "u1", "10.244.1.6", "serf", 0, time.Now().Add(-time.Hour)))
+	rules, _ := Rules(rule.All(rule.Config{}))
+	m := NewMetrics(prometheus.NewRegistry(), rules)
+	c := New(Config{Client: client, Dynamic: noCalico(), Identity: "a", LeaseNamespace: "ghostwatch", LeaseName: "l",
+		LeaseDuration: 1500 * time.Millisecond, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
+		Rules: rules, Metrics: m, Debounce: 10 * time.Millisecond, GossipInterval: 50 * time.Millisecond,
+		GossipAgent: func(p GossipPod) (sourcegossip.Agent, error) {
+			return switchAgent{views[p.System], down[p.System]}, nil
+		}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	up := func(system string) float64 {
+		return testutil.ToFloat64(m.GossipClusterUp.WithLabelValues(system, "shop/"+system))
+	}
+	source := func() float64 { return testutil.ToFloat64(m.SourceUp.WithLabelValues("gossip")) }
+	named := func() float64 {
+		return testutil.ToFloat64(m.Findings.WithLabelValues(rule.GossipIPIdentityID, "warning"))
+	}
+	waitFor(t, "both clusters read, the IP-named member found", func() bool {
+		return up("consul") == 1 && up("serf") == 1 && source() == 1 && named() == 1
+	})
+
+	down["consul"].Store(true)
+	passes := testutil.ToFloat64(m.Passes)
+	waitFor(t, "consul unread", func() bool { return up("consul") == 0 })
+	waitFor(t, "more passes", func() bool { return testutil.ToFloat64(m.Passes) >= passes+3 })
+	if source() != 1 || up("serf") != 1 || named() != 1 {
+		t.Errorf("one cluster unread: source_up %v, serf up %v, findings %v; want 1, 1 and the finding on consul's last view", source(), up("serf"), named())
+	}
+	var reason string
+	for _, sk := range c.Status().Skipped {
+		if isGossipRule(sk.Rule) {
+			reason += sk.Reason
+		}
+	}
+	if reason != "" {
+		t.Errorf("rules skipped while one cluster was read: %s", reason)
+	}
+
+	down["serf"].Store(true)
+	waitFor(t, "no cluster read", func() bool { return source() == 0 && up("serf") == 0 })
+	if named() != 1 {
+		t.Errorf("findings %v after every cluster became unreadable, want the last ones to stand", named())
+	}
+	down["consul"].Store(false)
+	down["serf"].Store(false)
+	waitFor(t, "both read again", func() bool { return up("consul") == 1 && up("serf") == 1 && source() == 1 })
 }

@@ -23,6 +23,9 @@ type Metrics struct {
 	// GossipMembers counts the members of each gossip cluster read, by
 	// system, cluster and status, as the last view read says.
 	GossipMembers *prometheus.GaugeVec
+	// GossipClusterUp is 1 for a gossip cluster whose member list the
+	// last round read, 0 for one judged on its last view.
+	GossipClusterUp *prometheus.GaugeVec
 
 	// rejections are the counts of messages refused by the member whose
 	// view was read last, by system, cluster and reason.
@@ -48,15 +51,30 @@ func NewMetrics(reg prometheus.Registerer, rules []rule.Rule) *Metrics {
 	m.GossipMembers = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "gossip_members",
 		Help: "Members of each gossip cluster read (pods annotated ghostwatch.io/gossip), by system, cluster (namespace/name) and status (alive, suspect, leaving, left, failed, dead), as the last view read says."},
 		[]string{"system", "cluster", "status"})
-	reg.MustRegister(m.Leader, m.Pods, m.Passes, m.PassSeconds, m.GossipMembers, rejectionsCollector{m})
+	m.GossipClusterUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "gossip_cluster_up",
+		Help: "1 when the last round read the gossip cluster's member list; 0 when it could not, and the cluster is judged on its last view (the controller's log says why)."},
+		[]string{"system", "cluster"})
+	reg.MustRegister(m.Leader, m.Pods, m.Passes, m.PassSeconds, m.GossipMembers, m.GossipClusterUp, rejectionsCollector{m})
 	return m
 }
 
 // Gossip sets the gossip series from a pass's snapshot: from its views
-// when they were read, to none when no pod is annotated; left as they
-// were while the views cannot be read.
+// when they were read, to none when no pod is annotated; the members and
+// rejections are left as they were while no cluster can be read.
 func (m *Metrics) Gossip(s *snapshot.Snapshot) {
 	st, ok := s.Source(sourcegossip.Name)
+	if ok && (s.Gossip != nil || st.Status == snapshot.StatusUnsupported) {
+		m.GossipClusterUp.Reset()
+		if s.Gossip != nil {
+			for _, v := range s.Gossip.Views {
+				up := 0.0
+				if v.Unread == "" {
+					up = 1
+				}
+				m.GossipClusterUp.WithLabelValues(v.System, v.Cluster).Set(up)
+			}
+		}
+	}
 	if !ok || (st.Status != snapshot.StatusOK && st.Status != snapshot.StatusUnsupported) {
 		return
 	}

@@ -260,6 +260,10 @@ func forceable(f finding.Finding, v *snapshot.GossipView, g *snapshot.GossipMemb
 	if v.System != "consul" && v.System != "serf" {
 		return f
 	}
+	if v.Unread != "" {
+		f.Evidence["force_leave_withheld"] = "the member list could not be read again: " + v.Unread
+		return f
+	}
 	if why := ghostPodGone(g, pods, ns); why != nil {
 		f.Evidence["force_leave_withheld"] = why.Error()
 		return f
@@ -359,6 +363,9 @@ func ghost(v *snapshot.GossipView, a netip.Addr, sev finding.Severity, m, other 
 	}
 	if v.Cluster != "" {
 		ev["cluster"] = v.Cluster
+	}
+	if v.Unread != "" {
+		ev["view_unread"] = v.Unread
 	}
 	if !m.Listed.IsZero() {
 		ev["member_listed"] = m.Listed.UTC().Format(time.RFC3339)

@@ -193,6 +193,11 @@ func TestGossipForceLeaveTarget(t *testing.T) {
 		{"no pod holds the address", "consul", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
 			old.Since = went
 		}, false, "no pod holds 10.244.1.50"},
+		{"the member list could not be read again: judged on the last one", "serf", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
+			old.Since = went
+			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "consul-2", "u2", "10.244.1.50", went.Add(time.Minute)))
+			s.Gossip.Views[0].Unread = "connection refused"
+		}, false, "the member list could not be read again: connection refused"},
 		{"memberlist has no force-leave", "memberlist", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
 			old.Since = went
 			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "consul-2", "u2", "10.244.1.50", went.Add(time.Minute)))

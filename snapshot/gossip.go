@@ -27,6 +27,12 @@ type GossipView struct {
 	// Local names the member whose view this is, when the view says it.
 	Local   string
 	Members []GossipMember
+	// Unread, when set, says why the view could not be read again: it is
+	// the last one read (without members when none ever was). The
+	// controller judges a cluster it cannot read on its last view rather
+	// than read "no ghost" into one cluster's outage; nothing is acted on
+	// without reading it again.
+	Unread string
 	// Rejections counts, by reason, the messages the local member refused
 	// since it started, when the view says so (the ghostwatch/gossip
 	// package's member list); nil when unknown. Consul and Serf do not
