@@ -250,8 +250,8 @@ func TrimPod(obj any) (any, error) {
 const GossipAnnotationPrefix = "ghostwatch.io/gossip"
 
 // trimNode is the informer transform for Nodes: it keeps the metadata the
-// informer needs and the addresses, and drops the rest (images, conditions,
-// ...), which is most of a Node.
+// informer needs, the addresses and the pod CIDRs, and drops the rest
+// (images, conditions, ...), which is most of a Node.
 func trimNode(obj any) (any, error) {
 	n, ok := obj.(*corev1.Node)
 	if !ok || n == nil {
@@ -264,6 +264,10 @@ func trimNode(obj any) (any, error) {
 			Name:              n.Name,
 			ResourceVersion:   n.ResourceVersion,
 			CreationTimestamp: n.CreationTimestamp,
+		},
+		Spec: corev1.NodeSpec{
+			PodCIDR:  n.Spec.PodCIDR,
+			PodCIDRs: append([]string(nil), n.Spec.PodCIDRs...),
 		},
 		Status: corev1.NodeStatus{
 			Addresses: append([]corev1.NodeAddress(nil), n.Status.Addresses...),

@@ -358,6 +358,9 @@ func TestTrimPod(t *testing.T) {
 func TestTrimOthers(t *testing.T) {
 	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "w", ResourceVersion: "9", Labels: map[string]string{"a": "b"}},
+		// The pod CIDRs are where host-local takes a node's addresses
+		// from when no configuration names its ranges.
+		Spec: corev1.NodeSpec{PodCIDR: "10.244.3.0/24", PodCIDRs: []string{"10.244.3.0/24", "fd00:3::/64"}},
 		Status: corev1.NodeStatus{
 			Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}},
 			Images:    []corev1.ContainerImage{{Names: []string{"big"}}},
@@ -365,7 +368,7 @@ func TestTrimOthers(t *testing.T) {
 	}
 	got, _ := trimNode(n)
 	tn := got.(*corev1.Node)
-	if len(tn.Status.Images) != 0 || tn.Labels != nil || tn.ResourceVersion != "9" || !reflect.DeepEqual(Node(tn), Node(n)) {
+	if len(tn.Status.Images) != 0 || tn.Labels != nil || tn.ResourceVersion != "9" || !reflect.DeepEqual(Node(tn), Node(n)) || len(Node(tn).PodCIDRs) != 2 {
 		t.Errorf("trimNode = %+v", tn)
 	}
 	if len(n.Status.Images) != 1 {
