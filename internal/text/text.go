@@ -3,6 +3,7 @@ package text
 
 import (
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -27,4 +28,13 @@ func Duration(d time.Duration) string {
 		return strconv.FormatInt(s/60, 10) + "m" + strconv.FormatInt(s%60, 10) + "s"
 	}
 	return strconv.FormatInt(s, 10) + "s"
+}
+
+// List joins the first max items with commas and says how many more there
+// are: "a, b, c and 4 more".
+func List(items []string, max int) string {
+	if len(items) <= max {
+		return strings.Join(items, ", ")
+	}
+	return strings.Join(items[:max], ", ") + " and " + strconv.Itoa(len(items)-max) + " more"
 }
