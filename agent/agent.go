@@ -29,8 +29,16 @@ import (
 type Config struct {
 	// NodeName is the Node the agent runs on.
 	NodeName string
-	// Informers hold the cluster; the agent starts them.
+	// Informers hold the cluster; the agent starts them. Scoped to the
+	// node (kube.InformerOptions.Node), they cost the API server what
+	// kube-proxy costs, and Holders looks up the pods elsewhere that the
+	// rules ask about.
 	Informers *kube.Informers
+	// Holders looks up which pods hold an address outside the node, when
+	// Informers are scoped to it. A change that mentions an address
+	// drops its answer; the backends of findings are judged again when
+	// their answers run out.
+	Holders *kube.Holders
 	// Client reads afresh, with quorum reads, what a remedy's last
 	// re-check names. Required when Remedies are set.
 	Client kubernetes.Interface
@@ -209,7 +217,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer ticker.Stop()
 	newFlows := time.NewTicker(a.cfg.NewFlowInterval)
 	defer newFlows.Stop()
-	var grace, retry <-chan time.Time
+	var grace, retry, holders <-chan time.Time
 	backoff := time.Duration(0)
 	trigger := triggerStart
 	for {
@@ -218,6 +226,15 @@ func (a *Agent) Run(ctx context.Context) error {
 			grace = time.After(wait)
 		} else {
 			grace = nil
+		}
+		// The suspects are judged again when the answer saying who holds
+		// one of their addresses runs out: a pod that came to one with no
+		// watched object mentioning it is found then.
+		holders = nil
+		if h := a.cfg.Holders; h != nil {
+			if due, ok := h.Due(a.suspects...); ok {
+				holders = time.After(max(due.Sub(a.cfg.Now()), time.Millisecond))
+			}
 		}
 		// A degraded agent looks again soon, and less often the longer it
 		// stays degraded: it says why as soon as the cause is known, and
@@ -241,6 +258,8 @@ func (a *Agent) Run(ctx context.Context) error {
 				trigger = triggerEventsLost
 			case <-grace:
 				trigger = triggerGrace
+			case <-holders:
+				trigger = triggerHolders
 			case <-newFlows.C:
 				if a.newFlowsToJudge() {
 					trigger = triggerNewFlow
@@ -273,9 +292,10 @@ const (
 	triggerNewFlow    = "new-flow"
 	triggerEventsLost = "events-lost"
 	triggerRetry      = "retry"
+	triggerHolders    = "holders"
 )
 
-var triggers = []string{triggerStart, triggerTimer, triggerChange, triggerGrace, triggerNewFlow, triggerEventsLost, triggerRetry}
+var triggers = []string{triggerStart, triggerTimer, triggerChange, triggerGrace, triggerNewFlow, triggerEventsLost, triggerRetry, triggerHolders}
 
 // maxRetry bounds how long a degraded agent waits before it looks again.
 const maxRetry = 30 * time.Second
@@ -354,6 +374,12 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string) (wait time.Durati
 	// Taken before the cluster is read: a change that lands in between is
 	// judged now and again at the next audit, never missed.
 	changes := cfg.Informers.TakeChanges()
+	if cfg.Holders != nil {
+		// Who holds an address a change mentions is asked again.
+		for addr := range changes.Addrs {
+			cfg.Holders.Forget(addr)
+		}
+	}
 	// A change is judged from the index when it can be trusted; anything
 	// else reads the whole table, and seeds the index on the way.
 	scheduled := trigger == triggerStart || trigger == triggerTimer || trigger == triggerEventsLost || trigger == triggerRetry
@@ -403,12 +429,20 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string) (wait time.Durati
 	a.rejudge = false
 	a.last = res.Snapshot
 	a.lastKeep, _ = conntrack.Filter(rule.ReadersOf(cfg.Rules, conntrack.Name), res.Snapshot)
+	// The backends of the flows the rules kept (every finding's among
+	// them: findings come from kept flows) are judged again at every audit: what became of their pods
+	// may reach no watched object (a pod elsewhere that leaves).
 	a.suspects = a.suspects[:0]
-	for _, f := range res.Findings {
-		if t, ok := f.Target.(*finding.FlowTarget); ok {
-			a.suspects = append(a.suspects, t.Flow.Reply.Src.Unmap())
+	if ct := res.Snapshot.Conntrack; ct != nil {
+		seen := map[netip.Addr]bool{}
+		for i := range ct.Flows {
+			if b := ct.Flows[i].Reply.Src.Unmap(); !seen[b] {
+				seen[b] = true
+				a.suspects = append(a.suspects, b)
+			}
 		}
 	}
+
 	if m != nil {
 		m.Publish(res.Findings)
 	}
@@ -481,7 +515,7 @@ func (a *Agent) remedy(ctx context.Context, rem *remedy.Remedy, res *audit.Resul
 // sources are the sources an audit reads before the node's other ledgers:
 // the cluster, the host's addresses, then the conntrack table ct.
 func (a *Agent) sources(ct source.Source) []source.Source {
-	out := []source.Source{&kube.APISource{Informers: a.cfg.Informers}}
+	out := []source.Source{&kube.APISource{Informers: a.cfg.Informers, Holders: a.cfg.Holders}}
 	if a.cfg.Host != nil {
 		out = append(out, a.cfg.Host)
 	}

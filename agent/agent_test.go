@@ -253,7 +253,9 @@ func startWith(t *testing.T, client kubernetes.Interface, st *remedy.Settings, c
 		NodeName: "node-a",
 		// Watches over a fake API server send no bookmarks: a silence is
 		// only a sign of trouble in the test that says so.
-		Informers:     kube.NewInformers(client, kube.InformerOptions{Now: h.clock.now, Silence: 24 * time.Hour}),
+		// As the agent runs: its node's pods, and the others looked up.
+		Informers:     kube.NewInformers(client, kube.InformerOptions{Node: "node-a", Now: h.clock.now, Silence: 24 * time.Hour}),
+		Holders:       &kube.Holders{Client: client, Now: h.clock.now},
 		Client:        client,
 		Conntrack:     h.tab.source,
 		Rules:         rules,

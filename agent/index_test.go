@@ -234,7 +234,7 @@ func TestAgentsSightingProvesMisdelivery(t *testing.T) {
 	objs := cluster()
 	old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "old", UID: "u0"},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.0.9", PodIPs: []corev1.PodIP{{IP: "10.244.0.9"}}}}
-	objs = append(objs[:3], slice("svc-1", endpoint("10.244.0.5", true, false), endpoint("10.244.0.9", true, false)), old)
+	objs = append(objs[:3], slice("svc-1", endpoint("10.244.0.5", true, false), endpointOf(old)), old)
 	client := fake.NewClientset(objs...)
 	ev := newFakeEvents()
 	h := startWith(t, client, reportOnly, withEvents(ev), staleFlow())
@@ -246,18 +246,20 @@ func TestAgentsSightingProvesMisdelivery(t *testing.T) {
 		t.Fatalf("%v misdelivered flows while the pod the flow was opened to runs", n)
 	}
 
-	// The pod dies and its IP goes to a new replica that starts after the
-	// agent first saw the flow.
+	// A minute later the pod dies and its IP goes to a new replica, which
+	// the EndpointSlice then lists in its place.
+	h.clock.advance(time.Minute)
 	ctx := context.Background()
 	if err := client.CoreV1().Pods("ns").Delete(ctx, "old", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	next := old.DeepCopy()
 	next.Name, next.UID = "next", "u2"
-	next.Status.StartTime = &metav1.Time{Time: h.clock.now().Add(time.Minute)}
+	next.Status.StartTime = &metav1.Time{Time: h.clock.now()}
 	if _, err := client.CoreV1().Pods("ns").Create(ctx, next, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	update(t, client, slice("svc-1", endpoint("10.244.0.5", true, false), endpointOf(next)))
 	waitFor(t, "the misdelivered flow to be reported", func() bool { return critical() == 1 })
 	if d := h.tab.dumps(); d != 1 {
 		t.Errorf("%d dumps: want the flow judged from the index", d)

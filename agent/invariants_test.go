@@ -50,6 +50,14 @@ func endpoint(ip string, ready, terminating bool) discoveryv1.Endpoint {
 		Conditions: discoveryv1.EndpointConditions{Ready: &ready, Terminating: &terminating}}
 }
 
+// endpointOf is the ready endpoint the EndpointSlice controller lists for
+// p: its address and a reference to it.
+func endpointOf(p *corev1.Pod) discoveryv1.Endpoint {
+	e := endpoint(p.Status.PodIP, true, false)
+	e.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID}
+	return e
+}
+
 func (h *harness) findings(sev finding.Severity) float64 {
 	return testutil.ToFloat64(h.agent.cfg.Metrics.Findings.WithLabelValues(rule.StaleNATFlowID, sev.String()))
 }

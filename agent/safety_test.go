@@ -152,7 +152,9 @@ func TestRecheckReadsTheAPIServer(t *testing.T) {
 	client.PrependWatchReactor("pods", func(k8stesting.Action) (bool, watch.Interface, error) {
 		return true, watch.NewFake(), nil
 	})
-	h := start(t, client, graceRemedy(), staleFlow())
+	// Nor does the audit ask again who holds the address before the
+	// re-check: its answer stands longer than the grace period.
+	h := startWith(t, client, graceRemedy(), func(c *Config) { c.Holders.TTL, c.Holders.MaxTTL = 24*time.Hour, 24*time.Hour }, staleFlow())
 	waitFor(t, "the stale flow to be pending", func() bool { return h.actions(remedy.Pending) >= 1 })
 
 	heir := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "heir", UID: "u9"},

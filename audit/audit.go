@@ -24,7 +24,9 @@ type Config struct {
 	// Sources run in order, each seeing what the earlier ones collected:
 	// the cluster objects first, so that a ledger read after them can keep
 	// only what concerns them. A source that implements source.Narrower is
-	// told, before it collects, which of the Rules will read it.
+	// told, before it collects, which of the Rules will read it; one that
+	// implements source.Resolver completes its collection once every
+	// source has collected.
 	Sources []source.Source
 	// Rules to evaluate. A rule runs only when every source it reads was
 	// collected completely; otherwise the report says why it was skipped.
@@ -52,6 +54,7 @@ func Run(ctx context.Context, cfg Config) *Result {
 		}
 		source.CollectInto(ctx, now, s, src)
 	}
+	source.Resolve(ctx, now, s, cfg.Sources...)
 	return Judge(s, cfg.Rules)
 }
 

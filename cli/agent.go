@@ -139,10 +139,12 @@ func agentCommand(streams genericiooptions.IOStreams) (*cobra.Command, *agentOpt
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Watch this node's ledgers and, if asked to, remove the ghosts found in them",
-		Long: `agent runs on every node (as a DaemonSet) until it is stopped. It watches
-Services, EndpointSlices, Pods and Nodes, audits this node's conntrack table on
-every change and every --audit-interval, and exports what it finds on /metrics.
-The rules it runs:
+		Long: `agent runs on every node (as a DaemonSet) until it is stopped. It asks the API
+server for what kube-proxy asks (Services, EndpointSlices, ServiceCIDRs and its
+own Node) and for the Pods of its own node; a pod elsewhere is looked up by its
+address only when a flow's backend is suspect, and that answer is kept for
+` + kube.DefaultHolderTTL.String() + ` to ` + kube.DefaultMaxHolderTTL.String() + `. It audits this node's conntrack table on every change and every
+--audit-interval, and exports what it finds on /metrics. The rules it runs:
 
 ` + ruleList(rules) + `
 It only reports unless --remedy names a remedy:
@@ -318,7 +320,8 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 	}
 	cfg := agent.Config{
 		NodeName:   node,
-		Informers:  kube.NewInformers(client, kube.InformerOptions{}),
+		Informers:  kube.NewInformers(client, kube.InformerOptions{Node: node}),
+		Holders:    &kube.Holders{Client: client},
 		Client:     client,
 		Conntrack:  func(observe func(*snapshot.Flow)) source.Source { return &conntrack.KernelSource{Observe: observe} },
 		FlowEvents: events,

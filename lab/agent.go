@@ -43,7 +43,8 @@ func (e *env) startAgent(ctx context.Context, o Options, actions *actionLog) (st
 	ctx, cancel := context.WithCancel(ctx)
 	a := agent.New(agent.Config{
 		NodeName:  labNode,
-		Informers: kube.NewInformers(e.kube(), kube.InformerOptions{}),
+		Informers: kube.NewInformers(e.kube(), kube.InformerOptions{Node: labNode}),
+		Holders:   &kube.Holders{Client: e.kube()},
 		Client:    e.kube(),
 		Conntrack: func(observe func(*snapshot.Flow)) source.Source {
 			return &conntrack.KernelSource{Open: openIn(e.node), Observe: observe}

@@ -265,7 +265,8 @@ func (e *realEnv) rollingAgent(t *testing.T, ctx context.Context, o rollingOptio
 	m := agent.NewMetrics(prometheus.NewRegistry(), rules)
 	a := agent.New(agent.Config{
 		NodeName:  e.node.Name,
-		Informers: kube.NewInformers(client, kube.InformerOptions{}),
+		Informers: kube.NewInformers(client, kube.InformerOptions{Node: e.node.Name}),
+		Holders:   &kube.Holders{Client: client},
 		Client:    client,
 		Conntrack: func(observe func(*snapshot.Flow)) source.Source {
 			return &conntrack.KernelSource{Open: openIn(e.node.Net), Observe: observe}

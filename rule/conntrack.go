@@ -194,7 +194,13 @@ type flowIndex struct {
 	serviceNets []namedPrefix
 	serviceIPs  map[netip.Addr]bool
 	skew        time.Duration
+	// kube says which addresses' holders are known (nil: no pods at all,
+	// which is knowing).
+	kube *snapshot.Kube
 }
+
+// knows reports whether every pod that holds a is among the holders.
+func (ix *flowIndex) knows(a netip.Addr) bool { return ix.kube == nil || ix.kube.KnowsHolders(a) }
 
 type namedPrefix struct {
 	name   string
@@ -217,6 +223,7 @@ func newFlowIndex(s *snapshot.Snapshot, cfg ConntrackConfig) *flowIndex {
 	if k == nil {
 		return ix
 	}
+	ix.kube = k
 	for _, c := range k.ServiceCIDRs {
 		for _, p := range c.CIDRs {
 			ix.serviceNets = append(ix.serviceNets, namedPrefix{c.Name, p})
@@ -273,6 +280,11 @@ const (
 	// relabelled: the backend left the service but the pod the flow was
 	// opened to still holds the IP: the connection still works.
 	relabelled
+	// unknownHolders: which pods hold the backend's address is not known
+	// here (a node agent watches its own node's pods only), and the
+	// verdict depends on it: the holders are to be looked up, and a flow
+	// whose backend's holders cannot be is not judged.
+	unknownHolders
 )
 
 // judgement carries a verdict and the facts behind it.
@@ -316,6 +328,9 @@ func (ix *flowIndex) judge(f *snapshot.Flow) judgement {
 	j := judgement{frontend: fe}
 	b := f.Reply.Src.Unmap()
 	j.endpoint = ix.backends[fe.Service.Ref()][b]
+	if !ix.knows(b) {
+		return ix.judgeUnknownHolders(f, j)
+	}
 
 	var podHolders, hostHolders []*snapshot.Pod
 	for _, p := range ix.holders[b] {
@@ -397,6 +412,48 @@ func (ix *flowIndex) judge(f *snapshot.Flow) judgement {
 	return j
 }
 
+// judgeUnknownHolders classifies a flow whose backend's holders are not
+// known. Only a flow to a current endpoint that cannot be older than the
+// pod it lists there is judged without them: healthy, or draining when
+// the endpoint is terminating and still serving. Any other verdict
+// depends on who holds the address: the holders are to be looked up.
+func (ix *flowIndex) judgeUnknownHolders(f *snapshot.Flow, j judgement) judgement {
+	ep := j.endpoint
+	j.verdict = unknownHolders
+	switch {
+	case ep == nil, ix.mayPredate(f, ep):
+	case ep.Serving && ep.Terminating:
+		j.verdict = draining
+	case ep.Serving:
+		j.verdict = healthy
+	case ep.Pod == nil:
+		// Not serving, and no pod: live while listed, as with known
+		// holders.
+		j.verdict = healthy
+		if ep.Terminating {
+			j.verdict = draining
+		}
+	}
+	return j
+}
+
+// mayPredate reports whether f may have been opened before the pod that
+// ep lists at f's backend got that address, so that a proof of
+// misdelivery needs that pod's start: f started (by the kernel's clock, or
+// when the agent first saw it) more than the clock skew before ep.Since,
+// or ep.Since is not known. A flow with no start cannot be proven older
+// than any pod.
+func (ix *flowIndex) mayPredate(f *snapshot.Flow, ep *snapshot.Endpoint) bool {
+	t := f.Start
+	if t.IsZero() {
+		t = f.Seen
+	}
+	if t.IsZero() {
+		return false
+	}
+	return ep.Since.IsZero() || t.Add(ix.skew).Before(ep.Since)
+}
+
 // judgeUntranslated classifies a flow the kernel did not translate. A UDP
 // flow to a Service frontend that was never translated was created while
 // no rule translated the Service (before it had endpoints, or before
@@ -443,6 +500,10 @@ func (ix *flowIndex) judgeDeleted(f *snapshot.Flow) judgement {
 	}
 	j := judgement{frontend: Frontend{Kind: FrontendClusterIP, CIDR: cidr.prefix, CIDRName: cidr.name}}
 	b := f.Reply.Src.Unmap()
+	if !ix.knows(b) && ix.nodeAddrs[b] == "" {
+		j.verdict = unknownHolders
+		return j
+	}
 	if len(ix.holders[b]) > 0 || ix.nodeAddrs[b] != "" {
 		j.verdict = relabelled
 		return j
@@ -560,6 +621,39 @@ func (c *conntrackRules) flowFilter(s *snapshot.Snapshot) snapshot.FlowFilter {
 		c.filter = &suspectFilter{ix: ix, node: s.NodeName, kube: s.Kube != nil}
 	}
 	return c.filter
+}
+
+// holderAddrs are the addresses whose holders the conntrack rules need
+// and s does not know (snapshot.HolderReader): the backends of the kept
+// flows that cannot be judged without them, and, for a flow whose start
+// the kernel gave, its client address when a pod of the node holds it
+// (the pod that opened it is named only when no other pod holds it).
+func (c *conntrackRules) holderAddrs(s *snapshot.Snapshot) []netip.Addr {
+	if s.Kube == nil || s.Conntrack == nil || !s.Kube.PodsPartial {
+		return nil
+	}
+	ix := c.index(s)
+	seen := map[netip.Addr]bool{}
+	var out []netip.Addr
+	add := func(a netip.Addr) {
+		if a = a.Unmap(); !seen[a] && !ix.knows(a) {
+			seen[a] = true
+			out = append(out, a)
+		}
+	}
+	for i := range s.Conntrack.Flows {
+		f := &s.Conntrack.Flows[i]
+		switch ix.judge(f).verdict {
+		case notService, healthy:
+			continue
+		case unknownHolders:
+			add(f.Reply.Src)
+		}
+		if !f.Start.IsZero() && len(ix.holders[f.Orig.Src.Unmap()]) > 0 {
+			add(f.Orig.Src)
+		}
+	}
+	return out
 }
 
 // suspectFilter keeps the flows a conntrack rule could report: DNATed to a
@@ -704,6 +798,8 @@ func (ix *flowIndex) stillStale(f *snapshot.Flow, svc snapshot.ObjectRef) error 
 		return fmt.Errorf("%s is an endpoint of %s again", f.Backend(), svc)
 	case v.verdict == draining:
 		return fmt.Errorf("%s is draining: its pod is terminating but still exists", f.Backend())
+	case v.verdict == unknownHolders:
+		return fmt.Errorf("which pods hold %s is not known", f.Reply.Src.Unmap())
 	case v.holder != nil:
 		return fmt.Errorf("%s is held by pod %s", f.Reply.Src, v.holder.Ref())
 	default:
@@ -716,7 +812,7 @@ func (ix *flowIndex) stillStale(f *snapshot.Flow, svc snapshot.ObjectRef) error 
 // than the clock skew). A pod that merely holds the address now may have
 // inherited it: then the client is named by its address only.
 func (ix *flowIndex) clientPod(f *snapshot.Flow) *snapshot.Pod {
-	if f.Start.IsZero() {
+	if f.Start.IsZero() || !ix.knows(f.Orig.Src) {
 		return nil
 	}
 	var found *snapshot.Pod

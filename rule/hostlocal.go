@@ -256,6 +256,20 @@ func (r *IPAMUnbookedIP) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 
 // hostLocal is the host-local part: the pods of this node against its
 // store.
+// HolderAddrs names the next allocations the rule's findings name: who
+// holds one elsewhere is said (snapshot.HolderReader).
+func (r *IPAMUnbookedIP) HolderAddrs(s *snapshot.Snapshot) []netip.Addr {
+	var out []netip.Addr
+	for _, f := range r.hostLocal(s) {
+		if n, ok := f.Evidence["next_allocation"].(string); ok {
+			if a, err := netip.ParseAddr(n); err == nil {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
 func (r *IPAMUnbookedIP) hostLocal(s *snapshot.Snapshot) []finding.Finding {
 	v := newHostLocalView(s)
 	if v == nil {
@@ -316,7 +330,7 @@ func unbooked(s *snapshot.Snapshot, v *hostLocalView, hn *hostLocalNet, set int,
 	default:
 		ev["next_allocation"] = next.String()
 		when = fmt.Sprintf("the next ADD returns %s", next)
-		if hs := v.holders[next]; len(hs) > 0 {
+		if hs := v.holders[next]; len(hs) > 0 && s.Kube.KnowsHolders(next) {
 			ev["next_allocation_holder"] = hs[0].Ref().String()
 			when += fmt.Sprintf(", which pod %s holds too", hs[0].Ref())
 		}
@@ -439,6 +453,18 @@ func (r *IPAMLeakedIP) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 	return append(r.hostLocal(s), leakedCalico(s)...)
 }
 
+// HolderAddrs names the addresses of the reservations the rule reports:
+// who holds one elsewhere is said (snapshot.HolderReader).
+func (r *IPAMLeakedIP) HolderAddrs(s *snapshot.Snapshot) []netip.Addr {
+	var out []netip.Addr
+	for _, f := range r.hostLocal(s) {
+		if a, err := netip.ParseAddr(f.Subject.IP); err == nil {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
 // hostLocal is the host-local part: the node's store against its pods.
 func (r *IPAMLeakedIP) hostLocal(s *snapshot.Snapshot) []finding.Finding {
 	v := newHostLocalView(s)
@@ -466,7 +492,7 @@ func (r *IPAMLeakedIP) hostLocal(s *snapshot.Snapshot) []finding.Finding {
 				"reserved_at":  res.Modified.UTC().Format(time.RFC3339),
 			}
 			why := "no pod of the node holds it"
-			if hs := v.holders[res.IP]; len(hs) > 0 {
+			if hs := v.holders[res.IP]; len(hs) > 0 && s.Kube.KnowsHolders(res.IP) {
 				ev["held_elsewhere_by"] = hs[0].Ref().String()
 				why = fmt.Sprintf("no pod of the node holds it (pod %s on node %s does: the ledgers disagree)", hs[0].Ref(), hs[0].Node)
 			}

@@ -2,6 +2,7 @@ package rule
 
 import (
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/ghostwatch/ghostwatch/finding"
@@ -36,6 +37,10 @@ func NewMisdeliveredFlow(cfg ConntrackConfig) *MisdeliveredFlow {
 func (r *MisdeliveredFlow) FlowFilter(s *snapshot.Snapshot) snapshot.FlowFilter {
 	return r.ct.flowFilter(s)
 }
+
+// HolderAddrs names the addresses whose holders the rule needs and the
+// snapshot does not know (snapshot.HolderReader).
+func (r *MisdeliveredFlow) HolderAddrs(s *snapshot.Snapshot) []netip.Addr { return r.ct.holderAddrs(s) }
 
 // BackendLocal marks the judgement as depending only on the frontends and
 // on what the cluster says about the flow's backend (snapshot.BackendLocal).

@@ -63,6 +63,10 @@ func (r *StaleNATFlow) FlowFilter(s *snapshot.Snapshot) snapshot.FlowFilter {
 	return r.ct.flowFilter(s)
 }
 
+// HolderAddrs names the addresses whose holders the rule needs and the
+// snapshot does not know (snapshot.HolderReader).
+func (r *StaleNATFlow) HolderAddrs(s *snapshot.Snapshot) []netip.Addr { return r.ct.holderAddrs(s) }
+
 // BackendLocal marks the judgement as depending only on the frontends and
 // on what the cluster says about the flow's backend (snapshot.BackendLocal).
 func (*StaleNATFlow) BackendLocal() {}

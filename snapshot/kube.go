@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"net/netip"
+	"slices"
 	"time"
 )
 
@@ -21,6 +22,44 @@ type Kube struct {
 	// NoServiceCIDRAPI is true when the API server does not serve
 	// ServiceCIDRs (before Kubernetes 1.33).
 	NoServiceCIDRAPI bool
+
+	// PodsPartial is true when Pods does not hold every pod of the
+	// cluster: a node agent watches the pods of its own node (PodNode)
+	// only, and asks the API server for the pods at the few addresses a
+	// rule needs to know the holders of (Looked). A rule must then ask
+	// KnowsHolders before it reads "no pod holds this address" into
+	// Pods.
+	PodsPartial bool
+	// PodNode, when Pods is partial, is the node whose every pod Pods
+	// holds ("" when none).
+	PodNode string
+	// Looked are, when Pods is partial, the addresses whose holders were
+	// looked up: Pods holds every pod that held each when it was asked.
+	Looked map[netip.Addr]bool
+	// Unlooked are, when Pods is partial, the addresses whose holders
+	// could not be looked up, each with why: the flows and reservations
+	// they concern are not judged.
+	Unlooked map[netip.Addr]string
+}
+
+// KnowsHolders reports whether Pods holds every pod that holds a: always
+// when Pods holds the whole cluster, and otherwise when a was looked up
+// or is an address of PodNode (only that node's hostNetwork pods hold
+// it).
+func (k *Kube) KnowsHolders(a netip.Addr) bool {
+	a = a.Unmap()
+	if !k.PodsPartial || k.Looked[a] {
+		return true
+	}
+	if k.PodNode == "" {
+		return false
+	}
+	for i := range k.Nodes {
+		if k.Nodes[i].Name == k.PodNode && slices.Contains(k.Nodes[i].Addresses, a) {
+			return true
+		}
+	}
+	return false
 }
 
 // ServiceCIDR is one ServiceCIDR object: the ranges ClusterIPs are
@@ -144,9 +183,15 @@ type Endpoint struct {
 	Ready       bool
 	Serving     bool
 	Terminating bool
-	// Pod is set when the endpoint's targetRef is a Pod.
-	Pod  *ObjectRef
-	Node string
+	// Pod is set when the endpoint's targetRef is a Pod; PodUID is the
+	// targetRef's uid ("" when the slice gives none).
+	Pod    *ObjectRef
+	PodUID string
+	Node   string
+	// Since is when the process that watches the slices first saw this
+	// address listed for this pod (PodUID): the pod held the address
+	// from then on, or earlier. Zero when not known (saved objects).
+	Since time.Time
 }
 
 // Node is a Node trimmed to its addresses.

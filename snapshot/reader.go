@@ -36,6 +36,18 @@ type BackendLocal interface {
 	BackendLocal()
 }
 
+// HolderReader is implemented by a rule that needs to know which pods
+// hold some addresses, when the cluster objects hold only some of the pods
+// (Kube.PodsPartial: a node agent watches its own node's pods). Called
+// once every source has collected, it returns, from what they collected,
+// the addresses whose holders its Evaluate reads and Kube.KnowsHolders
+// does not know yet: they are looked up before the rules run, and an
+// address that cannot be looked up is listed in Kube.Unlooked. Returning
+// an address twice, or one already known, is harmless.
+type HolderReader interface {
+	HolderAddrs(s *Snapshot) []netip.Addr
+}
+
 // KindReader is implemented by a rule that reads only some kinds of
 // cluster objects ("Pod", "Service", "EndpointSlice", ...): a saved
 // objects file must hold each kind some rule of the scan reads, and need

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -48,6 +49,44 @@ type Narrower interface {
 // few words for reports ("120 pods, 14 services").
 type Describer interface {
 	Describe(s *snapshot.Snapshot) string
+}
+
+// Resolver is a Source whose collection completes once every source of
+// the pass has collected: a node agent's cluster source looks up the
+// holders of the addresses the rules ask about (snapshot.HolderReader),
+// which ledgers read after it (the conntrack table) name. Resolve runs
+// only after a Collect that succeeded. On error it must leave s as
+// Collect left it, and the source's status becomes the error.
+type Resolver interface {
+	Resolve(ctx context.Context, s *snapshot.Snapshot) error
+}
+
+// Resolve runs Resolve on each source that is a Resolver and collected
+// completely into s, in order, and records a failure in the source's
+// status, with the time it took added to its duration.
+func Resolve(ctx context.Context, now func() time.Time, s *snapshot.Snapshot, sources ...Source) {
+	for _, src := range sources {
+		r, ok := src.(Resolver)
+		if !ok {
+			continue
+		}
+		i := slices.IndexFunc(s.Sources, func(st snapshot.SourceStatus) bool { return st.Name == src.Name() })
+		if i < 0 || s.Sources[i].Status != snapshot.StatusOK {
+			continue
+		}
+		start := now()
+		err := r.Resolve(ctx, s)
+		st := &s.Sources[i]
+		st.Duration += now().Sub(start)
+		switch {
+		case err != nil:
+			st.Status, st.Detail = snapshot.StatusError, err.Error()
+		default:
+			if d, ok := src.(Describer); ok {
+				st.Detail = d.Describe(s)
+			}
+		}
+	}
 }
 
 // Collect runs each source in order into a new snapshot taken at now. Every

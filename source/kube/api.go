@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
@@ -92,16 +94,26 @@ type InformerOptions struct {
 	// means the watch is stuck without having returned an error. Default
 	// 2m30s: one bookmark may be late or lost.
 	Silence time.Duration
+	// Node, when set, watches what kube-proxy on that node watches, and
+	// the node's own pods: every Service, EndpointSlice and ServiceCIDR,
+	// the Node called Node (field selector metadata.name) and the pods
+	// bound to it (field selector spec.nodeName). The snapshot's pods are
+	// then partial (snapshot.Kube.PodsPartial): the holders of other
+	// addresses are looked up when a rule needs them (Holders). Empty
+	// watches every Pod and Node of the cluster.
+	Node string
 }
 
 // DefaultSilence is InformerOptions.Silence when it is zero.
 const DefaultSilence = 150 * time.Second
 
-// Informers watches Pods (trimmed by TrimPod), Services, EndpointSlices that
-// belong to a Service, Nodes (trimmed to their addresses) and ServiceCIDRs in
-// every namespace, and converts what they hold into a snapshot.Kube on demand. It
-// is meant to live as long as the process: the one-shot scan and the
-// long-running agent use it alike.
+// Informers watches Pods (trimmed by TrimPod), Services, the EndpointSlices
+// kube-proxy reads (those of a Service, headless ones aside), Nodes
+// (trimmed to their addresses and pod CIDRs) and ServiceCIDRs in every
+// namespace, and converts what they hold into a snapshot.Kube on demand.
+// Scoped to a node (InformerOptions.Node), it watches that Node and its
+// pods only, as a node agent must. It is meant to live as long as the
+// process: the one-shot scan and the long-running agent use it alike.
 type Informers struct {
 	watched []*watched // pods, services, endpointslices, nodes, servicecidrs
 	wake    chan struct{}
@@ -109,6 +121,11 @@ type Informers struct {
 	started atomic.Bool
 	now     func() time.Time
 	silence time.Duration
+	// node is the node the pods and Nodes are scoped to; "" for none.
+	node string
+	// since records, for a node's informers, when each address was
+	// first seen listed for its pod (snapshot.Endpoint.Since).
+	since *endpointSince
 
 	// changes, once OnChange is called, gathers what changed.
 	tracking atomic.Bool
@@ -136,7 +153,7 @@ type watched struct {
 // NewInformers sets up the informers; nothing is requested from the API
 // server until Start.
 func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers {
-	i := &Informers{wake: make(chan struct{}, 1), now: opts.Now, silence: opts.Silence}
+	i := &Informers{wake: make(chan struct{}, 1), now: opts.Now, silence: opts.Silence, node: opts.Node}
 	if i.now == nil {
 		i.now = time.Now
 	}
@@ -144,7 +161,19 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 		i.silence = DefaultSilence
 	}
 	idx := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
-	onlyServices := func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName }
+	// The slices kube-proxy reads: those of a Service, and of a Service
+	// with a cluster IP (the EndpointSlice controller labels a headless
+	// Service's slices): no flow is translated to another.
+	onlyServices := func(o *metav1.ListOptions) { o.LabelSelector = sliceSelector }
+	// A node's informers ask for its own Node and pods only.
+	onlyNode := func(o *metav1.ListOptions, field string) {
+		if opts.Node != "" {
+			o.FieldSelector = fields.OneTermEqualSelector(field, opts.Node).String()
+		}
+	}
+	if opts.Node != "" {
+		i.since = &endpointSince{seen: map[netip.Addr]sinceEntry{}}
+	}
 	core, disc, netw := client.CoreV1(), client.DiscoveryV1(), client.NetworkingV1()
 	for _, w := range []struct {
 		resource  string
@@ -156,9 +185,11 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 	}{
 		{resPods, &corev1.Pod{},
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				onlyNode(&o, "spec.nodeName")
 				return core.Pods("").List(ctx, o)
 			},
 			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				onlyNode(&o, "spec.nodeName")
 				return core.Pods("").Watch(ctx, o)
 			},
 			idx, TrimPod},
@@ -182,9 +213,11 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 			idx, trimMeta},
 		{resNodes, &corev1.Node{},
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				onlyNode(&o, "metadata.name")
 				return core.Nodes().List(ctx, o)
 			},
 			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				onlyNode(&o, "metadata.name")
 				return core.Nodes().Watch(ctx, o)
 			},
 			cache.Indexers{}, trimNode},
@@ -235,10 +268,24 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 		// Neither call can fail before the informer runs.
 		_ = wd.informer.SetTransform(w.transform)
 		_ = wd.informer.SetWatchErrorHandler(func(_ *cache.Reflector, err error) { i.failed(wd, err) })
+		if w.resource == resEndpointSlices && i.since != nil {
+			_, _ = wd.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+				AddFunc:    func(obj any) { i.since.update(nil, obj, i.now()) },
+				UpdateFunc: func(old, obj any) { i.since.update(old, obj, i.now()) },
+				DeleteFunc: func(obj any) { i.since.update(obj, nil, i.now()) },
+			})
+		}
 		i.watched = append(i.watched, wd)
 	}
 	return i
 }
+
+// sliceSelector selects the EndpointSlices kube-proxy reads: those
+// labelled with their Service, but a headless Service's.
+var sliceSelector = discoveryv1.LabelServiceName + ",!" + corev1.IsHeadlessService
+
+// Node returns the node the informers are scoped to, "" for none.
+func (i *Informers) Node() string { return i.node }
 
 func (w *watched) heard(at time.Time) {
 	w.mu.Lock()
@@ -467,6 +514,10 @@ func (i *Informers) Snapshot() *snapshot.Kube {
 			k.NoServiceCIDRAPI = true
 		}
 	}
+	if i.node != "" {
+		k.PodsPartial, k.PodNode = true, i.node
+		i.since.fill(k.Endpoints, i.now())
+	}
 	sort.Slice(k.Pods, func(a, b int) bool { return refLess(k.Pods[a].Ref(), k.Pods[b].Ref()) })
 	sort.Slice(k.Services, func(a, b int) bool { return refLess(k.Services[a].Ref(), k.Services[b].Ref()) })
 	sort.Slice(k.Endpoints, func(a, b int) bool {
@@ -605,6 +656,66 @@ type APISource struct {
 	// Informers, when set, are read instead of new ones made from Client;
 	// the caller must have started them. Client may then be nil.
 	Informers *Informers
+	// Holders looks up the pods at the addresses the rules ask about,
+	// when Informers are scoped to a node (source.Resolver).
+	Holders *Holders
+
+	readers []any
+}
+
+// Narrow records the rules that read the cluster objects
+// (source.Narrower): those that are snapshot.HolderReaders say which
+// holders to look up.
+func (a *APISource) Narrow(readers []any) { a.readers = readers }
+
+// Resolve completes the cluster objects of a node's informers once every
+// source has collected (source.Resolver): the pods at the addresses the
+// rules ask about are looked up and added, and those that cannot be are
+// listed in Kube.Unlooked. A failed lookup leaves s untouched.
+func (a *APISource) Resolve(ctx context.Context, s *snapshot.Snapshot) error {
+	if s.Kube == nil || !s.Kube.PodsPartial {
+		return nil
+	}
+	k, err := resolveHolders(ctx, a.Holders, a.readers, s)
+	if err != nil {
+		return err
+	}
+	if k != s.Kube && a.Informers != nil && a.Informers.since != nil {
+		k.Endpoints = learnSince(k, a.Informers.since)
+	}
+	s.Kube = k
+	return nil
+}
+
+// learnSince returns k's endpoints with each one at a looked-up address
+// whose listed pod was found there dated from that pod's start, when it is
+// earlier than when the address was first seen listed for it; since
+// remembers it for the next snapshots.
+func learnSince(k *snapshot.Kube, since *endpointSince) []snapshot.Endpoint {
+	byUID := map[string]*snapshot.Pod{}
+	for i := range k.Pods {
+		byUID[k.Pods[i].UID] = &k.Pods[i]
+	}
+	var out []snapshot.Endpoint
+	for i := range k.Endpoints {
+		ep := &k.Endpoints[i]
+		if ep.PodUID == "" || !k.Looked[ep.Address] {
+			continue
+		}
+		p := byUID[ep.PodUID]
+		if p == nil || !p.HasIP(ep.Address) || p.Since().IsZero() || !p.Since().Before(ep.Since) {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(k.Endpoints)
+		}
+		out[i].Since = p.Since()
+		since.learn(ep.Address, ep.PodUID, p.Since())
+	}
+	if out == nil {
+		return k.Endpoints
+	}
+	return out
 }
 
 // Name returns "kube".

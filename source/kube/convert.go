@@ -121,12 +121,13 @@ func Endpoints(es *discoveryv1.EndpointSlice) []snapshot.Endpoint {
 			node = *ep.NodeName
 		}
 		var pod *snapshot.ObjectRef
+		var podUID string
 		if tr := ep.TargetRef; tr != nil && tr.Kind == "Pod" && (tr.APIVersion == "" || tr.APIVersion == "v1") {
 			ns := tr.Namespace
 			if ns == "" {
 				ns = es.Namespace
 			}
-			pod = &snapshot.ObjectRef{Namespace: ns, Name: tr.Name}
+			pod, podUID = &snapshot.ObjectRef{Namespace: ns, Name: tr.Name}, string(tr.UID)
 		}
 		for _, a := range ep.Addresses {
 			ip, ok := parseIP(a)
@@ -144,7 +145,7 @@ func Endpoints(es *discoveryv1.EndpointSlice) []snapshot.Endpoint {
 			}
 			if pod != nil {
 				p := *pod
-				e.Pod = &p
+				e.Pod, e.PodUID = &p, podUID
 			}
 			out = append(out, e)
 		}

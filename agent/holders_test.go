@@ -1,0 +1,66 @@
+package agent
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ghostwatch/ghostwatch/internal/kubefake"
+	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/source/kube"
+)
+
+// The agent watches its own node's pods only: a pod elsewhere that comes
+// to hold a stale flow's backend address, with no EndpointSlice mentioning
+// it, reaches no watch. The agent still finds it, within the longest time
+// an answer of who holds an address is kept (here shortened to 300ms; the
+// default is kube.DefaultMaxHolderTTL): the flow, which a Service with a
+// selector could never have sent to a pod of another namespace, is then
+// misdelivered, not stale.
+func TestAHolderElsewhereIsFoundWithoutAWatchedChange(t *testing.T) {
+	objs := cluster()
+	for _, o := range objs {
+		if svc, ok := o.(*corev1.Service); ok {
+			svc.Spec.Selector = map[string]string{"app": "svc"}
+		}
+	}
+	client := kubefake.NewClientset(objs...)
+	holders := &kube.Holders{Client: client, TTL: 100 * time.Millisecond, MaxTTL: 300 * time.Millisecond}
+	h := startWith(t, client, reportOnly, func(c *Config) {
+		c.Now = nil
+		c.Informers = kube.NewInformers(client, kube.InformerOptions{Node: "node-a", Silence: 24 * time.Hour})
+		c.Holders = holders
+		// Only the holders' answers running out may bring the finding
+		// to light: no scheduled audit in the test's time.
+		c.AuditInterval = time.Hour
+	}, staleFlow())
+	findings := func(id, sev string) float64 {
+		return testutil.ToFloat64(h.agent.cfg.Metrics.Findings.WithLabelValues(id, sev))
+	}
+	waitFor(t, "the stale flow's finding", func() bool { return findings(rule.StaleNATFlowID, "warning") == 1 })
+	if n := holders.Lookups(); n == 0 {
+		t.Fatal("the stale flow's backend was judged without asking who holds it")
+	}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "newcomer", UID: "u9"},
+		Spec:   corev1.PodSpec{NodeName: "node-b"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.0.9", PodIPs: []corev1.PodIP{{IP: "10.244.0.9"}}}}
+	created := time.Now()
+	if _, err := client.CoreV1().Pods("other").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the misdelivered flow's finding", func() bool { return findings(rule.MisdeliveredFlowID, "critical") == 1 })
+	if took := time.Since(created); took > time.Second {
+		t.Errorf("found after %s: want within the longest answer time (300ms) and an audit", took)
+	}
+	if findings(rule.StaleNATFlowID, "warning") != 0 {
+		t.Error("the flow is still reported stale")
+	}
+	if _, ok := holders.Due(netip.MustParseAddr("10.244.0.9")); !ok {
+		t.Error("the backend's answer is not kept")
+	}
+}
