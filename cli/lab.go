@@ -14,6 +14,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ghostwatch/ghostwatch/internal/cmdline"
 	"github.com/ghostwatch/ghostwatch/lab"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 )
@@ -124,7 +125,7 @@ builds it (--cni-bin, default $GHOSTWATCH_CNI_BIN).`,
 			})
 		},
 	}
-	addOutputFlag(cmd, &output, "text is the timeline; json and yaml print what the runs measured, as one object, and the timeline goes to stderr")
+	cmdline.AddOutputFlag(cmd, &output, "text is the timeline; json and yaml print what the runs measured, as one object, and the timeline goes to stderr")
 	cmd.Flags().StringVar(&o.CNIBin, "cni-bin", "", "the directory holding the host-local plugin scripts/cni-plugins.sh builds (default $GHOSTWATCH_CNI_BIN)")
 	cmd.Flags().IntVar(&o.Pods, "pods", 3, "how many pods run on the node when its store is wiped")
 	return cmd
@@ -178,11 +179,11 @@ start, as on the timeline), and the timeline goes to stderr.`,
 		Example: "  ghostwatch lab calico-misbook --kube-bin \"$(scripts/kube-binaries.sh)\" --calico-bin \"$(scripts/calico-binaries.sh)\"\n  ghostwatch lab calico-misbook --leak-grace-period 1m -o json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if _, err := checkOutput(output, nil); err != nil {
+			if _, err := cmdline.CheckOutput(output, nil); err != nil {
 				return err
 			}
 			if o.LeakGracePeriod < lab.MinMisbookGrace {
-				return withCode(ExitError, fmt.Errorf("--leak-grace-period %s: at least %s, so that the fix is played before the collector can free the address", o.LeakGracePeriod, lab.MinMisbookGrace))
+				return cmdline.WithCode(ExitError, fmt.Errorf("--leak-grace-period %s: at least %s, so that the fix is played before the collector can free the address", o.LeakGracePeriod, lab.MinMisbookGrace))
 			}
 			return runLab(streams, output, func(timeline io.Writer) (any, error) {
 				o.Out = timeline
@@ -190,7 +191,7 @@ start, as on the timeline), and the timeline goes to stderr.`,
 			})
 		},
 	}
-	addOutputFlag(cmd, &output, "text is the timeline; json and yaml print what the run measured, as one object, and the timeline goes to stderr")
+	cmdline.AddOutputFlag(cmd, &output, "text is the timeline; json and yaml print what the run measured, as one object, and the timeline goes to stderr")
 	f := cmd.Flags()
 	f.StringVar(&o.KubeBin, "kube-bin", "", "the directory of the Kubernetes binaries scripts/kube-binaries.sh builds (default $GHOSTWATCH_KUBE_BIN)")
 	f.StringVar(&o.CalicoBin, "calico-bin", "", "the directory of the Calico binaries scripts/calico-binaries.sh builds (default $GHOSTWATCH_CALICO_BIN)")
@@ -252,7 +253,7 @@ timeline goes to stderr.`,
 			})
 		},
 	}
-	addOutputFlag(cmd, &output, "text is the timeline; json and yaml print what the acts measured, as one object, and the timeline goes to stderr")
+	cmdline.AddOutputFlag(cmd, &output, "text is the timeline; json and yaml print what the acts measured, as one object, and the timeline goes to stderr")
 	return cmd
 }
 
@@ -277,7 +278,7 @@ lab whose longer prefix starts with this one. It needs root.`,
 				fmt.Fprintf(streams.Out, "removed network namespace %s\n", n)
 			}
 			if err != nil {
-				return withCode(ExitError, err)
+				return cmdline.WithCode(ExitError, err)
 			}
 			if len(removed) == 0 {
 				fmt.Fprintf(streams.Out, "nothing to do: no network namespace named %s-* is left\n", prefix)
@@ -308,7 +309,7 @@ func newScenarioCommand(streams genericiooptions.IOStreams, name string, run sce
 		},
 	}
 	f := cmd.Flags()
-	addOutputFlag(cmd, &output, "text is the timeline; json and yaml print what the runs measured, as one object, and the timeline goes to stderr")
+	cmdline.AddOutputFlag(cmd, &output, "text is the timeline; json and yaml print what the runs measured, as one object, and the timeline goes to stderr")
 	f.BoolVar(&o.ReuseIP, "reuse-ip", false, "give the new pod the old pod's IP")
 	f.StringVar(&o.Prefix, "prefix", "gw-lab", "name prefix of the network namespaces the lab creates")
 	f.DurationVar(&o.Observe, "observe", 15*time.Second, "how long to watch the client after its backend died")
@@ -324,7 +325,7 @@ func newScenarioCommand(streams genericiooptions.IOStreams, name string, run sce
 // --output prints what it measured on stdout as one json or yaml object.
 // A closed stdout stops the lab through its cleanup (notifySIGPIPE).
 func runLab(streams genericiooptions.IOStreams, output string, run func(timeline io.Writer) (any, error)) error {
-	format, err := checkOutput(output, nil)
+	format, err := cmdline.CheckOutput(output, nil)
 	if err != nil {
 		return err
 	}
@@ -335,10 +336,10 @@ func runLab(streams genericiooptions.IOStreams, output string, run func(timeline
 	}
 	res, err := run(timeline)
 	if err != nil {
-		return withCode(ExitError, err)
+		return cmdline.WithCode(ExitError, err)
 	}
 	if err := writeResult(streams.Out, format, res); err != nil {
-		return withCode(ExitError, fmt.Errorf("writing the result: %w", err))
+		return cmdline.WithCode(ExitError, fmt.Errorf("writing the result: %w", err))
 	}
 	return nil
 }
