@@ -32,7 +32,8 @@ recycled. The rules it runs:
 ` + ruleList(rule.All(rule.Config{})) + `
   ghostwatch scan      one-shot audit of this node and the cluster
   ghostwatch agent     the node DaemonSet: watch, export metrics, and (if asked) remove ghosts
-  ghostwatch lab       rebuild an incident on the real kernel, in network namespaces
+  ghostwatch-lab       rebuild an incident on the real kernel, in network namespaces
+                       (a binary of its own: go run ./cmd/ghostwatch-lab)
 
 Exit codes: 0 nothing found at or above --fail-on, 1 findings, 2 could not run.`,
 		SilenceUsage:  true,
@@ -44,7 +45,7 @@ Exit codes: 0 nothing found at or above --fail-on, 1 findings, 2 could not run.`
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
-	root.AddCommand(newScanCommand(streams), newAgentCommand(streams), newControllerCommand(streams), newLabCommand(streams), newVersionCommand(streams))
+	root.AddCommand(newScanCommand(streams), newAgentCommand(streams), newControllerCommand(streams), newLabCommand(), newVersionCommand(streams))
 	return root
 }
 
