@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -31,4 +32,22 @@ func run(t *testing.T, stdin string, args ...string) (int, string, string) {
 	streams := genericiooptions.IOStreams{In: strings.NewReader(stdin), Out: &out, ErrOut: &errOut}
 	code := cmdline.Execute(context.Background(), NewRootCommand(streams), args, streams)
 	return code, out.String(), errOut.String()
+}
+
+// ghostwatch-lab's root holds what `ghostwatch lab` held, every incident
+// and the cleanup, and says its version as ghostwatch does.
+func TestRootCommands(t *testing.T) {
+	code, out, errOut := run(t, "", "--help")
+	if code != cmdline.ExitOK || !strings.HasPrefix(out, "ghostwatch-lab rebuilds an incident") {
+		t.Fatalf("--help: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	for _, c := range []string{"conntrack-deploy", "conntrack-pool", "hostlocal-wipe", "calico-misbook", "gossip-reuse", "cleanup", "version"} {
+		if !strings.Contains(out, "\n  "+c+" ") {
+			t.Errorf("--help does not list %s:\n%s", c, out)
+		}
+	}
+	code, out, errOut = run(t, "", "version")
+	if code != cmdline.ExitOK || !strings.HasPrefix(out, "ghostwatch-lab ") || !strings.Contains(out, "(commit ") || !strings.Contains(out, runtime.Version()) {
+		t.Errorf("version: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
 }
