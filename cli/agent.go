@@ -25,6 +25,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/ghostwatch/ghostwatch/agent"
+	"github.com/ghostwatch/ghostwatch/internal/cmdline"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -268,24 +269,24 @@ func newLogger(w io.Writer, format, levelName string) (*slog.Logger, error) {
 func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStreams) error {
 	log, err := o.validate(streams)
 	if err != nil {
-		return withCode(ExitError, err)
+		return cmdline.WithCode(ExitError, err)
 	}
 	// client-go logs through klog: its lines come out in the same format.
 	klog.SetSlogLogger(log)
 	npa, err := parsePrefixes(o.nodePortAddresses)
 	if err != nil {
-		return withCode(ExitError, fmt.Errorf("--nodeport-addresses: %w", err))
+		return cmdline.WithCode(ExitError, fmt.Errorf("--nodeport-addresses: %w", err))
 	}
 	scidrs, err := parsePrefixes(o.serviceCIDRs)
 	if err != nil {
-		return withCode(ExitError, fmt.Errorf("--service-cidr: %w", err))
+		return cmdline.WithCode(ExitError, fmt.Errorf("--service-cidr: %w", err))
 	}
 	if err := conntrack.CheckNetAdmin(); err != nil {
-		return withCode(ExitError, fmt.Errorf("agent: %w", err))
+		return cmdline.WithCode(ExitError, fmt.Errorf("agent: %w", err))
 	}
 	conn, err := conntrack.Open()
 	if err != nil {
-		return withCode(ExitError, fmt.Errorf("agent: %w", err))
+		return cmdline.WithCode(ExitError, fmt.Errorf("agent: %w", err))
 	}
 	defer conn.Close()
 	// Subscribe before the first dump, so that no flow falls between them.
@@ -301,7 +302,7 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 	}
 	client, server, err := kube.ClientFromFlags(o.kubeFlags)
 	if err != nil {
-		return withCode(ExitError, err)
+		return cmdline.WithCode(ExitError, err)
 	}
 	node := resolveNodeName(o.nodeName)
 
@@ -316,7 +317,7 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 		Grace: o.grace, DryRun: o.dryRun, Budget: o.budget, BudgetInterval: o.budgetInterval, MaxPerGroup: o.maxPerBackend,
 	}, &remedy.Flows{Table: conn}, &remedy.Reservations{Root: o.hostRoot})
 	if err != nil {
-		return withCode(ExitError, fmt.Errorf("--remedy: %w", err))
+		return cmdline.WithCode(ExitError, fmt.Errorf("--remedy: %w", err))
 	}
 	cfg := agent.Config{
 		NodeName:   node,
@@ -347,7 +348,7 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 
 	stopServing, err := serveHTTP(o.listen, a.Handler(reg), log)
 	if err != nil {
-		return withCode(ExitError, err)
+		return cmdline.WithCode(ExitError, err)
 	}
 	log.Info("agent starting", "node", node, "apiServer", server, "mode", mode, "auditInterval", o.auditInterval,
 		"conntrackEvents", events != nil)
@@ -355,7 +356,7 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 	log.Info("agent stopping", "reason", context.Cause(ctx))
 	stopServing()
 	if runErr != nil {
-		return withCode(ExitError, runErr)
+		return cmdline.WithCode(ExitError, runErr)
 	}
 	return nil
 }

@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/ghostwatch/ghostwatch/controller"
+	"github.com/ghostwatch/ghostwatch/internal/cmdline"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/source/calico"
@@ -165,40 +166,40 @@ func (o *controllerOptions) validate(rules []rule.Rule) error {
 
 func (o *controllerOptions) run(ctx context.Context, streams genericiooptions.IOStreams, rules []rule.Rule) error {
 	if err := o.validate(rules); err != nil {
-		return withCode(ExitError, err)
+		return cmdline.WithCode(ExitError, err)
 	}
 	log, err := newLogger(streams.ErrOut, o.logFormat, o.logLevel)
 	if err != nil {
-		return withCode(ExitError, err)
+		return cmdline.WithCode(ExitError, err)
 	}
 	klog.SetSlogLogger(log)
 	identity := firstOf(o.identity, os.Getenv("POD_NAME"))
 	if identity == "" {
 		if identity, err = os.Hostname(); err != nil {
-			return withCode(ExitError, fmt.Errorf("--identity: none given and no hostname: %w", err))
+			return cmdline.WithCode(ExitError, fmt.Errorf("--identity: none given and no hostname: %w", err))
 		}
 	}
 	ns := firstOf(o.leaseNamespace, os.Getenv("POD_NAMESPACE"), "ghostwatch")
 	client, server, err := kube.ClientFromFlags(o.kubeFlags)
 	if err != nil {
-		return withCode(ExitError, err)
+		return cmdline.WithCode(ExitError, err)
 	}
 	restConfig, err := o.kubeFlags.ToRESTConfig()
 	if err != nil {
-		return withCode(ExitError, fmt.Errorf("kubeconfig: %w", err))
+		return cmdline.WithCode(ExitError, fmt.Errorf("kubeconfig: %w", err))
 	}
 	restConfig = rest.CopyConfig(restConfig)
 	restConfig.UserAgent = "ghostwatch"
 	dyn, err := dynamic.NewForConfig(restConfig)
 	if err != nil {
-		return withCode(ExitError, fmt.Errorf("API server %s: %w", server, err))
+		return cmdline.WithCode(ExitError, fmt.Errorf("API server %s: %w", server, err))
 	}
 	// An API server it cannot reach at start is an error that says so:
 	// the replica restarts (CrashLoopBackOff shows why) rather than stand
 	// by for a Lease it can never read. Later outages are the leader
 	// election's to ride out.
 	if err := reachable(ctx, client); err != nil {
-		return withCode(ExitError, fmt.Errorf("controller: the API server at %s: %w", server, err))
+		return cmdline.WithCode(ExitError, fmt.Errorf("controller: the API server at %s: %w", server, err))
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -214,19 +215,19 @@ func (o *controllerOptions) run(ctx context.Context, streams genericiooptions.IO
 	})
 	if len(o.remedies) > 0 {
 		if err := c.EnableRemedies(o.remedies, remedy.Settings{Grace: o.grace, DryRun: o.dryRun, Budget: o.budget, BudgetInterval: o.budgetInterval}); err != nil {
-			return withCode(ExitError, err)
+			return cmdline.WithCode(ExitError, err)
 		}
 	}
 	stopServing, err := serveHTTP(o.listen, c.Handler(reg), log)
 	if err != nil {
-		return withCode(ExitError, err)
+		return cmdline.WithCode(ExitError, err)
 	}
 	log.Info("controller starting", "identity", identity, "lease", ns+"/"+o.leaseName, "apiServer", server, "rules", rule.IDs(rules), "remedies", o.remedies, "dryRun", o.dryRun)
 	runErr := c.Run(ctx)
 	log.Info("controller stopping", "reason", context.Cause(ctx), "err", runErr)
 	stopServing()
 	if runErr != nil {
-		return withCode(ExitError, fmt.Errorf("controller: %w", runErr))
+		return cmdline.WithCode(ExitError, fmt.Errorf("controller: %w", runErr))
 	}
 	return nil
 }

@@ -2,45 +2,24 @@ package cli
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
+	"github.com/ghostwatch/ghostwatch/internal/cmdline"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 )
 
 // Exit codes shared by all commands.
 const (
-	ExitOK       = 0 // nothing at or above --fail-on
-	ExitFindings = 1 // findings at or above --fail-on
-	ExitError    = 2 // could not run, or evidence incomplete
+	ExitOK       = cmdline.ExitOK       // nothing at or above --fail-on
+	ExitFindings = cmdline.ExitFindings // findings at or above --fail-on
+	ExitError    = cmdline.ExitError    // could not run, or evidence incomplete
 )
-
-// exitError carries an exit code through cobra.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
-
-// withCode makes err exit the process with code.
-func withCode(code int, err error) error { return &exitError{code: code, err: err} }
-
-// findingsExit is returned when the command ran but found something: it
-// sets the exit code without printing an error.
-var errFindings = errors.New("findings at or above --fail-on")
 
 // NewRootCommand builds the ghostwatch command tree writing to streams.
 func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
@@ -53,63 +32,37 @@ recycled. The rules it runs:
 ` + ruleList(rule.All(rule.Config{})) + `
   ghostwatch scan      one-shot audit of this node and the cluster
   ghostwatch agent     the node DaemonSet: watch, export metrics, and (if asked) remove ghosts
-  ghostwatch lab       rebuild an incident on the real kernel, in network namespaces
+  ghostwatch-lab       rebuild an incident on the real kernel, in network namespaces
+                       (a binary of its own: go run ./cmd/ghostwatch-lab)
 
 Exit codes: 0 nothing found at or above --fail-on, 1 findings, 2 could not run.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// Every duration flag of every command is a length of time: a
 		// negative one is a mistake, never a way to turn something off.
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			var err error
-			cmd.Flags().VisitAll(func(f *pflag.Flag) {
-				if f.Value.Type() == "duration" && err == nil {
-					if v, perr := time.ParseDuration(f.Value.String()); perr == nil && v < 0 {
-						err = withCode(ExitError, fmt.Errorf("--%s %s: a duration must not be negative", f.Name, f.Value))
-					}
-				}
-			})
-			return err
-		},
+		PersistentPreRunE: cmdline.NoNegativeDurations,
 	}
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
-	root.AddCommand(newScanCommand(streams), newAgentCommand(streams), newControllerCommand(streams), newLabCommand(streams), newVersionCommand(streams))
+	root.AddCommand(newScanCommand(streams), newAgentCommand(streams), newControllerCommand(streams), newLabCommand(), newVersionCommand(streams))
 	return root
 }
 
 // Main runs the command line and returns the process exit code.
 func Main() int {
 	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
-	// Ctrl-C, a stop, or the terminal closing: each command ends through
-	// its cleanup (the lab removes its namespaces, the agent stops).
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	defer stop()
 	root := NewRootCommand(streams)
 	if strings.HasPrefix(filepath.Base(os.Args[0]), "kubectl-") {
 		asKubectlPlugin(root)
 	}
-	return Execute(ctx, root, os.Args[1:], streams)
+	return cmdline.Run(root, streams)
 }
 
 // Execute runs cmd with args and maps the outcome to an exit code, printing
 // errors as one line "ghostwatch: <error>".
 func Execute(ctx context.Context, cmd *cobra.Command, args []string, streams genericiooptions.IOStreams) int {
-	cmd.SetArgs(args)
-	err := cmd.ExecuteContext(ctx)
-	if err == nil {
-		return ExitOK
-	}
-	if errors.Is(err, errFindings) {
-		return ExitFindings
-	}
-	fmt.Fprintf(streams.ErrOut, "ghostwatch: %v\n", err)
-	var ee *exitError
-	if errors.As(err, &ee) {
-		return ee.code
-	}
-	return ExitError
+	return cmdline.Execute(ctx, cmd, args, streams)
 }
 
 // asKubectlPlugin makes the help read as kubectl runs the binary, installed

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/audit"
 	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/internal/cmdline"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/sink"
 	"github.com/ghostwatch/ghostwatch/source"
@@ -100,9 +101,9 @@ source was incomplete (then no finding is claimed for what it would have read).`
 	f.DurationVar(&o.syncTimeout, "sync-timeout", 30*time.Second, "how long to wait for the API server to list the objects")
 	f.DurationVar(&o.clockSkew, "clock-skew", 2*time.Second, "how far the node clock may be ahead of the API server's when proving a flow predates a pod")
 	f.StringVar(&o.hostRoot, "host-root", "/", "the node's / as this process sees it: host-local's store, the CNI configurations and Calico's nodename file are read under it ("+hostlocal.DefaultDataDir+", "+hostlocal.ConfDir+", "+caliconode.DefaultNodename+"); offline (with --kube-objects or --conntrack-file) they are read only when this is given, from a copy")
-	addOutputFlag(cmd, &o.output, `text is the table ("table" works too), json and yaml the report as one object`)
-	completeWith(cmd, "fail-on", "info", "warning", "critical", "none")
-	completeWith(cmd, "rule", rule.IDs(rule.All(rule.Config{}))...)
+	cmdline.AddOutputFlag(cmd, &o.output, `text is the table ("table" works too), json and yaml the report as one object`)
+	cmdline.CompleteWith(cmd, "fail-on", "info", "warning", "critical", "none")
+	cmdline.CompleteWith(cmd, "rule", rule.IDs(rule.All(rule.Config{}))...)
 	return cmd
 }
 
@@ -111,25 +112,25 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	if o.failOn != "none" {
 		var err error
 		if failOn, err = finding.ParseSeverity(o.failOn); err != nil {
-			return withCode(ExitError, fmt.Errorf("--fail-on: %w", err))
+			return cmdline.WithCode(ExitError, fmt.Errorf("--fail-on: %w", err))
 		}
 	}
-	output, err := checkOutput(o.output, map[string]string{"table": "text"})
+	output, err := cmdline.CheckOutput(o.output, map[string]string{"table": "text"})
 	if err != nil {
 		return err
 	}
 	npa, err := parsePrefixes(o.nodePortAddresses)
 	if err != nil {
-		return withCode(ExitError, fmt.Errorf("--nodeport-addresses: %w", err))
+		return cmdline.WithCode(ExitError, fmt.Errorf("--nodeport-addresses: %w", err))
 	}
 	scidrs, err := parsePrefixes(o.serviceCIDRs)
 	if err != nil {
-		return withCode(ExitError, fmt.Errorf("--service-cidr: %w", err))
+		return cmdline.WithCode(ExitError, fmt.Errorf("--service-cidr: %w", err))
 	}
 	cfg := rule.Config{Conntrack: rule.ConntrackConfig{NodePortAddresses: npa, ServiceCIDRs: scidrs, ClockSkew: o.clockSkew}}
 	rules, err := rule.Select(cfg, o.rules)
 	if err != nil {
-		return withCode(ExitError, fmt.Errorf("--rule: %w", err))
+		return cmdline.WithCode(ExitError, fmt.Errorf("--rule: %w", err))
 	}
 	// host-local's store is this host's when scanning live; offline, only
 	// the copy --host-root names: without it the rules that need the
@@ -144,7 +145,7 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 			if !slices.Contains(need, hostlocal.Name) && !slices.Contains(need, caliconode.Name) {
 				kept = append(kept, r)
 			} else if len(o.rules) > 0 {
-				return withCode(ExitError, fmt.Errorf("--rule %s reads the node's files, and an offline scan reads none of this host: pass --host-root with a copy of the node's %s, %s and %s", r.Info().ID, hostlocal.ConfDir, hostlocal.DefaultDataDir, path.Dir(caliconode.DefaultNodename)))
+				return cmdline.WithCode(ExitError, fmt.Errorf("--rule %s reads the node's files, and an offline scan reads none of this host: pass --host-root with a copy of the node's %s, %s and %s", r.Info().ID, hostlocal.ConfDir, hostlocal.DefaultDataDir, path.Dir(caliconode.DefaultNodename)))
 			}
 		}
 		rules = kept
@@ -152,7 +153,7 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	node := resolveNodeName(o.nodeName)
 
 	if n := stdinUses(o.kubeObjects, o.conntrackFile) + stdinUses(o.gossipMembers, ""); n > 1 {
-		return withCode(ExitError, errors.New(`"-" (stdin) is given more than once: stdin can feed only one input; save the others to files`))
+		return cmdline.WithCode(ExitError, errors.New(`"-" (stdin) is given more than once: stdin can feed only one input; save the others to files`))
 	}
 	var kubeSrc source.Source
 	if len(o.kubeObjects) > 0 {
@@ -160,7 +161,7 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	} else {
 		client, _, err := kube.ClientFromFlags(o.kubeFlags)
 		if err != nil {
-			return withCode(ExitError, err)
+			return cmdline.WithCode(ExitError, err)
 		}
 		kubeSrc = &kube.APISource{Client: client, Timeout: o.syncTimeout}
 	}
@@ -168,7 +169,7 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	// when a rule reads it: the cluster rules run anywhere kubectl does.
 	readsTable := len(rule.ReadersOf(rules, conntrack.Name)) > 0
 	if !readsTable && (o.conntrackFile != "" || o.capturedAt != "") {
-		return withCode(ExitError, fmt.Errorf("--conntrack-file and --captured-at: no rule of this scan reads the conntrack table (%s)", strings.Join(rule.IDs(rules), ", ")))
+		return cmdline.WithCode(ExitError, fmt.Errorf("--conntrack-file and --captured-at: no rule of this scan reads the conntrack table (%s)", strings.Join(rule.IDs(rules), ", ")))
 	}
 	var ctSrc source.Source = &conntrack.KernelSource{}
 	if o.conntrackFile != "" {
@@ -176,13 +177,13 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 		if o.capturedAt != "" {
 			t, err := time.Parse(time.RFC3339, o.capturedAt)
 			if err != nil {
-				return withCode(ExitError, fmt.Errorf("--captured-at %q: want a time as RFC 3339 writes it, e.g. 2026-11-22T14:05:00Z", o.capturedAt))
+				return cmdline.WithCode(ExitError, fmt.Errorf("--captured-at %q: want a time as RFC 3339 writes it, e.g. 2026-11-22T14:05:00Z", o.capturedAt))
 			}
 			fs.CapturedAt = t
 		}
 		ctSrc = fs
 	} else if o.capturedAt != "" {
-		return withCode(ExitError, errors.New("--captured-at needs --conntrack-file: a live table's ages count from now"))
+		return cmdline.WithCode(ExitError, errors.New("--captured-at needs --conntrack-file: a live table's ages count from now"))
 	}
 
 	// The cluster objects first: the conntrack dump keeps only the flows
@@ -193,18 +194,18 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	if len(rule.ReadersOf(rules, calico.Name)) > 0 {
 		src, err := o.calicoSource()
 		if err != nil {
-			return withCode(ExitError, err)
+			return cmdline.WithCode(ExitError, err)
 		}
 		sources = append(sources, src)
 	}
 	memberFlags := o.memberFlags()
 	if o.serfAuth != "" && len(o.serfAddrs) == 0 {
-		return withCode(ExitError, errors.New("--serf-auth needs --serf: it is the key of the Serf agents' RPC"))
+		return cmdline.WithCode(ExitError, errors.New("--serf-auth needs --serf: it is the key of the Serf agents' RPC"))
 	}
 	if len(rule.ReadersOf(rules, gossip.Name)) > 0 {
 		switch {
 		case len(memberFlags) > 1:
-			return withCode(ExitError, fmt.Errorf("%s: give one kind of member list per scan (saved files, Consul agents or Serf agents), and scan once for each", strings.Join(memberFlags, " and ")))
+			return cmdline.WithCode(ExitError, fmt.Errorf("%s: give one kind of member list per scan (saved files, Consul agents or Serf agents), and scan once for each", strings.Join(memberFlags, " and ")))
 		case len(o.gossipMembers) > 0:
 			sources = append(sources, &gossip.FileSource{Paths: o.gossipMembers, Stdin: streams.In})
 		case len(o.consulAddrs) > 0:
@@ -212,7 +213,7 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 			for _, a := range o.consulAddrs {
 				c, err := gossip.ConsulFromEnv(a)
 				if err != nil {
-					return withCode(ExitError, fmt.Errorf("--consul %s: %w", a, err))
+					return cmdline.WithCode(ExitError, fmt.Errorf("--consul %s: %w", a, err))
 				}
 				src.Agents = append(src.Agents, c)
 			}
@@ -227,7 +228,7 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 			sources = append(sources, gossip.NotGiven{})
 		}
 	} else if len(memberFlags) > 0 {
-		return withCode(ExitError, fmt.Errorf("%s: no rule of this scan reads gossip members (%s)", strings.Join(memberFlags, ", "), strings.Join(rule.IDs(rules), ", ")))
+		return cmdline.WithCode(ExitError, fmt.Errorf("%s: no rule of this scan reads gossip members (%s)", strings.Join(memberFlags, ", "), strings.Join(rule.IDs(rules), ", ")))
 	}
 	if readsTable && o.conntrackFile == "" && len(npa) == 0 {
 		sources = append(sources, &host.Addresses{})
@@ -247,28 +248,28 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 		Rules:    rules,
 	})
 	if err := checkNodeForHostLocal(res, node); err != nil {
-		return withCode(ExitError, err)
+		return cmdline.WithCode(ExitError, err)
 	}
 	if err := checkNode(res, node, npa); err != nil {
-		return withCode(ExitError, err)
+		return cmdline.WithCode(ExitError, err)
 	}
 	wrongNode := rule.WrongNode(rules, res.Snapshot)
 	if err := sink.Write(streams.Out, output, &res.Report, rules); err != nil {
-		return withCode(ExitError, fmt.Errorf("writing the report: %w", err))
+		return cmdline.WithCode(ExitError, fmt.Errorf("writing the report: %w", err))
 	}
 	if err := res.Incomplete(); err != nil {
-		return withCode(ExitError, fmt.Errorf("scan incomplete, no finding is claimed for what was not read: %w", err))
+		return cmdline.WithCode(ExitError, fmt.Errorf("scan incomplete, no finding is claimed for what was not read: %w", err))
 	}
 	if wrongNode != nil {
 		// The report stands for what it judged; NodePort flows were
 		// judged against another node's frontends.
-		return withCode(ExitError, wrongNode)
+		return cmdline.WithCode(ExitError, wrongNode)
 	}
 	if len(res.Skipped) == len(rules) {
-		return withCode(ExitError, fmt.Errorf("no rule could run: %s", res.Skipped[0].Reason))
+		return cmdline.WithCode(ExitError, fmt.Errorf("no rule could run: %s", res.Skipped[0].Reason))
 	}
 	if failOn != 0 && finding.AtLeast(res.Findings, failOn) {
-		return errFindings
+		return cmdline.ErrFindings
 	}
 	return nil
 }
@@ -399,9 +400,4 @@ func parsePrefixes(ss []string) ([]netip.Prefix, error) {
 		out = append(out, p.Masked())
 	}
 	return out, nil
-}
-
-// completeWith offers values as the shell completions of the flag name.
-func completeWith(cmd *cobra.Command, name string, values ...string) {
-	_ = cmd.RegisterFlagCompletionFunc(name, cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
 }

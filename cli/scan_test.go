@@ -397,3 +397,32 @@ func TestScanGossipFlagsConflict(t *testing.T) {
 		}
 	}
 }
+
+// scan -o text is the table, as -o table (still accepted) and the default.
+func TestScanTextIsTheTable(t *testing.T) {
+	_, def, _ := run(t, "", offline...)
+	for _, o := range []string{"text", "table"} {
+		code, out, errOut := run(t, "", append(append([]string(nil), offline...), "-o", o)...)
+		if code != ExitFindings || out != def {
+			t.Errorf("-o %s: exit %d, stderr %q, stdout differs from the default:\n%s", o, code, errOut, out)
+		}
+	}
+	if !strings.Contains(def, "stale-nat-flow: 2 findings") {
+		t.Errorf("default output is not the table:\n%s", def)
+	}
+}
+
+// scan names its outputs as every ghostwatch command does (the lab too): an
+// unknown -o gets the answer of internal/cmdline, before anything runs, and
+// the shell offers the same names.
+func TestOutputNamesShared(t *testing.T) {
+	code, out, errOut := run(t, "", append(append([]string(nil), offline...), "-o", "xml")...)
+	if code != ExitError || out != "" || errOut != "ghostwatch: -o \"xml\": want text, json or yaml\n" {
+		t.Errorf("scan -o xml: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, out, errOut = run(t, "", "__complete", "scan", "-o", "")
+	names, _, _ := strings.Cut(out, ":")
+	if code != ExitOK || names != "text\njson\nyaml\n" {
+		t.Errorf("completing scan -o: exit %d, stdout %q, stderr %q; want text, json, yaml", code, out, errOut)
+	}
+}

@@ -160,7 +160,7 @@ func CalicoMisbook(ctx context.Context, o CalicoMisbookOptions) (res *CalicoMisb
 	tl := newTimeline(o.Out, time.Now())
 	tl.failed = func(err error) { cancel(fmt.Errorf("writing the timeline: %w", err)) }
 	grace := o.LeakGracePeriod
-	tl.section("ghostwatch lab calico-misbook — seed 002: re-imaged nodes book their pods under another node's name (Calico v3.30.1, leakGracePeriod %s; Calico's default: 15m)", grace)
+	tl.section("ghostwatch-lab calico-misbook — seed 002: re-imaged nodes book their pods under another node's name (Calico v3.30.1, leakGracePeriod %s; Calico's default: 15m)", grace)
 
 	m := &misbook{tl: tl, grace: grace, res: &CalicoMisbookResult{Scenario: "calico-misbook", LeakGracePeriod: grace.String()}}
 	start := time.Now()

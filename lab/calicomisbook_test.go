@@ -17,7 +17,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/rule"
 )
 
-// The calico-misbook lab, as `ghostwatch lab calico-misbook` runs it, on
+// The calico-misbook lab, as `ghostwatch-lab calico-misbook` runs it, on
 // the real API server and Calico's own binaries: ghostwatch finds both
 // misbookings before the collector frees anything, with a window the
 // collector's free falls in; left alone, the next pod on the stale name's

@@ -223,7 +223,7 @@ func runOnce(ctx context.Context, claim *netbed.Claim, o Options, sc scenario, t
 	if withAgent {
 		how = "with the agent removing stale flows"
 	}
-	tl.section("ghostwatch lab %s — %s — %s", sc.name, sc.title, how)
+	tl.section("ghostwatch-lab %s — %s — %s", sc.name, sc.title, how)
 	defer func() {
 		cerr := bed.Close()
 		if cerr == nil {

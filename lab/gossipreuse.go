@@ -197,7 +197,7 @@ func GossipReuse(ctx context.Context, o GossipReuseOptions) (res *GossipReuseRes
 			res = nil
 		}
 	}()
-	tl.section("ghostwatch lab gossip-reuse — seed 000: a gossip member outlives its pod, and Kubernetes gives its address to the next pod (%s, %s; real members on 127.0.0.x, timings shortened: each act says which)",
+	tl.section("ghostwatch-lab gossip-reuse — seed 000: a gossip member outlives its pod, and Kubernetes gives its address to the next pod (%s, %s; real members on 127.0.0.x, timings shortened: each act says which)",
 		moduleVersion("github.com/hashicorp/memberlist"), moduleVersion("github.com/hashicorp/serf"))
 	tl.logf("lab", "no Kubernetes here: the pods are stated as the API server would list them (namespace, name, UID, IP, start time), and ghostwatch reads every live member's list as it reads a cluster's: memberlist's from the ghostwatch/gossip package's View over HTTP (%s), Serf's through its agent's RPC", gossip.Path)
 	tl.logf("lab", "every member has its own port here; in a cluster every pod uses the same one (7946), so a pod given a dead pod's address is reached where the dead one was: the new member binds the dead one's address and port")

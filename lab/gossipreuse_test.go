@@ -15,7 +15,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
-// The gossip-reuse lab, as `ghostwatch lab gossip-reuse` runs it, on real
+// The gossip-reuse lab, as `ghostwatch-lab gossip-reuse` runs it, on real
 // memberlist members and Serf agents: what each act's scans found, from
 // the result, and the timeline saying the pods and the settings.
 func TestGossipReuseScenario(t *testing.T) {

@@ -142,7 +142,7 @@ func TestRealHostLocalWipe(t *testing.T) {
 	}
 }
 
-// The hostlocal-wipe lab, as `ghostwatch lab hostlocal-wipe` runs it: its
+// The hostlocal-wipe lab, as `ghostwatch-lab hostlocal-wipe` runs it: its
 // prediction and both endings, measured, and a timeline that says them.
 func TestHostLocalWipeScenario(t *testing.T) {
 	bin, err := cni.FindHostLocal()

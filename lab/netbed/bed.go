@@ -190,7 +190,7 @@ func (b *Bed) Close() error {
 		}
 	}
 	// Released also when a namespace could not be removed: it is then a
-	// leftover, for `ghostwatch lab cleanup`.
+	// leftover, for `ghostwatch-lab cleanup`.
 	if err := claim.Release(); err != nil {
 		errs = append(errs, fmt.Errorf("releasing the prefix: %w", err))
 	}

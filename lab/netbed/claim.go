@@ -53,7 +53,7 @@ type LeftoversError struct {
 }
 
 func (e *LeftoversError) Error() string {
-	return fmt.Sprintf("leftovers of a lab that is no longer running: %s; remove them with `ghostwatch lab cleanup --prefix %s`",
+	return fmt.Sprintf("leftovers of a lab that is no longer running: %s; remove them with `ghostwatch-lab cleanup --prefix %s`",
 		strings.Join(e.Names, ", "), e.Prefix)
 }
 

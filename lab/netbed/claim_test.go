@@ -71,7 +71,7 @@ func TestClaimTellsARunningLabFromLeftovers(t *testing.T) {
 	if err := running.Release(); err != nil {
 		t.Fatal(err)
 	}
-	want = "leftovers of a lab that is no longer running: p-client, p-node; remove them with `ghostwatch lab cleanup --prefix p`"
+	want = "leftovers of a lab that is no longer running: p-client, p-node; remove them with `ghostwatch-lab cleanup --prefix p`"
 	var left *LeftoversError
 	if _, err := ClaimPrefix("p"); !errors.As(err, &left) || err.Error() != want {
 		t.Errorf("claiming p over leftovers: %v, want %q", err, want)

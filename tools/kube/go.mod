@@ -1,5 +1,5 @@
 // Builds the Kubernetes control-plane binaries the end-to-end tests and
-// `ghostwatch lab --control-plane=real` run: kube-apiserver,
+// `ghostwatch-lab ... --control-plane=real` run: kube-apiserver,
 // kube-controller-manager and kube-proxy from k8s.io/kubernetes, and etcd.
 // A module of its own so that none of this reaches ghostwatch's go.mod.
 // scripts/kube-binaries.sh builds from it.
