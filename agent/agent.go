@@ -5,13 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
-	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/ghostwatch/ghostwatch/audit"
@@ -21,63 +18,35 @@ import (
 	"github.com/ghostwatch/ghostwatch/sink"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
-	"github.com/ghostwatch/ghostwatch/source/conntrack"
-	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
 // Config is what the agent needs. Zero durations take the defaults below.
 type Config struct {
 	// NodeName is the Node the agent runs on.
 	NodeName string
-	// Informers hold the cluster; the agent starts them. Scoped to the
-	// node (kube.InformerOptions.Node), they cost the API server what
-	// kube-proxy costs, and Holders looks up the pods elsewhere that the
-	// rules ask about.
-	Informers *kube.Informers
-	// Holders looks up which pods hold an address outside the node, when
-	// Informers are scoped to it. A change that mentions an address
-	// drops its answer; the backends of findings are judged again when
-	// their answers run out.
-	Holders *kube.Holders
-	// Client reads afresh, with quorum reads, what a remedy's last
-	// re-check names. Required when Remedies are set.
-	Client kubernetes.Interface
-	// Conntrack returns the source reading this node's table: it passes
-	// every flow it reads to observe (when not nil) and keeps the flows its
-	// readers need (it must implement source.Narrower, as
-	// conntrack.KernelSource does).
-	Conntrack func(observe func(*snapshot.Flow)) source.Source
-	// FlowEvents, when set, streams the table's new and destroy events
-	// (a conntrack.Subscription, subscribed before Run so that nothing is
-	// missed between it and the first dump). The agent then keeps an index
-	// of DNATed flows by backend, and an API change makes it judge the
-	// flows of the backends that changed, from the index, instead of
-	// dumping the table. Without it every change dumps the table.
-	FlowEvents FlowEvents
-	// Host, when set, reads the node's own addresses (host.Addresses) at
-	// every audit, before the conntrack table: kube-proxy accepts NodePorts
-	// on each, so an address added to the node later is a frontend from
-	// the next audit on.
-	Host source.Source
-	// Sources are the node's other ledgers, read at every audit after the
-	// cluster and the conntrack table.
+	// Sources are read at every audit, in order, each seeing what the
+	// earlier ones collected (the cluster first, then the host's
+	// addresses, then the conntrack table): an audit is complete only when
+	// every one of them is. Those that are source.Live are started with
+	// the agent, must be ready before each audit, and their changes drive
+	// the audits between the scheduled ones; those that are
+	// source.Focuser are told what changed; a source.Fresher re-reads
+	// what a remedy's last re-check names.
 	Sources []source.Source
+	// Ledgers are the node's other ledgers (host-local's store, Calico's
+	// nodename), read after Sources: one that fails leaves its own rules
+	// out of the audit, and the rest stands.
+	Ledgers []source.Source
 	// Rules are the rules the agent runs: the registry's node rules.
 	Rules []rule.Rule
 	// Remedies are the remedies turned on (see remedy.Build); none only
 	// reports. The agent sets their Recheck.
 	Remedies []*remedy.Remedy
 	// AuditInterval is the period of the full audit that catches what
-	// events missed. Default 2m.
+	// changes missed. Default 2m.
 	AuditInterval time.Duration
-	// Debounce gathers a burst of API changes into one audit. Default 50ms.
+	// Debounce gathers a burst of changes into one audit. Default 50ms.
 	Debounce time.Duration
-	// NewFlowInterval is how often flows created since the last audit are
-	// looked at: those a rule would judge are judged. Default 1s.
-	NewFlowInterval time.Duration
-	// StaleWindow: a list/watch error this recent makes the caches
-	// untrusted. Default 60s.
-	StaleWindow time.Duration
 	// Metrics, when set, are updated after every audit.
 	Metrics *Metrics
 	// Events, when set, receives an Event for every action taken or refused.
@@ -90,11 +59,6 @@ type Config struct {
 	Log *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-}
-
-// FlowEvents streams conntrack events; conntrack.Subscription is one.
-type FlowEvents interface {
-	Run(ctx context.Context, fn func(conntrack.Event) error) error
 }
 
 // Status is the agent's state for /readyz and logs.
@@ -114,30 +78,21 @@ type Agent struct {
 	cfg    Config
 	events *sink.Events
 	poke   chan struct{}
-	// full asks for a full audit: the index missed events.
-	full chan struct{}
-	// local is true when every rule that reads conntrack promises that its
-	// verdict on a flow depends only on the flow's backend
-	// (snapshot.BackendLocal): a change then needs only the flows of the
-	// backends it mentions judged again.
-	local bool
+	live   []source.Live
 
-	// The rest belongs to the loop's goroutine (the index also takes
-	// events from another, under its own lock).
-	index *flowIndex
-	// last is the snapshot of the last complete audit; lastKeep its flow
-	// filter, for new flows.
+	// The rest belongs to the loop's goroutine.
+	//
+	// last is the snapshot of the last complete audit.
 	last *snapshot.Snapshot
+	// pending are the changes taken by audits that did not complete: the
+	// next audit judges them too.
+	pending source.Changes
 	// ledgerErr is, by source, the error of the other ledgers at the last
 	// audit ("" when read).
 	ledgerErr map[string]string
-	lastKeep  func(*snapshot.Flow) bool
-	// suspects are the backends of the last complete audit's findings and
-	// of new flows its filter keeps: judged again at every audit.
-	suspects []netip.Addr
-	// rejudge asks the next audit driven by a change to judge every
-	// indexed flow: changes were taken by an audit that did not complete.
-	rejudge bool
+	// graceDue is when the first finding of the last complete audit that
+	// waits out its grace period is due; zero when none waits.
+	graceDue time.Time
 
 	mu     sync.Mutex
 	status Status
@@ -151,25 +106,19 @@ func New(cfg Config) *Agent {
 	if cfg.Debounce <= 0 {
 		cfg.Debounce = 50 * time.Millisecond
 	}
-	if cfg.NewFlowInterval <= 0 {
-		cfg.NewFlowInterval = time.Second
-	}
-	if cfg.StaleWindow <= 0 {
-		cfg.StaleWindow = time.Minute
-	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	a := &Agent{cfg: cfg, poke: make(chan struct{}, 1), full: make(chan struct{}, 1), index: newFlowIndex(cfg.Now), local: true}
+	a := &Agent{cfg: cfg, poke: make(chan struct{}, 1)}
 	if cfg.Events != nil {
 		a.events = &sink.Events{Recorder: cfg.Events, Node: cfg.NodeName}
 	}
-	for _, r := range rule.ReadersOf(cfg.Rules, conntrack.Name) {
-		if _, ok := r.(snapshot.BackendLocal); !ok {
-			a.local = false
+	for _, src := range slices.Concat(cfg.Sources, cfg.Ledgers) {
+		if l, ok := src.(source.Live); ok {
+			a.live = append(a.live, l)
 		}
 	}
 	for _, rem := range cfg.Remedies {
@@ -191,50 +140,32 @@ func (a *Agent) Status() Status {
 // Run audits on every change and timer tick until ctx ends. It returns nil
 // when ctx ends, and an error only when it cannot start.
 func (a *Agent) Run(ctx context.Context) error {
-	if a.cfg.Informers == nil || a.cfg.Conntrack == nil {
-		return errors.New("agent: informers and a conntrack source are required")
+	if len(a.cfg.Sources) == 0 {
+		return errors.New("agent: no sources to read")
 	}
-	if len(a.cfg.Remedies) > 0 && a.cfg.Client == nil {
-		return errors.New("agent: remedies need a client to re-check against the API server")
+	if len(a.cfg.Remedies) > 0 && !slices.ContainsFunc(a.cfg.Sources, isFresher) {
+		return errors.New("agent: remedies need a source that re-reads the cluster afresh before acting")
 	}
-	if err := a.cfg.Informers.OnChange(func() { signal(a.poke) }); err != nil {
-		return err
-	}
-	a.cfg.Informers.Start(ctx)
-	var events sync.WaitGroup
-	defer events.Wait()
-	if a.cfg.FlowEvents != nil {
-		events.Add(1)
-		go func() {
-			defer events.Done()
-			a.followEvents(ctx)
-		}()
+	for _, l := range a.live {
+		l.OnChange(func() { signal(a.poke) })
+		if err := l.Start(ctx); err != nil {
+			return fmt.Errorf("agent: starting %s: %w", l.Name(), err)
+		}
 	}
 	a.mu.Lock()
 	a.status.Running = true
 	a.mu.Unlock()
 	ticker := time.NewTicker(a.cfg.AuditInterval)
 	defer ticker.Stop()
-	newFlows := time.NewTicker(a.cfg.NewFlowInterval)
-	defer newFlows.Stop()
-	var grace, retry, holders <-chan time.Time
+	var grace, retry <-chan time.Time
 	backoff := time.Duration(0)
-	trigger := triggerStart
+	trigger, full := triggerStart, true
 	for {
-		if wait := a.auditOnce(ctx, trigger); wait > 0 {
+		if wait := a.auditOnce(ctx, trigger, full); wait > 0 {
 			// Some findings wait out their grace period: look again then.
 			grace = time.After(wait)
 		} else {
 			grace = nil
-		}
-		// The suspects are judged again when the answer saying who holds
-		// one of their addresses runs out: a pod that came to one with no
-		// watched object mentioning it is found then.
-		holders = nil
-		if h := a.cfg.Holders; h != nil {
-			if due, ok := h.Due(a.suspects...); ok {
-				holders = time.After(max(due.Sub(a.cfg.Now()), time.Millisecond))
-			}
 		}
 		// A degraded agent looks again soon, and less often the longer it
 		// stays degraded: it says why as soon as the cause is known, and
@@ -251,19 +182,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			case <-ctx.Done():
 				return nil
 			case <-retry:
-				trigger = triggerRetry
+				trigger, full = triggerRetry, true
 			case <-ticker.C:
-				trigger = triggerTimer
-			case <-a.full:
-				trigger = triggerEventsLost
+				trigger, full = triggerTimer, true
 			case <-grace:
-				trigger = triggerGrace
-			case <-holders:
-				trigger = triggerHolders
-			case <-newFlows.C:
-				if a.newFlowsToJudge() {
-					trigger = triggerNewFlow
-				}
+				trigger, full = triggerGrace, false
 			case <-a.poke:
 				// Gather the rest of the burst.
 				t := time.NewTimer(a.cfg.Debounce)
@@ -277,25 +200,22 @@ func (a *Agent) Run(ctx context.Context) error {
 				case <-a.poke:
 				default:
 				}
-				trigger = triggerChange
+				trigger, full = triggerChange, false
 			}
 		}
 	}
 }
 
-// Audit triggers, as they appear in metrics and logs.
+// Audit triggers, as they appear in metrics and logs. An audit driven by a
+// change is counted under what the change was ("cluster", "new-flow",
+// "events-lost", "holders": source.Changes.Why).
 const (
-	triggerStart      = "start"
-	triggerTimer      = "timer"
-	triggerChange     = "change"
-	triggerGrace      = "grace"
-	triggerNewFlow    = "new-flow"
-	triggerEventsLost = "events-lost"
-	triggerRetry      = "retry"
-	triggerHolders    = "holders"
+	triggerStart  = "start"
+	triggerTimer  = "timer"
+	triggerChange = "change"
+	triggerGrace  = "grace"
+	triggerRetry  = "retry"
 )
-
-var triggers = []string{triggerStart, triggerTimer, triggerChange, triggerGrace, triggerNewFlow, triggerEventsLost, triggerRetry, triggerHolders}
 
 // maxRetry bounds how long a degraded agent waits before it looks again.
 const maxRetry = 30 * time.Second
@@ -307,142 +227,75 @@ func signal(c chan struct{}) {
 	}
 }
 
-// followEvents feeds conntrack events to the index until ctx ends. When
-// events are lost, the index is no longer trusted and a full audit is
-// asked for, which seeds it again.
-func (a *Agent) followEvents(ctx context.Context) {
-	for {
-		err := a.cfg.FlowEvents.Run(ctx, func(e conntrack.Event) error {
-			a.index.apply(e)
-			return nil
-		})
-		if ctx.Err() != nil {
-			return
-		}
-		a.index.invalidate()
-		if m := a.cfg.Metrics; m != nil {
-			m.EventsLost.Inc()
-		}
-		signal(a.full)
-		if errors.Is(err, conntrack.ErrOverflow) {
-			a.cfg.Log.Warn("conntrack events lost: the next audit reads the whole table", "err", err)
-			continue
-		}
-		a.cfg.Log.Error("conntrack events failed: audits read the whole table until they work again", "err", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-// newFlowsToJudge reports whether flows created since the last audit are
-// ones the rules would judge, by the last complete audit's filter: a
-// connection opened through a rule kube-proxy has not yet removed. Their
-// backends become suspects; the others are forgotten.
-func (a *Agent) newFlowsToJudge() bool {
-	if a.cfg.FlowEvents == nil || a.lastKeep == nil {
-		return false
-	}
-	found := false
-	for _, b := range a.index.takeDirty() {
-		for _, f := range a.index.flowsTo([]netip.Addr{b}) {
-			if a.lastKeep(&f) {
-				a.suspects = append(a.suspects, b)
-				found = true
-				break
-			}
-		}
-	}
-	return found
+func isFresher(s source.Source) bool {
+	_, ok := s.(source.Fresher)
+	return ok
 }
 
 // auditOnce runs one audit and, on complete evidence, the remedies. It
 // returns how long until the first finding waiting out its grace period is
-// due, or 0 when none waits.
-func (a *Agent) auditOnce(ctx context.Context, trigger string) (wait time.Duration) {
+// due, or 0 when none waits. A full audit reads every ledger afresh; one
+// driven by a change or a grace period reads what the changes concern.
+func (a *Agent) auditOnce(ctx context.Context, trigger string, full bool) (wait time.Duration) {
 	cfg := a.cfg
 	m := cfg.Metrics
-	if err := cfg.Informers.Stale(cfg.Now(), cfg.StaleWindow); err != nil {
-		if m != nil {
-			m.Sources([]snapshot.SourceStatus{{Name: kube.Name, Status: snapshot.StatusError}})
-		}
-		a.degrade(trigger, reasonCacheStale, err)
-		return 0
+	now := cfg.Now()
+	// Taken before the ledgers are read: a change that lands in between
+	// is judged now and again at the next audit, never missed.
+	changes := a.pending
+	a.pending = source.Changes{}
+	for _, l := range a.live {
+		changes.Merge(l.Changes())
 	}
-	// Taken before the cluster is read: a change that lands in between is
-	// judged now and again at the next audit, never missed.
-	changes := cfg.Informers.TakeChanges()
-	if cfg.Holders != nil {
-		// Who holds an address a change mentions is asked again.
-		for addr := range changes.Addrs {
-			cfg.Holders.Forget(addr)
+	if trigger == triggerChange {
+		if changes.Empty() {
+			// A source spoke (new flows no rule would judge): nothing to do.
+			return a.graceWait()
+		}
+		if changes.Why != "" {
+			trigger = changes.Why
 		}
 	}
-	// A change is judged from the index when it can be trusted; anything
-	// else reads the whole table, and seeds the index on the way.
-	scheduled := trigger == triggerStart || trigger == triggerTimer || trigger == triggerEventsLost || trigger == triggerRetry
-	full := cfg.FlowEvents == nil || !a.index.isValid() || scheduled
-	var ct source.Source
-	if full {
-		a.index.beginSeed()
-		ct = cfg.Conntrack(a.index.seed)
-	} else {
-		is := &indexSource{a: a, all: changes.Frontends || !a.local || a.rejudge}
-		for addr := range changes.Addrs {
-			is.changed = append(is.changed, addr)
+	for _, l := range a.live {
+		if err := l.Ready(now); err != nil {
+			a.pending = changes
+			if m != nil {
+				m.Sources([]snapshot.SourceStatus{{Name: l.Name(), Status: snapshot.StatusError}})
+			}
+			a.degrade(trigger, reasonCacheStale, err)
+			return 0
 		}
-		ct = is
+	}
+	for _, src := range slices.Concat(cfg.Sources, cfg.Ledgers) {
+		if f, ok := src.(source.Focuser); ok {
+			f.Focus(changes, full)
+		}
 	}
 	res := audit.Run(ctx, audit.Config{
 		NodeName: cfg.NodeName,
-		Sources:  append(a.sources(ct), cfg.Sources...),
+		Sources:  slices.Concat(cfg.Sources, cfg.Ledgers),
 		Rules:    cfg.Rules,
 		Now:      cfg.Now,
 	})
-	// Only the sources every audit needs make it incomplete; another
-	// ledger that fails (host-local's store) leaves its own rules out of
-	// this audit, and the rest stands.
-	core := a.coreSources()
-	if full {
-		a.index.endSeed(res.IncompleteOf(core...) == nil)
-		if scheduled {
-			// A full audit streams the whole table through memory: give
-			// what it left behind back to the node now rather than minutes
-			// later, when the runtime would. One collection per scheduled
-			// audit; not per change, when there are no events to index.
-			defer debug.FreeOSMemory()
-		}
-	}
 	if m != nil {
 		m.Sources(res.Sources)
 	}
+	core := make([]string, len(cfg.Sources))
+	for i, src := range cfg.Sources {
+		core[i] = src.Name()
+	}
 	a.logLedgers(res.Sources, core)
+	// Only the sources every audit needs make it incomplete; another
+	// ledger that fails (host-local's store) leaves its own rules out of
+	// this audit, and the rest stands.
 	if err := res.IncompleteOf(core...); err != nil {
-		// The changes this audit took were not judged: the next one judges
-		// every indexed flow.
-		a.rejudge = true
+		// The changes this audit took were not judged: the next one
+		// judges them too.
+		a.pending.Merge(changes)
 		a.degrade(trigger, reasonSourceError, err)
 		return 0
 	}
-	a.rejudge = false
 	a.last = res.Snapshot
-	a.lastKeep, _ = conntrack.Filter(rule.ReadersOf(cfg.Rules, conntrack.Name), res.Snapshot)
-	// The backends of the flows the rules kept (every finding's among
-	// them: findings come from kept flows) are judged again at every audit: what became of their pods
-	// may reach no watched object (a pod elsewhere that leaves).
-	a.suspects = a.suspects[:0]
-	if ct := res.Snapshot.Conntrack; ct != nil {
-		seen := map[netip.Addr]bool{}
-		for i := range ct.Flows {
-			if b := ct.Flows[i].Reply.Src.Unmap(); !seen[b] {
-				seen[b] = true
-				a.suspects = append(a.suspects, b)
-			}
-		}
-	}
-
 	if m != nil {
 		m.Publish(res.Findings)
 	}
@@ -457,23 +310,27 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string) (wait time.Durati
 		}
 	}
 	if m != nil {
-		if cfg.FlowEvents != nil {
-			m.IndexFlows.Set(float64(a.index.len()))
-		} else if res.Snapshot.Conntrack != nil {
-			m.IndexFlows.Set(float64(len(res.Snapshot.Conntrack.Flows)))
-		}
 		m.Audits.WithLabelValues(trigger, "complete").Inc()
 		m.setDegraded(limits...)
+	}
+	a.graceDue = time.Time{}
+	if wait > 0 {
+		a.graceDue = cfg.Now().Add(wait)
 	}
 	a.mu.Lock()
 	a.status.LastAudit, a.status.Degraded, a.status.Findings = cfg.Now(), "", len(res.Findings)
 	a.mu.Unlock()
-	kept := 0
-	if res.Snapshot.Conntrack != nil {
-		kept = len(res.Snapshot.Conntrack.Flows)
-	}
-	cfg.Log.Debug("audit", "trigger", trigger, "findings", len(res.Findings), "flows", kept)
+	cfg.Log.Debug("audit", "trigger", trigger, "full", full, "findings", len(res.Findings))
 	return wait
+}
+
+// graceWait returns how long until the first finding of the last complete
+// audit that waits out its grace period is due, when no audit ran.
+func (a *Agent) graceWait() time.Duration {
+	if a.graceDue.IsZero() {
+		return 0
+	}
+	return max(a.graceDue.Sub(a.cfg.Now()), time.Millisecond)
 }
 
 // remedy runs one remedy on a complete audit's findings and reports every
@@ -498,9 +355,6 @@ func (a *Agent) remedy(ctx context.Context, rem *remedy.Remedy, res *audit.Resul
 		if errors.As(act.Limit, &ce) && limit == "" {
 			limit = reasonCapExceeded
 		}
-		if t, ok := act.Finding.Target.(*finding.FlowTarget); ok && (act.Result == remedy.Done || act.Result == remedy.Gone) {
-			a.index.forget(&t.Flow)
-		}
 		if act.Result == remedy.Pending {
 			// At least a millisecond: a finding due now is looked at again
 			// right away, not never.
@@ -510,26 +364,6 @@ func (a *Agent) remedy(ctx context.Context, rem *remedy.Remedy, res *audit.Resul
 		}
 	}
 	return wait, limit
-}
-
-// sources are the sources an audit reads before the node's other ledgers:
-// the cluster, the host's addresses, then the conntrack table ct.
-func (a *Agent) sources(ct source.Source) []source.Source {
-	out := []source.Source{&kube.APISource{Informers: a.cfg.Informers, Holders: a.cfg.Holders}}
-	if a.cfg.Host != nil {
-		out = append(out, a.cfg.Host)
-	}
-	return append(out, ct)
-}
-
-// coreSources are the sources without which no audit is complete: the
-// cluster, the conntrack table and, when read, the host's addresses.
-func (a *Agent) coreSources() []string {
-	out := []string{kube.Name, conntrack.Name}
-	if a.cfg.Host != nil {
-		out = append(out, a.cfg.Host.Name())
-	}
-	return out
 }
 
 // logLedgers logs when one of the node's other ledgers starts or stops
@@ -557,9 +391,12 @@ func (a *Agent) logLedgers(sts []snapshot.SourceStatus, core []string) {
 	}
 }
 
-// recheck is the re-check of a remedy of rule r: the informer caches must
-// still be current, and a quorum read of the objects the rule names must
-// still show the findings.
+// recheck is the re-check of a remedy of rule r: every live source must
+// still be ready, and the rule's findings must still hold on what the
+// sources that can re-read afresh (source.Fresher: quorum reads of the API
+// server) read of the objects the rule names, the rest of the snapshot
+// being the audit's (the host's addresses name frontends, not holders: an
+// address removed since leaves a flow as stale as it was).
 func (a *Agent) recheck(r rule.Rule) remedy.Recheck {
 	rc, _ := r.(rule.Rechecker)
 	return func(ctx context.Context, fs []finding.Finding) []error {
@@ -573,23 +410,26 @@ func (a *Agent) recheck(r rule.Rule) remedy.Recheck {
 		if rc == nil {
 			return fail(errors.New("the rule cannot re-check its findings"))
 		}
-		cfg := a.cfg
-		now := cfg.Now()
-		if err := cfg.Informers.Stale(now, cfg.StaleWindow); err != nil {
-			return fail(err)
+		now := a.cfg.Now()
+		for _, l := range a.live {
+			if err := l.Ready(now); err != nil {
+				return fail(err)
+			}
 		}
 		var q snapshot.KubeQuery
 		for _, f := range fs {
 			q.Add(rc.RecheckQuery(a.last, f))
 		}
-		k, err := kube.Quorum(ctx, cfg.Client, q)
-		if err != nil {
-			return fail(err)
+		fresh := *a.last
+		fresh.Taken = now
+		for _, src := range a.cfg.Sources {
+			if fr, ok := src.(source.Fresher); ok {
+				if err := fr.Fresh(ctx, q, &fresh); err != nil {
+					return fail(err)
+				}
+			}
 		}
-		// The host's addresses are the audit's: they name frontends,
-		// not holders, and an address removed since leaves the flow as
-		// stale as it was.
-		errs := rc.Recheck(&snapshot.Snapshot{Taken: now, NodeName: cfg.NodeName, Kube: k, LocalAddresses: a.last.LocalAddresses}, fs)
+		errs := rc.Recheck(&fresh, fs)
 		for i, err := range errs {
 			if err != nil {
 				errs[i] = fmt.Errorf("in a quorum read of the API server: %w", err)
@@ -607,6 +447,7 @@ func (a *Agent) degrade(trigger, reason string, err error) {
 	for _, rem := range a.cfg.Remedies {
 		rem.Reset()
 	}
+	a.graceDue = time.Time{}
 	a.cfg.Log.Warn("audit incomplete: no action taken, grace periods start over", "trigger", trigger, "reason", reason, "err", err)
 	if m := a.cfg.Metrics; m != nil {
 		m.Audits.WithLabelValues(trigger, "degraded").Inc()
@@ -633,8 +474,4 @@ func (a *Agent) report(info rule.Info, act remedy.Action) {
 	if m := a.cfg.Metrics; m != nil {
 		m.Action(act)
 	}
-}
-
-func describeIndex(indexed, kept int) string {
-	return fmt.Sprintf("%d flows indexed, %d judged and kept for the rules", indexed, kept)
 }

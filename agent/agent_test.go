@@ -28,6 +28,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/internal/eventstest"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/sink"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
@@ -53,46 +54,28 @@ type table struct {
 	deleted   []snapshot.Flow
 }
 
-// tableSource reads a table as the kernel source does: every flow goes to
-// observe, and passes through the filter of the rules that read it.
-type tableSource struct {
-	*table
-	observe func(*snapshot.Flow)
-	readers []any
-}
-
-func (f *tableSource) Name() string         { return conntrack.Name }
-func (f *tableSource) Narrow(readers []any) { f.readers = readers }
-func (t *table) source(observe func(*snapshot.Flow)) source.Source {
-	return &tableSource{table: t, observe: observe}
-}
-
-func (f *tableSource) Collect(_ context.Context, s *snapshot.Snapshot) error {
-	f.mu.Lock()
-	hook := f.onCollect
-	f.mu.Unlock()
+// Dump reads the table as the kernel does: every flow to fn, unless the
+// dump fails.
+func (t *table) Dump(_ context.Context, fn func(*snapshot.Flow) error) (int, error) {
+	t.mu.Lock()
+	hook := t.onCollect
+	t.mu.Unlock()
 	if hook != nil {
 		hook()
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.fail != nil {
-		return f.fail
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.fail != nil {
+		return 0, t.fail
 	}
-	f.collects++
-	keep, _ := conntrack.Filter(f.readers, s)
-	var kept []snapshot.Flow
-	for i := range f.flows {
-		fl := f.flows[i]
-		if f.observe != nil {
-			f.observe(&fl)
-		}
-		if keep(&fl) {
-			kept = append(kept, fl)
+	t.collects++
+	for i := range t.flows {
+		fl := t.flows[i]
+		if err := fn(&fl); err != nil {
+			return i, err
 		}
 	}
-	s.Conntrack = &snapshot.Conntrack{Flows: kept, Seen: len(f.flows)}
-	return nil
+	return len(t.flows), nil
 }
 
 func (t *table) setOnCollect(fn func()) {
@@ -212,6 +195,8 @@ func (c *clock) advance(d time.Duration) {
 
 type harness struct {
 	agent  *Agent
+	kube   *kube.Watch
+	ct     *conntrack.Watch
 	clock  *clock
 	tab    *table
 	reg    *prometheus.Registry
@@ -233,7 +218,7 @@ func start(t *testing.T, client kubernetes.Interface, st *remedy.Settings, flows
 }
 
 // startWith is start with a last say on the configuration.
-func startWith(t *testing.T, client kubernetes.Interface, st *remedy.Settings, configure func(*Config), flows ...snapshot.Flow) *harness {
+func startWith(t *testing.T, client kubernetes.Interface, st *remedy.Settings, configure func(*harness, *Config), flows ...snapshot.Flow) *harness {
 	t.Helper()
 	h := &harness{tab: &table{flows: flows}, clock: &clock{t: time.Now()}, reg: prometheus.NewRegistry(), events: &eventstest.Recorder{},
 		logs: &syncBuffer{}, done: make(chan struct{})}
@@ -249,15 +234,22 @@ func startWith(t *testing.T, client kubernetes.Interface, st *remedy.Settings, c
 			t.Fatal(err)
 		}
 	}
-	cfg := Config{
-		NodeName: "node-a",
+	h.ct = &conntrack.Watch{Table: h.tab, Now: h.clock.now, Metrics: conntrack.NewMetrics(h.reg, sink.Namespace)}
+	h.kube = &kube.Watch{
+		// As the agent runs: its node's pods, and the others looked up.
 		// Watches over a fake API server send no bookmarks: a silence is
 		// only a sign of trouble in the test that says so.
-		// As the agent runs: its node's pods, and the others looked up.
-		Informers:     kube.NewInformers(client, kube.InformerOptions{Node: "node-a", Now: h.clock.now, Silence: 24 * time.Hour}),
-		Holders:       &kube.Holders{Client: client, Now: h.clock.now},
-		Client:        client,
-		Conntrack:     h.tab.source,
+		Informers: kube.NewInformers(client, kube.InformerOptions{Node: "node-a", Now: h.clock.now, Silence: 24 * time.Hour}),
+		Holders:   &kube.Holders{Client: client, Now: h.clock.now},
+		Client:    client,
+		Now:       h.clock.now,
+	}
+	for _, r := range rems {
+		r.Actuator = &remedy.Flows{Table: h.ct}
+	}
+	cfg := Config{
+		NodeName:      "node-a",
+		Sources:       []source.Source{h.kube, h.ct},
 		Rules:         rules,
 		Remedies:      rems,
 		AuditInterval: 50 * time.Millisecond,
@@ -267,7 +259,7 @@ func startWith(t *testing.T, client kubernetes.Interface, st *remedy.Settings, c
 		Now:           h.clock.now,
 	}
 	if configure != nil {
-		configure(&cfg)
+		configure(h, &cfg)
 	}
 	h.agent = New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -309,6 +301,10 @@ func (h *harness) stop() {
 func (h *harness) actions(result remedy.Result) float64 {
 	return testutil.ToFloat64(h.agent.cfg.Metrics.RemedyActions.WithLabelValues(rule.StaleNATFlowID, string(result)))
 }
+
+// triggers are what may start an audit: the agent's own, and what the
+// sources say changed.
+var triggers = []string{triggerStart, triggerTimer, triggerChange, triggerGrace, triggerRetry, "cluster", "holders", "new-flow", "events-lost"}
 
 // audits reads how many audits with the outcome (complete, degraded) have
 // run.
@@ -417,8 +413,8 @@ func (failingLedger) Collect(context.Context, *snapshot.Snapshot) error {
 // A node ledger that cannot be read leaves its own rules out; the audits
 // stay complete and the conntrack remedy still acts.
 func TestAFailingLedgerLeavesTheRestOfTheAudit(t *testing.T) {
-	h := startWith(t, fake.NewClientset(cluster()...), nil, func(c *Config) {
-		c.Sources = []source.Source{failingLedger{}}
+	h := startWith(t, fake.NewClientset(cluster()...), nil, func(_ *harness, c *Config) {
+		c.Ledgers = []source.Source{failingLedger{}}
 	}, staleFlow())
 	waitFor(t, "the stale flow to be deleted", func() bool { return h.tab.count() == 1 })
 	if logs := h.logs.String(); strings.Contains(logs, "reason="+reasonSourceError) {

@@ -31,10 +31,10 @@ func TestAHolderElsewhereIsFoundWithoutAWatchedChange(t *testing.T) {
 	}
 	client := kubefake.NewClientset(objs...)
 	holders := &kube.Holders{Client: client, TTL: 100 * time.Millisecond, MaxTTL: 300 * time.Millisecond}
-	h := startWith(t, client, reportOnly, func(c *Config) {
-		c.Now = nil
-		c.Informers = kube.NewInformers(client, kube.InformerOptions{Node: "node-a", Silence: 24 * time.Hour})
-		c.Holders = holders
+	h := startWith(t, client, reportOnly, func(h *harness, c *Config) {
+		c.Now, h.ct.Now, h.kube.Now = nil, nil, nil
+		h.kube.Informers = kube.NewInformers(client, kube.InformerOptions{Node: "node-a", Silence: 24 * time.Hour})
+		h.kube.Holders = holders
 		// Only the holders' answers running out may bring the finding
 		// to light: no scheduled audit in the test's time.
 		c.AuditInterval = time.Hour

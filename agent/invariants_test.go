@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source"
 )
 
 // One test per safety invariant of the remedy, each on the whole agent:
@@ -158,13 +160,15 @@ func TestRecheckRightBeforeDeleting(t *testing.T) {
 	waitFor(t, "the stale flow to be pending", func() bool { return h.actions(remedy.Pending) >= 1 })
 
 	// The next audit reads the cluster first and the table second; while
-	// it reads the table, the backend comes back.
+	// it reads the table, the grace period ends and the backend comes
+	// back: that audit's remedy is due, and its re-check must see it.
 	var once sync.Once
 	h.tab.setOnCollect(func() {
 		once.Do(func() {
+			h.clock.advance(grace)
 			update(t, client, slice("svc-1", endpoint("10.244.0.5", true, false), endpoint("10.0.5.5", true, false)))
 			waitFor(t, "the informer to see the backend back", func() bool {
-				for _, ep := range h.agent.cfg.Informers.Snapshot().Endpoints {
+				for _, ep := range h.kube.Informers.Snapshot().Endpoints {
 					if ep.Address == netip.MustParseAddr("10.0.5.5") {
 						return true
 					}
@@ -173,7 +177,6 @@ func TestRecheckRightBeforeDeleting(t *testing.T) {
 			})
 		})
 	})
-	h.clock.advance(grace)
 	waitFor(t, "the re-check to refuse", func() bool { return h.actions(remedy.Refused) >= 1 })
 	if n := h.tab.count(); n != 0 {
 		t.Fatalf("deleted %d flows whose backend came back", n)
@@ -241,7 +244,7 @@ func TestWatchStaleMidRunDeletesNothing(t *testing.T) {
 func TestActionsAreToldToConfig(t *testing.T) {
 	var mu sync.Mutex
 	var got []remedy.Action
-	h := startWith(t, fake.NewClientset(cluster()...), graceRemedy(), func(c *Config) {
+	h := startWith(t, fake.NewClientset(cluster()...), graceRemedy(), func(_ *harness, c *Config) {
 		c.Actions = func(info rule.Info, a remedy.Action) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -264,5 +267,50 @@ func TestActionsAreToldToConfig(t *testing.T) {
 	if len(got) != 1 || got[0].Result != remedy.Done || got[0].Rule != rule.StaleNATFlowID ||
 		got[0].Finding.Subject.Flow != flow.String() || !strings.HasPrefix(got[0].Reason, "deleted ") {
 		t.Errorf("told of %+v, want the deletion of %s", got, flow.String())
+	}
+}
+
+// lagging is a live source that falls behind when told: its Ready says so.
+type lagging struct {
+	mu     sync.Mutex
+	behind error
+}
+
+func (l *lagging) Name() string                                      { return "lagging" }
+func (l *lagging) Collect(context.Context, *snapshot.Snapshot) error { return nil }
+func (l *lagging) Start(context.Context) error                       { return nil }
+func (l *lagging) Changes() source.Changes                           { return source.Changes{} }
+func (l *lagging) OnChange(func())                                   {}
+func (l *lagging) Ready(time.Time) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.behind
+}
+
+// The last re-check also asks every watch whether it is still current: one
+// that falls behind between the audit and the act (its watch broke while
+// the table was read) stops the delete, even though the quorum read of the
+// API server would let it through.
+func TestRecheckRefusesWhenAWatchFallsBehind(t *testing.T) {
+	lag := &lagging{}
+	h := startWith(t, fake.NewClientset(cluster()...), graceRemedy(), func(h *harness, c *Config) {
+		c.Sources = []source.Source{h.kube, lag, h.ct}
+	}, staleFlow())
+	waitFor(t, "the stale flow to be pending", func() bool { return h.actions(remedy.Pending) >= 1 })
+	var once sync.Once
+	h.tab.setOnCollect(func() {
+		once.Do(func() {
+			h.clock.advance(grace)
+			lag.mu.Lock()
+			lag.behind = errors.New("endpointslices: watch failed: connection reset by peer (0s ago)")
+			lag.mu.Unlock()
+		})
+	})
+	waitFor(t, "the re-check to refuse", func() bool { return h.actions(remedy.Refused) >= 1 })
+	if n := h.tab.count(); n != 0 {
+		t.Fatalf("deleted %d flows while a watch had fallen behind", n)
+	}
+	if evs := h.events.With("StaleFlowDeleteRefused"); len(evs) == 0 || !strings.Contains(evs[0], "connection reset by peer") {
+		t.Errorf("Events: %q", evs)
 	}
 }

@@ -12,10 +12,8 @@ import (
 // agent's own.
 type Metrics struct {
 	*sink.Metrics
-	IndexFlows prometheus.Gauge
-	Audits     *prometheus.CounterVec
-	Degraded   *prometheus.GaugeVec
-	EventsLost prometheus.Counter
+	Audits   *prometheus.CounterVec
+	Degraded *prometheus.GaugeVec
 }
 
 // NewMetrics creates the series for the agent's rules and registers them
@@ -24,17 +22,13 @@ func NewMetrics(reg prometheus.Registerer, rules []rule.Rule) *Metrics {
 	ns := sink.Namespace
 	m := &Metrics{
 		Metrics: sink.NewMetrics(reg, rules),
-		IndexFlows: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "index_flows",
-			Help: "Flows the agent indexes by backend (DNATed, and untranslated UDP; with conntrack events), or flows the last audit kept for the rules (without)."}),
 		Audits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "audits_total",
-			Help: "Audits run, by what triggered them (start, timer, change, grace, new-flow, events-lost, retry) and outcome (complete, degraded)."},
+			Help: "Audits run, by what triggered them (start, timer, grace, retry, or what changed: cluster, holders, new-flow, events-lost) and outcome (complete, degraded)."},
 			[]string{"trigger", "outcome"}),
 		Degraded: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "degraded",
 			Help: "1 while the agent refuses to act, by reason (cache-stale, source-error, budget-exceeded, cap-exceeded)."}, []string{"reason"}),
-		EventsLost: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "conntrack_events_lost_total",
-			Help: "Times conntrack events were lost (socket overflow or failure); each makes the next audit read the whole table."}),
 	}
-	reg.MustRegister(m.EventsLost, m.IndexFlows, m.Audits, m.Degraded)
+	reg.MustRegister(m.Audits, m.Degraded)
 	for _, r := range degradedReasons {
 		m.Degraded.WithLabelValues(r).Set(0)
 	}

@@ -154,7 +154,7 @@ func TestRecheckReadsTheAPIServer(t *testing.T) {
 	})
 	// Nor does the audit ask again who holds the address before the
 	// re-check: its answer stands longer than the grace period.
-	h := startWith(t, client, graceRemedy(), func(c *Config) { c.Holders.TTL, c.Holders.MaxTTL = 24*time.Hour, 24*time.Hour }, staleFlow())
+	h := startWith(t, client, graceRemedy(), func(h *harness, _ *Config) { h.kube.Holders.TTL, h.kube.Holders.MaxTTL = 24*time.Hour, 24*time.Hour }, staleFlow())
 	waitFor(t, "the stale flow to be pending", func() bool { return h.actions(remedy.Pending) >= 1 })
 
 	heir := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "heir", UID: "u9"},
@@ -200,10 +200,11 @@ func TestChangedEntryIsNotDeleted(t *testing.T) {
 func TestSilentWatchDegrades(t *testing.T) {
 	client := fake.NewClientset(cluster()...)
 	var clk *clock
-	h := startWith(t, client, graceRemedy(), func(c *Config) {
+	h := startWith(t, client, graceRemedy(), func(h *harness, c *Config) {
 		clk = &clock{t: c.Now()}
-		c.Now = clk.now
-		c.Informers = kube.NewInformers(client, kube.InformerOptions{Now: clk.now})
+		c.Now, h.kube.Now, h.ct.Now = clk.now, clk.now, clk.now
+		h.kube.Informers = kube.NewInformers(client, kube.InformerOptions{Node: "node-a", Now: clk.now})
+		h.kube.Holders.Now = clk.now
 		c.Remedies[0].Now = clk.now
 	})
 	h.clock = clk
@@ -227,8 +228,8 @@ func TestSilentWatchDegrades(t *testing.T) {
 // and the log say why.
 func TestFailedDumpFromTheStart(t *testing.T) {
 	tab := &table{flows: []snapshot.Flow{staleFlow()}, fail: errors.New("conntrack dump: operation not permitted")}
-	h := startWith(t, fake.NewClientset(cluster()...), nil, func(c *Config) {
-		c.Conntrack = tab.source
+	h := startWith(t, fake.NewClientset(cluster()...), nil, func(h *harness, _ *Config) {
+		h.ct.Table = tab
 	})
 	h.waitDegraded(t, 3)
 	h.stop()

@@ -28,7 +28,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/internal/cmdline"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
-	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/sink"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/caliconode"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
@@ -290,7 +290,7 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 	}
 	defer conn.Close()
 	// Subscribe before the first dump, so that no flow falls between them.
-	var events agent.FlowEvents
+	var events conntrack.EventStream
 	if on, err := conntrack.EventsEnabled(); !on {
 		log.Warn("conntrack events are off: every change reads the whole table", "err", err,
 			"fix", "sysctl -w net.netfilter.nf_conntrack_events=1")
@@ -313,23 +313,30 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 	defer broadcaster.Shutdown()
 
 	rules := agentRules(rule.Config{Conntrack: rule.ConntrackConfig{NodePortAddresses: npa, ServiceCIDRs: scidrs, ClockSkew: o.clockSkew}})
+	// The sources every audit reads, in order: the cluster as kube-proxy
+	// sees it, the host's addresses (NodePort frontends), the table.
+	table := &conntrack.Watch{Table: conn, Events: events, Metrics: conntrack.NewMetrics(reg, sink.Namespace), Log: log}
+	sources := []source.Source{&kube.Watch{
+		Informers: kube.NewInformers(client, kube.InformerOptions{Node: node}),
+		Holders:   &kube.Holders{Client: client},
+		Client:    client,
+	}}
+	if h := nodePortHost(npa); h != nil {
+		sources = append(sources, h)
+	}
+	sources = append(sources, table)
 	rems, err := remedy.Build(rules, o.remedies, remedy.Settings{
 		Grace: o.grace, DryRun: o.dryRun, Budget: o.budget, BudgetInterval: o.budgetInterval, MaxPerGroup: o.maxPerBackend,
-	}, &remedy.Flows{Table: conn}, &remedy.Reservations{Root: o.hostRoot})
+	}, &remedy.Flows{Table: table}, &remedy.Reservations{Root: o.hostRoot})
 	if err != nil {
 		return cmdline.WithCode(ExitError, fmt.Errorf("--remedy: %w", err))
 	}
 	cfg := agent.Config{
-		NodeName:   node,
-		Informers:  kube.NewInformers(client, kube.InformerOptions{Node: node}),
-		Holders:    &kube.Holders{Client: client},
-		Client:     client,
-		Conntrack:  func(observe func(*snapshot.Flow)) source.Source { return &conntrack.KernelSource{Observe: observe} },
-		FlowEvents: events,
-		Host:       nodePortHost(npa),
-		Sources:    []source.Source{&hostlocal.Source{Root: o.hostRoot}, &caliconode.Source{Root: o.hostRoot}},
-		Rules:      rules,
-		Remedies:   rems,
+		NodeName: node,
+		Sources:  sources,
+		Ledgers:  []source.Source{&hostlocal.Source{Root: o.hostRoot}, &caliconode.Source{Root: o.hostRoot}},
+		Rules:    rules,
+		Remedies: rems,
 
 		AuditInterval: o.auditInterval,
 		Metrics:       agent.NewMetrics(reg, rules),

@@ -13,7 +13,6 @@ import (
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
-	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
 	"github.com/ghostwatch/ghostwatch/source/kube"
@@ -32,9 +31,10 @@ func (e *env) startAgent(ctx context.Context, o Options, actions *actionLog) (st
 	rules := rule.InScope(rule.All(rule.Config{}), rule.ScopeNode)
 	// The conntrack remedy, with the lab's grace period: the lab's node has
 	// no host-local store.
+	table := &conntrack.Watch{Table: conn, Events: sub}
 	rems, err := remedy.Build(rules, []string{rule.StaleNATFlowID},
 		remedy.Settings{Grace: o.Grace, Budget: 50, BudgetInterval: time.Minute},
-		&remedy.Flows{Table: conn})
+		&remedy.Flows{Table: table})
 	if err != nil {
 		sub.Close()
 		conn.Close()
@@ -42,15 +42,16 @@ func (e *env) startAgent(ctx context.Context, o Options, actions *actionLog) (st
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	a := agent.New(agent.Config{
-		NodeName:  labNode,
-		Informers: kube.NewInformers(e.kube(), kube.InformerOptions{Node: labNode}),
-		Holders:   &kube.Holders{Client: e.kube()},
-		Client:    e.kube(),
-		Conntrack: func(observe func(*snapshot.Flow)) source.Source {
-			return &conntrack.KernelSource{Open: openIn(e.node), Observe: observe}
+		NodeName: labNode,
+		Sources: []source.Source{
+			&kube.Watch{
+				Informers: kube.NewInformers(e.kube(), kube.InformerOptions{Node: labNode}),
+				Holders:   &kube.Holders{Client: e.kube()},
+				Client:    e.kube(),
+			},
+			hostOf(e.node),
+			table,
 		},
-		FlowEvents:    sub,
-		Host:          hostOf(e.node),
 		Rules:         rules,
 		Remedies:      rems,
 		AuditInterval: 10 * time.Second,

@@ -43,6 +43,11 @@ func newTimedDeleter(conn *conntrack.Conn) *timedDeleter {
 	return d
 }
 
+// Dump reads the table, as the agent's full audits do.
+func (d *timedDeleter) Dump(ctx context.Context, fn func(*snapshot.Flow) error) (int, error) {
+	return d.conn.Dump(ctx, fn)
+}
+
 // Get reads the entry back, as the remedy does right before each delete.
 func (d *timedDeleter) Get(f *snapshot.Flow) (snapshot.Flow, error) { return d.conn.Get(f) }
 
@@ -93,7 +98,7 @@ func (d *timedDeleter) total() int {
 // benchAgent runs the agent on the node as `ghostwatch agent` would:
 // informers, conntrack events subscribed before the first dump, and, when
 // del is set, the stale-nat-flow remedy without a grace period.
-func benchAgent(b *testing.B, node *netbed.Node, cl *Cluster, cfg agent.Config, del *timedDeleter) (*agent.Agent, *agent.Metrics) {
+func benchAgent(b *testing.B, node *netbed.Node, cl *Cluster, cfg agent.Config, del *timedDeleter) (*agent.Agent, *conntrack.Metrics) {
 	var sub *conntrack.Subscription
 	if err := node.Do(func() error {
 		var err error
@@ -105,16 +110,28 @@ func benchAgent(b *testing.B, node *netbed.Node, cl *Cluster, cfg agent.Config, 
 	rules := rule.InScope(rule.All(rule.Config{}), rule.ScopeNode)
 	m := agent.NewMetrics(prometheus.NewRegistry(), rules)
 	cfg.NodeName = labNode
-	cfg.Informers = kube.NewInformers(cl.Client, kube.InformerOptions{})
-	cfg.Client = cl.Client
-	cfg.Conntrack = func(observe func(*snapshot.Flow)) source.Source {
-		return &conntrack.KernelSource{Open: openIn(node), Observe: observe}
+	var tab conntrack.Table
+	if del != nil {
+		tab = del
+	} else {
+		conn, err := openIn(node)()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { conn.Close() })
+		tab = conn
 	}
-	cfg.FlowEvents = sub
+	cm := conntrack.NewMetrics(prometheus.NewRegistry(), "ghostwatch")
+	table := &conntrack.Watch{Table: tab, Events: sub, Metrics: cm}
+	cfg.Sources = []source.Source{
+		&kube.Watch{Informers: kube.NewInformers(cl.Client, kube.InformerOptions{Node: labNode}),
+			Holders: &kube.Holders{Client: cl.Client}, Client: cl.Client},
+		table,
+	}
 	cfg.Rules = rules
 	cfg.Metrics = m
 	if del != nil {
-		rems, err := remedy.Build(rules, []string{rule.StaleNATFlowID}, remedy.Settings{Budget: 1 << 30, BudgetInterval: time.Minute}, &remedy.Flows{Table: del})
+		rems, err := remedy.Build(rules, []string{rule.StaleNATFlowID}, remedy.Settings{Budget: 1 << 30, BudgetInterval: time.Minute}, &remedy.Flows{Table: table})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -132,7 +149,7 @@ func benchAgent(b *testing.B, node *netbed.Node, cl *Cluster, cfg agent.Config, 
 		<-done
 		sub.Close()
 	})
-	return a, m
+	return a, cm
 }
 
 // BenchmarkBackendDeath measures how long the agent takes, from the

@@ -24,7 +24,6 @@ import (
 	"github.com/ghostwatch/ghostwatch/audit"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 	"github.com/ghostwatch/ghostwatch/rule"
-	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
 	"github.com/ghostwatch/ghostwatch/source/kube"
@@ -122,17 +121,23 @@ func benchChildRun(mode string) (*childReport, error) {
 		}
 		defer sub.Close()
 		rules := rule.InScope(rule.All(rule.Config{}), rule.ScopeNode)
-		m := agent.NewMetrics(prometheus.NewRegistry(), rules)
+		reg := prometheus.NewRegistry()
+		m := conntrack.NewMetrics(reg, "ghostwatch")
+		conn, err := conntrack.Open()
+		if err != nil {
+			return nil, err
+		}
+		defer conn.Close()
 		a := agent.New(agent.Config{
-			NodeName:  labNode,
-			Informers: kube.NewInformers(cl.Client, kube.InformerOptions{}),
-			Conntrack: func(observe func(*snapshot.Flow)) source.Source {
-				return &conntrack.KernelSource{Observe: observe}
+			NodeName: labNode,
+			Sources: []source.Source{
+				&kube.Watch{Informers: kube.NewInformers(cl.Client, kube.InformerOptions{Node: labNode}),
+					Holders: &kube.Holders{Client: cl.Client}, Client: cl.Client},
+				&conntrack.Watch{Table: conn, Events: sub, Metrics: m},
 			},
-			FlowEvents:    sub,
 			Rules:         rules,
 			AuditInterval: interval,
-			Metrics:       m,
+			Metrics:       agent.NewMetrics(reg, rules),
 		})
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()

@@ -187,7 +187,7 @@ func testRulesOnTheKernel(t *testing.T, proto snapshot.Proto) {
 		t.Errorf("after the remedy: %d findings, conntrack read %q; want 0 and the 8 live and draining flows to frontends%s",
 			len(after.Findings), st.Detail, describe(after))
 	}
-	for _, f := range after.Snapshot.Conntrack.Flows {
+	for _, f := range after.Snapshot.Conntrack.Flows() {
 		if b := f.Reply.Src; b == backends[2].v4 || b == backends[2].v6 {
 			t.Errorf("a flow to the deleted pod survived: %s", f.String())
 		}

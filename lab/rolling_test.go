@@ -243,7 +243,10 @@ func (e *realEnv) rollingAgent(t *testing.T, ctx context.Context, o rollingOptio
 	if err != nil {
 		t.Fatal(err)
 	}
-	log.FlowTable = conn
+	table := &conntrack.Watch{Table: conn, Events: sub}
+	// The remedy deletes through the log, and the log through the agent's
+	// table, as the agent's remedy does.
+	log.FlowTable = table
 	client, err := kubernetes.NewForConfig(e.cp.Config(controlplane.UserAgent))
 	if err != nil {
 		t.Fatal(err)
@@ -264,18 +267,19 @@ func (e *realEnv) rollingAgent(t *testing.T, ctx context.Context, o rollingOptio
 	var logMu sync.Mutex
 	m := agent.NewMetrics(prometheus.NewRegistry(), rules)
 	a := agent.New(agent.Config{
-		NodeName:  e.node.Name,
-		Informers: kube.NewInformers(client, kube.InformerOptions{Node: e.node.Name}),
-		Holders:   &kube.Holders{Client: client},
-		Client:    client,
-		Conntrack: func(observe func(*snapshot.Flow)) source.Source {
-			return &conntrack.KernelSource{Open: openIn(e.node.Net), Observe: observe}
+		NodeName: e.node.Name,
+		Sources: []source.Source{
+			&kube.Watch{
+				Informers: kube.NewInformers(client, kube.InformerOptions{Node: e.node.Name}),
+				Holders:   &kube.Holders{Client: client},
+				Client:    client,
+			},
+			table,
 		},
-		FlowEvents: sub,
-		Rules:      rules,
-		Remedies:   rems,
-		Metrics:    m,
-		Log:        slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, nil)),
+		Rules:    rules,
+		Remedies: rems,
+		Metrics:  m,
+		Log:      slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, nil)),
 	})
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)

@@ -641,8 +641,7 @@ func (c *conntrackRules) holderAddrs(s *snapshot.Snapshot) []netip.Addr {
 			out = append(out, a)
 		}
 	}
-	for i := range s.Conntrack.Flows {
-		f := &s.Conntrack.Flows[i]
+	for f := range s.Conntrack.All() {
 		switch ix.judge(f).verdict {
 		case notService, healthy:
 			continue

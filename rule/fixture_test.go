@@ -89,7 +89,7 @@ func snap(k snapshot.Kube, flows ...snapshot.Flow) *snapshot.Snapshot {
 		Taken:     t0.Add(time.Hour),
 		NodeName:  "node-a",
 		Kube:      &k,
-		Conntrack: &snapshot.Conntrack{Flows: flows, Seen: len(flows)},
+		Conntrack: snapshot.NewConntrack(len(flows), flows...),
 		Sources: []snapshot.SourceStatus{
 			{Name: "kube", Status: snapshot.StatusOK},
 			{Name: "conntrack", Status: snapshot.StatusOK},

@@ -69,8 +69,7 @@ func (r *MisdeliveredFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 	}
 	ix := r.ct.index(s)
 	var out []finding.Finding
-	for i := range s.Conntrack.Flows {
-		f := &s.Conntrack.Flows[i]
+	for f := range s.Conntrack.All() {
 		j := ix.judge(f)
 		if j.verdict != misdelivered {
 			continue

@@ -321,7 +321,7 @@ func judgeAll(s *snapshot.Snapshot, flows []snapshot.Flow, resolve func(*snapsho
 			}
 		}
 	}
-	s.Conntrack = &snapshot.Conntrack{Flows: kept, Seen: len(flows)}
+	s.Conntrack = snapshot.NewConntrack(len(flows), kept...)
 	if resolve != nil {
 		var addrs []netip.Addr
 		for _, r := range readers {

@@ -84,8 +84,8 @@ func (r *StaleNATFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 	ix := r.ct.index(s)
 	// Counted first, so that thousands of findings are allocated once.
 	n := 0
-	for i := range s.Conntrack.Flows {
-		if ix.judge(&s.Conntrack.Flows[i]).verdict == stale {
+	for f := range s.Conntrack.All() {
+		if ix.judge(f).verdict == stale {
 			n++
 		}
 	}
@@ -93,8 +93,7 @@ func (r *StaleNATFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 		return nil
 	}
 	out := make([]finding.Finding, 0, n)
-	for i := range s.Conntrack.Flows {
-		f := &s.Conntrack.Flows[i]
+	for f := range s.Conntrack.All() {
 		j := ix.judge(f)
 		if j.verdict != stale {
 			continue

@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"fmt"
+	"iter"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -133,11 +134,62 @@ func (f *Flow) String() string {
 		" -> " + f.Frontend().String()
 }
 
-// Conntrack is the part of the node's conntrack table the rules need.
+// Conntrack is the part of the node's conntrack table the rules need: the
+// entries the collector kept, those the rules that read them asked for
+// (see FlowReader), held compactly (48 bytes an entry), a backend's
+// together.
 type Conntrack struct {
-	// Flows holds the entries the collector kept: those the rules that
-	// read them asked for (see FlowReader).
-	Flows []Flow
 	// Seen is how many entries the table held in all.
 	Seen int
+	kept flowSet
+}
+
+// NewConntrack returns a table of which seen entries were read and flows
+// kept.
+func NewConntrack(seen int, flows ...Flow) *Conntrack {
+	c := &Conntrack{Seen: seen}
+	for i := range flows {
+		c.Keep(&flows[i])
+	}
+	return c
+}
+
+// Keep adds a copy of f to the flows kept. Only the collector calls it,
+// before the snapshot is shared.
+func (c *Conntrack) Keep(f *Flow) { c.kept.add(f) }
+
+// Len returns how many flows were kept.
+func (c *Conntrack) Len() int {
+	if c == nil {
+		return 0
+	}
+	return c.kept.n
+}
+
+// All yields every kept flow, a backend's together. The Flow is reused
+// from one flow to the next: copy it to keep it.
+func (c *Conntrack) All() iter.Seq[*Flow] {
+	if c == nil {
+		return func(func(*Flow) bool) {}
+	}
+	return c.kept.all()
+}
+
+// Backends yields each backend of a kept flow with the number of kept
+// flows to it.
+func (c *Conntrack) Backends() iter.Seq2[netip.Addr, int] {
+	if c == nil {
+		return func(func(netip.Addr, int) bool) {}
+	}
+	return c.kept.backends()
+}
+
+// Flows returns a copy of every kept flow, a backend's together: for a
+// handful of flows (tests, small tables); a store of many reads All.
+func (c *Conntrack) Flows() []Flow {
+	var out []Flow
+	for f := range c.All() {
+		out = append(out, *f)
+	}
+	return out
 }

@@ -89,12 +89,12 @@ func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	if f.Now != nil {
 		now, f.clock = f.Now(), ""
 	}
-	var kept textChunks
+	kept := &snapshot.Conntrack{}
 	n := 0
 	cr := &countingReader{r: r}
 	seen, err := ParseText(cr, name, now, func(fl *snapshot.Flow) error {
 		if keep(fl) {
-			kept.add(fl)
+			kept.Keep(fl)
 		}
 		if n++; n%4096 == 0 {
 			return ctx.Err()
@@ -110,7 +110,8 @@ func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	if seen == 0 {
 		return &emptyListing{name: name, empty: cr.n == 0}
 	}
-	s.Conntrack = &snapshot.Conntrack{Flows: kept.flows(), Seen: seen}
+	kept.Seen = seen
+	s.Conntrack = kept
 	return nil
 }
 
@@ -161,32 +162,3 @@ func (e *missingListing) Error() string {
 }
 
 func (e *missingListing) Unwrap() error { return e.err }
-
-// textChunks collects copies of the kept flows as flowChunks does, without
-// copying what it holds as it grows nor making the garbage collector scan
-// it, and also keeps the state words flowChunks cannot hold (a state the
-// kernel's tables do not name: the text has it as printed).
-type textChunks struct {
-	flowChunks
-	states map[int]string // by index among the kept flows
-}
-
-func (c *textChunks) add(f *snapshot.Flow) {
-	if f.State != "" {
-		if _, ok := snapshot.StateNumber(f.Proto, f.State); !ok {
-			if c.states == nil {
-				c.states = map[int]string{}
-			}
-			c.states[c.n] = f.State
-		}
-	}
-	c.flowChunks.add(f)
-}
-
-func (c *textChunks) flows() []snapshot.Flow {
-	out := c.flowChunks.flows()
-	for i, s := range c.states {
-		out[i].State = s
-	}
-	return out
-}

@@ -43,19 +43,20 @@ func (k *KernelSource) Collect(ctx context.Context, s *snapshot.Snapshot) error 
 		return err
 	}
 	defer c.Close()
-	var kept flowChunks
+	kept := &snapshot.Conntrack{}
 	n, err := c.Dump(ctx, func(f *snapshot.Flow) error {
 		if k.Observe != nil {
 			k.Observe(f)
 		}
 		if keep(f) {
-			kept.add(f)
+			kept.Keep(f)
 		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	s.Conntrack = &snapshot.Conntrack{Flows: kept.flows(), Seen: n}
+	kept.Seen = n
+	s.Conntrack = kept
 	return nil
 }

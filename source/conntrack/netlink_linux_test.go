@@ -489,8 +489,7 @@ func TestKernelSource(t *testing.T) {
 			t.Fatalf("filter keeps %d of %d: not a test of it", len(wantKeys), len(flows))
 		}
 		got := map[key]bool{}
-		for i := range s.Conntrack.Flows {
-			f := &s.Conntrack.Flows[i]
+		for f := range s.Conntrack.All() {
 			if !wantKeys[keyOf(f)] || got[keyOf(f)] {
 				t.Errorf("kept %v", f)
 			}
@@ -929,8 +928,8 @@ func BenchmarkDumpTable(b *testing.B) {
 				if err := dnatOnly().Collect(context.Background(), s); err != nil {
 					return err
 				}
-				if s.Conntrack.Seen != n || len(s.Conntrack.Flows) != wantKept {
-					return fmt.Errorf("seen %d kept %d, want %d and %d", s.Conntrack.Seen, len(s.Conntrack.Flows), n, wantKept)
+				if s.Conntrack.Seen != n || s.Conntrack.Len() != wantKept {
+					return fmt.Errorf("seen %d kept %d, want %d and %d", s.Conntrack.Seen, s.Conntrack.Len(), n, wantKept)
 				}
 			}
 			return nil
@@ -1023,7 +1022,7 @@ func TestCollectHelperProcess(t *testing.T) {
 	if err := dnatOnly().Collect(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
-	fmt.Printf("seen=%d kept=%d\n", s.Conntrack.Seen, len(s.Conntrack.Flows))
+	fmt.Printf("seen=%d kept=%d\n", s.Conntrack.Seen, s.Conntrack.Len())
 }
 
 // dnatOnly is a source whose one reader keeps the DNATed flows, as the

@@ -1,0 +1,293 @@
+package conntrack
+
+import (
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/ghostwatch/ghostwatch/snapshot"
+)
+
+// flowIndex holds this node's DNATed conntrack entries by backend address
+// (and its untranslated UDP entries by destination, which may be a Service
+// frontend the kernel never translated), so that when a backend dies the
+// flows to that backend are judged and no others, without reading the
+// table again. A full dump seeds it; conntrack new and destroy events keep
+// it current in between.
+//
+// A backend's flows are kept compactly: what they share (the frontend, the
+// backend's port, where replies go) once per backend as a
+// snapshot.FlowRoute, and of each flow its client, its port and the rest
+// (snapshot.FlowRest): 56 bytes a flow in the map, no pointers, so that the
+// garbage collector does not scan a table of a million flows. A seed
+// updates the records in place and then sweeps those the dump did not
+// see: a full dump never holds two copies of the index at once.
+//
+// Each record of a flow without a kernel start time also keeps when the
+// index first saw it (snapshot.Flow.Seen): the flow started no later. It
+// is carried from one seed to the next only while no event was lost since,
+// so that it always belongs to the very entry it was stamped on: a destroy
+// and a new entry of the same tuple replace the record.
+type flowIndex struct {
+	// now is the clock that stamps what the index sees.
+	now       func() time.Time
+	mu        sync.Mutex
+	byBackend map[[16]byte]*backendFlows
+	n         int
+	// valid is false until a seed completes and after events were lost:
+	// then only a full dump may be judged.
+	valid bool
+	// seeding buffers the events that arrive while a dump runs; they are
+	// replayed on the seeded index, so none is lost between the two.
+	seeding bool
+	// gen is the generation a seed marks the records it sees with; the
+	// records of earlier ones are swept when it ends complete.
+	gen uint32
+	// carry is true while a seed may keep the Seen times of the records
+	// it finds: the index was valid when the seed began.
+	carry   bool
+	pending []Event
+	// dirty holds backends of flows created since the last call of
+	// takeDirty: a new flow to a dead backend is judged at the next pass.
+	dirty map[[16]byte]struct{}
+}
+
+// backendFlows holds the indexed flows of one backend.
+type backendFlows struct {
+	routes snapshot.Routes
+	flows  map[snapshot.FrontendKey]indexRecord
+}
+
+// indexRecord is one flow's own part, and the generation of the seed that
+// last saw it.
+type indexRecord struct {
+	rest snapshot.FlowRest
+	gen  uint32
+}
+
+// indexed reports whether the index keeps f: a DNATed flow, or a UDP flow,
+// whose reply source is its destination.
+func indexed(f *snapshot.Flow) bool {
+	return f.DNAT() || f.Proto == snapshot.ProtoUDP
+}
+
+func newFlowIndex(now func() time.Time) *flowIndex {
+	if now == nil {
+		now = time.Now
+	}
+	return &flowIndex{now: now, byBackend: map[[16]byte]*backendFlows{}, dirty: map[[16]byte]struct{}{}}
+}
+
+// locate returns where f's record lives: its backend's flows (made when
+// make is true), and its key there.
+func (ix *flowIndex) locate(f *snapshot.Flow, create bool) (*backendFlows, snapshot.FrontendKey, snapshot.FlowRest, [16]byte) {
+	backend, route, src, sport, rest := snapshot.SplitFlow(f)
+	b := ix.byBackend[backend]
+	if b == nil {
+		if !create {
+			return nil, snapshot.FrontendKey{}, rest, backend
+		}
+		b = &backendFlows{flows: map[snapshot.FrontendKey]indexRecord{}}
+		ix.byBackend[backend] = b
+	}
+	return b, snapshot.FrontendKey{Src: src, SrcPort: sport, Route: b.routes.Index(route)}, rest, backend
+}
+
+// putLocked records f in generation gen; it reports whether f is new.
+func (ix *flowIndex) putLocked(f *snapshot.Flow, gen uint32) bool {
+	b, k, rest, _ := ix.locate(f, true)
+	_, had := b.flows[k]
+	b.flows[k] = indexRecord{rest: rest, gen: gen}
+	if !had {
+		ix.n++
+	}
+	return !had
+}
+
+func (ix *flowIndex) removeLocked(f *snapshot.Flow) {
+	b, k, _, backend := ix.locate(f, false)
+	if b == nil {
+		return
+	}
+	if _, ok := b.flows[k]; !ok {
+		return
+	}
+	delete(b.flows, k)
+	ix.n--
+	if len(b.flows) == 0 {
+		delete(ix.byBackend, backend)
+	}
+}
+
+// beginSeed starts a new generation: events are buffered from now on, and
+// flows passed to seed are marked with it.
+func (ix *flowIndex) beginSeed() {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.seeding, ix.pending = true, nil
+	ix.gen++
+	ix.carry = ix.valid
+}
+
+// seed records one flow of the dump, before the rules see it. It sets the
+// flow's Seen: when the index, valid when the seed began, holds the same
+// entry (its key and kernel ID), the time it first saw it; else now.
+func (ix *flowIndex) seed(f *snapshot.Flow) {
+	if !indexed(f) {
+		return
+	}
+	now := ix.now()
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if !ix.seeding {
+		return
+	}
+	if f.Start.IsZero() {
+		f.Seen = now
+		if ix.carry && f.ID != 0 {
+			if b, k, _, _ := ix.locate(f, false); b != nil {
+				if r, ok := b.flows[k]; ok && r.rest.ID() == f.ID {
+					if seen := r.rest.Seen(); !seen.IsZero() && seen.Before(now) {
+						f.Seen = seen
+					}
+				}
+			}
+		}
+	}
+	ix.putLocked(f, ix.gen)
+}
+
+// endSeed sweeps the records the dump did not see when it was complete,
+// replays the events that came during it, and makes the index valid. An
+// incomplete dump leaves the index invalid (a mix of what the dump saw and
+// what it did not reach), until the next seed.
+func (ix *flowIndex) endSeed(complete bool) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if complete {
+		for backend, b := range ix.byBackend {
+			for k, r := range b.flows {
+				if r.gen != ix.gen {
+					delete(b.flows, k)
+					ix.n--
+				}
+			}
+			if len(b.flows) == 0 {
+				delete(ix.byBackend, backend)
+			}
+		}
+		ix.valid = true
+		for i := range ix.pending {
+			ix.applyLocked(&ix.pending[i])
+		}
+	} else {
+		ix.valid = false
+	}
+	ix.seeding, ix.pending, ix.carry = false, nil, false
+}
+
+// apply records one event. A new entry is stamped as seen now.
+func (ix *flowIndex) apply(e Event) {
+	if !indexed(&e.Flow) {
+		return
+	}
+	if e.Type == EventNew && e.Flow.Start.IsZero() {
+		e.Flow.Seen = ix.now()
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if ix.seeding {
+		ix.pending = append(ix.pending, e)
+		return
+	}
+	ix.applyLocked(&e)
+}
+
+func (ix *flowIndex) applyLocked(e *Event) {
+	switch e.Type {
+	case EventNew:
+		ix.putLocked(&e.Flow, ix.gen)
+		ix.dirty[e.Flow.Reply.Src.As16()] = struct{}{}
+	case EventDestroy:
+		ix.removeLocked(&e.Flow)
+	}
+}
+
+// forget drops a flow that was deleted.
+func (ix *flowIndex) forget(f *snapshot.Flow) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.removeLocked(f)
+}
+
+// invalidate marks the index as missing events: until the next seed, only
+// a full dump may be judged.
+func (ix *flowIndex) invalidate() {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.valid, ix.carry = false, false
+}
+
+func (ix *flowIndex) isValid() bool {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.valid
+}
+
+func (ix *flowIndex) len() int {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.n
+}
+
+// takeDirty returns and clears the backends of flows created since the
+// last call.
+func (ix *flowIndex) takeDirty() []netip.Addr {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	out := make([]netip.Addr, 0, len(ix.dirty))
+	for b := range ix.dirty {
+		out = append(out, netip.AddrFrom16(b).Unmap())
+		delete(ix.dirty, b)
+	}
+	return out
+}
+
+// each calls fn with every indexed flow whose backend is one of backends
+// (every indexed flow when all is true), in one reused Flow, under the
+// index's lock: fn must not call the index.
+func (ix *flowIndex) each(backends []netip.Addr, all bool, fn func(*snapshot.Flow)) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	var f snapshot.Flow
+	visit := func(backend [16]byte, b *backendFlows) {
+		for k, r := range b.flows {
+			snapshot.JoinFlow(backend, b.routes.At(k.Route), k.Src, k.SrcPort, r.rest, &f)
+			fn(&f)
+		}
+	}
+	if all {
+		for backend, b := range ix.byBackend {
+			visit(backend, b)
+		}
+		return
+	}
+	seen := map[[16]byte]bool{}
+	for _, a := range backends {
+		backend := a.As16()
+		if seen[backend] {
+			continue
+		}
+		seen[backend] = true
+		if b := ix.byBackend[backend]; b != nil {
+			visit(backend, b)
+		}
+	}
+}
+
+// hasDirty reports whether flows were created since the last takeDirty.
+func (ix *flowIndex) hasDirty() bool {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return len(ix.dirty) > 0
+}

@@ -1,0 +1,383 @@
+package conntrack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ghostwatch/ghostwatch/internal/text"
+	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source"
+)
+
+// Table is a node's conntrack table: Conn is one.
+type Table interface {
+	// Dump reads every entry, calling fn with each (a Flow reused for the
+	// next: fn must not keep the pointer), and returns how many it read.
+	Dump(ctx context.Context, fn func(*snapshot.Flow) error) (int, error)
+	// Get returns the entry with f's original tuple and zone; an error
+	// wrapping syscall.ENOENT when there is none.
+	Get(f *snapshot.Flow) (snapshot.Flow, error)
+	// Delete removes the entry with f's original tuple and zone, and only
+	// if it still has f's ID when that is not 0.
+	Delete(f *snapshot.Flow) error
+}
+
+// EventStream streams a table's new and destroy events: a Subscription.
+type EventStream interface {
+	Run(ctx context.Context, fn func(Event) error) error
+}
+
+// DefaultNewFlowInterval is Watch.NewFlowInterval when it is zero.
+const DefaultNewFlowInterval = time.Second
+
+// Watch is the node's conntrack table as the agent keeps it (source.Live,
+// source.Focuser): with events, an index of its DNATed flows by backend,
+// seeded by every full dump and kept current by NEW and DESTROY events, so
+// that between full dumps a pass reads from the index only the flows whose
+// backend changed; without events, a dump at every pass.
+//
+// What a focused pass reads: the flows to the backends the changes
+// mention; the flows to the backends of the flows the last pass kept (what
+// became of their pods may reach no watched object); the flows created
+// since; and every indexed flow when a change may concern any (a Service
+// or Node changed, the host's addresses changed), or when a rule that
+// reads the table does not promise that its verdicts depend on the flow's
+// backend alone (snapshot.BackendLocal).
+//
+// It is also the table a remedy acts on (Get, Delete): a deleted flow
+// leaves the index at once.
+type Watch struct {
+	// Table is dumped at full passes, and read back and deleted from by a
+	// remedy.
+	Table Table
+	// Events, when set, streams the table's events; subscribe before Start,
+	// so that nothing falls between the subscription and the first dump.
+	Events EventStream
+	// NewFlowInterval is how often flows created since the last pass are
+	// looked at: those the rules would judge are a change. Default
+	// DefaultNewFlowInterval.
+	NewFlowInterval time.Duration
+	// Metrics, when set, count indexed flows and lost events.
+	Metrics *Metrics
+	// Log receives structured logs; nil discards them.
+	Log *slog.Logger
+	// Now is the clock that stamps when a flow was first seen; nil means
+	// time.Now.
+	Now func() time.Time
+
+	readers
+	index *flowIndex
+	once  sync.Once
+
+	// What the agent's loop sets and reads, in turn.
+	focus    source.Changes
+	full     bool
+	lastFull bool
+	// local is true when every reader promises backend-local verdicts.
+	local bool
+	// suspects are the backends of the flows the last pass kept; local
+	// the host addresses it read.
+	suspects  []netip.Addr
+	lastLocal []netip.Addr
+	lastKeep  func(*snapshot.Flow) bool
+	kept      int
+
+	mu     sync.Mutex
+	notify func()
+	lost   bool
+}
+
+// Metrics are the series a Watch keeps.
+type Metrics struct {
+	// IndexFlows is how many flows the index holds (with events), or the
+	// last pass kept (without).
+	IndexFlows prometheus.Gauge
+	// EventsLost counts the times events were lost.
+	EventsLost prometheus.Counter
+}
+
+// NewMetrics creates a Watch's series, named under namespace, and
+// registers them with reg.
+func NewMetrics(reg prometheus.Registerer, namespace string) *Metrics {
+	m := &Metrics{
+		IndexFlows: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "index_flows",
+			Help: "Flows the agent indexes by backend (DNATed, and untranslated UDP; with conntrack events), or flows the last audit kept for the rules (without)."}),
+		EventsLost: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "conntrack_events_lost_total",
+			Help: "Times conntrack events were lost (socket overflow or failure); each makes the next audit read the whole table."}),
+	}
+	reg.MustRegister(m.IndexFlows, m.EventsLost)
+	return m
+}
+
+func (w *Watch) init() {
+	w.once.Do(func() {
+		if w.Now == nil {
+			w.Now = time.Now
+		}
+		if w.Log == nil {
+			w.Log = slog.New(slog.DiscardHandler)
+		}
+		if w.NewFlowInterval <= 0 {
+			w.NewFlowInterval = DefaultNewFlowInterval
+		}
+		w.index = newFlowIndex(w.Now)
+	})
+}
+
+// Name returns Name ("conntrack").
+func (*Watch) Name() string { return Name }
+
+// OnChange sets the function called after each change (source.Live).
+func (w *Watch) OnChange(fn func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.notify = fn
+}
+
+func (w *Watch) poke() {
+	w.mu.Lock()
+	fn := w.notify
+	w.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
+}
+
+// Narrow records the rules that read the table (source.Narrower).
+func (w *Watch) Narrow(list []any) {
+	w.readers.Narrow(list)
+	w.local = true
+	for _, r := range list {
+		if _, ok := r.(snapshot.BackendLocal); !ok {
+			w.local = false
+		}
+	}
+}
+
+// Start follows the table's events, when there are any, until ctx ends
+// (source.Live).
+func (w *Watch) Start(ctx context.Context) error {
+	w.init()
+	if w.Table == nil {
+		return errors.New("conntrack: no table to watch")
+	}
+	if w.Events == nil {
+		return nil
+	}
+	go w.follow(ctx)
+	go w.tick(ctx)
+	return nil
+}
+
+// follow feeds events to the index until ctx ends. When events are lost,
+// the index is no longer trusted: the next pass reads the whole table,
+// which seeds it again.
+func (w *Watch) follow(ctx context.Context) {
+	for {
+		err := w.Events.Run(ctx, func(e Event) error {
+			w.index.apply(e)
+			return nil
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		w.index.invalidate()
+		if m := w.Metrics; m != nil && m.EventsLost != nil {
+			m.EventsLost.Inc()
+		}
+		w.mu.Lock()
+		w.lost = true
+		w.mu.Unlock()
+		w.poke()
+		if errors.Is(err, ErrOverflow) {
+			w.Log.Warn("conntrack events lost: the next audit reads the whole table", "err", err)
+			continue
+		}
+		w.Log.Error("conntrack events failed: audits read the whole table until they work again", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// tick says, every NewFlowInterval, that flows were created: Changes tells
+// whether a rule would judge any.
+func (w *Watch) tick(ctx context.Context) {
+	t := time.NewTicker(w.NewFlowInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if w.index.hasDirty() {
+				w.poke()
+			}
+		}
+	}
+}
+
+// Ready returns nil (source.Live): a pass always reads the table, from the
+// kernel when the index cannot be trusted, and a dump that fails fails its
+// collection.
+func (w *Watch) Ready(time.Time) error { return nil }
+
+// Changes returns what changed since the last call (source.Live): the
+// backends of flows created since that a rule would judge (by the last
+// pass's filter: a connection opened through a rule kube-proxy has not yet
+// removed), and every flow when events were lost.
+func (w *Watch) Changes() source.Changes {
+	w.init()
+	var c source.Changes
+	w.mu.Lock()
+	lost := w.lost
+	w.lost = false
+	w.mu.Unlock()
+	if lost {
+		c.All, c.Why = true, "events-lost"
+	}
+	if w.Events == nil || w.lastKeep == nil {
+		w.index.takeDirty()
+		return c
+	}
+	for _, b := range w.index.takeDirty() {
+		found := false
+		w.index.each([]netip.Addr{b}, false, func(f *snapshot.Flow) {
+			found = found || w.lastKeep(f)
+		})
+		if found {
+			c.Add(b, "new-flow")
+		}
+	}
+	return c
+}
+
+// Focus says what the next Collect reads (source.Focuser).
+func (w *Watch) Focus(c source.Changes, full bool) { w.focus, w.full = c, full }
+
+// Collect reads the table into s.Conntrack: the whole table when the pass
+// is full, when there are no events or when the index cannot be trusted
+// (seeding the index on the way); else, from the index, the flows that may
+// have changed verdict. On error s is left untouched.
+func (w *Watch) Collect(ctx context.Context, s *snapshot.Snapshot) error {
+	w.init()
+	keep := w.keep(s)
+	w.lastKeep, _ = Filter(w.list, s)
+	if !w.narrowed {
+		w.lastKeep = func(*snapshot.Flow) bool { return true }
+	}
+	full := w.full || w.Events == nil || !w.index.isValid()
+	w.lastFull = full
+	var kept *snapshot.Conntrack
+	if full {
+		kept = &snapshot.Conntrack{}
+		if w.Events != nil {
+			w.index.beginSeed()
+		}
+		n, err := w.Table.Dump(ctx, func(f *snapshot.Flow) error {
+			if w.Events != nil {
+				w.index.seed(f)
+			}
+			if keep(f) {
+				kept.Keep(f)
+			}
+			return nil
+		})
+		if w.Events != nil {
+			w.index.endSeed(err == nil)
+		}
+		if err != nil {
+			return err
+		}
+		kept.Seen = n
+		if w.full {
+			// A full pass streams the whole table through memory: give
+			// what it left behind back to the node now rather than minutes
+			// later, when the runtime would. Once per scheduled pass, not
+			// per change when there are no events to index.
+			defer debug.FreeOSMemory()
+		}
+	} else {
+		kept = &snapshot.Conntrack{Seen: w.index.len()}
+		all := w.focus.All || !w.local || !slices.Equal(s.LocalAddresses, w.lastLocal)
+		var cands []netip.Addr
+		if !all {
+			for a := range w.focus.Addrs {
+				cands = append(cands, a)
+			}
+			cands = append(cands, w.suspects...)
+			cands = append(cands, w.index.takeDirty()...)
+		} else {
+			w.index.takeDirty()
+		}
+		w.index.each(cands, all, func(f *snapshot.Flow) {
+			if keep(f) {
+				kept.Keep(f)
+			}
+		})
+	}
+	w.lastLocal = slices.Clone(s.LocalAddresses)
+	w.suspects = w.suspects[:0]
+	for b := range kept.Backends() {
+		w.suspects = append(w.suspects, b)
+	}
+	w.kept = kept.Len()
+	w.count()
+	s.Conntrack = kept
+	return nil
+}
+
+// count sets the gauge of indexed flows: the index's, or with no events
+// what the last pass kept.
+func (w *Watch) count() {
+	m := w.Metrics
+	if m == nil || m.IndexFlows == nil {
+		return
+	}
+	if w.Events != nil {
+		m.IndexFlows.Set(float64(w.index.len()))
+	} else {
+		m.IndexFlows.Set(float64(w.kept))
+	}
+}
+
+// Describe says what the last pass read and kept.
+func (w *Watch) Describe(s *snapshot.Snapshot) string {
+	if w.lastFull {
+		return w.describe(s)
+	}
+	return fmt.Sprintf("%s indexed, %d judged and kept for the rules", text.Count(w.index.len(), "flow", "flows"), w.kept)
+}
+
+// Get reads the entry with f's tuple back from the table; one that is gone
+// leaves the index.
+func (w *Watch) Get(f *snapshot.Flow) (snapshot.Flow, error) {
+	got, err := w.Table.Get(f)
+	if errors.Is(err, syscall.ENOENT) && w.index != nil {
+		w.index.forget(f)
+		w.count()
+	}
+	return got, err
+}
+
+// Delete deletes the entry with f's tuple and ID; it leaves the index too.
+func (w *Watch) Delete(f *snapshot.Flow) error {
+	err := w.Table.Delete(f)
+	if (err == nil || errors.Is(err, syscall.ENOENT)) && w.index != nil {
+		w.index.forget(f)
+		w.count()
+	}
+	return err
+}
