@@ -11,8 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hashicorp/serf/client"
-
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
@@ -47,54 +45,53 @@ func SerfFromEnv(addr, authKey string) *Serf {
 	return s
 }
 
-// The errors a Serf agent's RPC answers with (serf's agent/ipc.go).
-const (
-	serfAuthRequired = "Authentication required"
-	serfAuthInvalid  = "Invalid authentication token"
-)
-
 // session opens one RPC connection to the agent (handshake, then auth when
 // a key is given), runs f on it and closes it, all within the timeout.
-//
-// This client (serf v0.10.2) cannot be interrupted: it gives no way to
-// abandon a handshake, and closing it while a call waits races with the
-// call (serf v0.10.3 fixed that, and needs memberlist v0.6 and newer
-// golang.org/x modules than the rest of ghostwatch). So an exchange that
-// outlives the timeout is abandoned, not stopped: its goroutine closes the
-// connection once the agent answers or drops it, and an agent that does
-// neither holds one goroutine and one connection until it does.
-func (s *Serf) session(ctx context.Context, f func(*client.RPCClient) error) error {
+// When ctx ends first, the connection is closed under the call waiting on
+// the agent, and session says which part the agent did not answer.
+func (s *Serf) session(ctx context.Context, f func(*serfRPC) error) error {
 	timeout := s.Timeout
 	if timeout == 0 {
 		timeout = 10 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	done := make(chan error, 1)
-	opened := make(chan struct{})
-	go func() {
-		c, err := client.ClientFromConfig(&client.Config{Addr: s.Addr, AuthKey: s.AuthKey, Timeout: timeout})
-		close(opened)
-		if err != nil {
-			done <- s.explain(err, "connecting")
-			return
-		}
-		defer c.Close()
-		done <- f(c)
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		select {
-		case err := <-done:
-			return err
-		case <-opened:
-			return s.expired(ctx, timeout, "to a call")
-		default:
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", s.Addr)
+	if err != nil {
+		if ctx.Err() != nil {
 			return s.expired(ctx, timeout, "to the RPC handshake")
 		}
+		return s.explain(err, "connecting")
 	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+
+	c := newSerfRPC(conn)
+	what := "to the RPC handshake"
+	err = s.open(c)
+	if err == nil {
+		what = "to a call"
+		err = f(c)
+	}
+	if c.failed() && ctx.Err() != nil {
+		return s.expired(ctx, timeout, what)
+	}
+	return err
+}
+
+// open shakes hands with the agent, then gives it the auth key if any.
+func (s *Serf) open(c *serfRPC) error {
+	if err := c.handshake(); err != nil {
+		return s.explain(err, "connecting")
+	}
+	if s.AuthKey != "" {
+		if err := c.auth(s.AuthKey); err != nil {
+			return s.explain(err, "connecting")
+		}
+	}
+	return nil
 }
 
 // expired says that the agent did not answer in time, or that the caller
@@ -107,51 +104,62 @@ func (s *Serf) expired(ctx context.Context, timeout time.Duration, what string) 
 	return fmt.Errorf("serf agent %s: %w", s.Addr, context.Cause(ctx))
 }
 
-// explain turns what the RPC client returned into what failed and what to
-// do.
+// explain turns what the RPC returned into what failed and what to do.
 func (s *Serf) explain(err error, doing string) error {
 	var op *net.OpError
+	var refusal serfRefusal
 	switch {
-	case err.Error() == serfAuthRequired:
+	case errors.As(err, &refusal) && refusal == serfAuthRequired:
 		return fmt.Errorf("serf agent %s: %s: the agent has an RPC auth key (serf agent -rpc-auth); give it in SERF_RPC_AUTH (scan: --serf-auth)", s.Addr, err)
-	case err.Error() == serfAuthInvalid:
+	case errors.As(err, &refusal) && refusal == serfAuthInvalid:
 		return fmt.Errorf("serf agent %s: %s: the RPC auth key given is not the agent's -rpc-auth key", s.Addr, err)
+	case errors.As(err, &refusal):
+		return fmt.Errorf("serf agent %s: %s: the agent answered with an error: %w; its log may say more", s.Addr, doing, err)
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return fmt.Errorf("serf agent %s: unreachable: %w: no agent serves RPC there (serf agent -rpc-addr, 127.0.0.1:7373 by default)", s.Addr, err)
 	case errors.As(err, &op) && op.Op == "dial":
 		return fmt.Errorf("serf agent %s: unreachable: %w", s.Addr, err)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("serf agent %s: the connection closed in the middle of a reply while %s (%w): is %s a Serf agent's RPC address (serf agent -rpc-addr), not its gossip port or another service?", s.Addr, doing, err, s.Addr)
 	case closed(err):
 		return fmt.Errorf("serf agent %s: the connection closed while %s: is %s a Serf agent's RPC address (serf agent -rpc-addr), not its gossip port or another service?", s.Addr, doing, s.Addr)
+	case errors.Is(err, errNotSerfRPC):
+		return fmt.Errorf("serf agent %s: %s: %w: is %s a Serf agent's RPC address (serf agent -rpc-addr), not its gossip port or another service?", s.Addr, doing, err, s.Addr)
 	}
 	return fmt.Errorf("serf agent %s: %s: %w", s.Addr, doing, err)
 }
 
-// closed reports whether err says the peer closed the connection: the
-// client's own word once its reader saw the end, or the socket's when a
-// write came first.
+// closed reports whether err says the connection closed: the peer's end
+// of the stream, or the socket's word when a write came first.
 func closed(err error) bool {
-	return err.Error() == "client closed" || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) ||
+	return errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // Members returns the agent's view of its members (the RPC's members
 // call), with its own name (the stats call) as the view's Local.
 func (s *Serf) Members(ctx context.Context) (*snapshot.GossipView, error) {
-	var ms []client.Member
-	var stats map[string]map[string]string
-	err := s.session(ctx, func(c *client.RPCClient) error {
-		var err error
-		if ms, err = c.Members(); err != nil {
-			return s.explain(err, "reading members")
-		}
-		// The agent's name is a nicety: an agent that will not say it
-		// still gives its members.
-		stats, _ = c.Stats()
-		return nil
+	var v *snapshot.GossipView
+	err := s.session(ctx, func(c *serfRPC) (err error) {
+		v, err = s.view(c)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
+	v.From = s.Addr
+	return v, nil
+}
+
+// view reads the members and the agent's name on an open connection.
+func (s *Serf) view(c *serfRPC) (*snapshot.GossipView, error) {
+	ms, err := c.members()
+	if err != nil {
+		return nil, s.explain(err, "reading members")
+	}
+	// The agent's name is a nicety: an agent that will not say it
+	// still gives its members.
+	stats, _ := c.stats()
 	v, err := serfView(ms)
 	if err != nil {
 		return nil, fmt.Errorf("serf agent %s: members:%w", s.Addr, err)
@@ -159,14 +167,13 @@ func (s *Serf) Members(ctx context.Context) (*snapshot.GossipView, error) {
 	if err := checkNames(v); err != nil {
 		return nil, fmt.Errorf("serf agent %s: members: %w", s.Addr, err)
 	}
-	v.From = s.Addr
 	v.Local = stats["agent"]["name"]
 	return v, nil
 }
 
 // serfView maps the RPC's members as parseSerf maps serf members
 // -format=json.
-func serfView(ms []client.Member) (*snapshot.GossipView, error) {
+func serfView(ms []serfMember) (*snapshot.GossipView, error) {
 	v := &snapshot.GossipView{System: "serf"}
 	for i, m := range ms {
 		where := fmt.Sprintf(" members[%d] (%s)", i, m.Name)
@@ -190,33 +197,36 @@ func serfView(ms []client.Member) (*snapshot.GossipView, error) {
 // and keep the node as left for TombstoneTimeout (24 h by default); that
 // is an error naming it.
 func (s *Serf) ForceLeave(ctx context.Context, node string) error {
-	return s.session(ctx, func(c *client.RPCClient) error {
-		status, err := s.memberStatus(c, node)
-		switch {
-		case err != nil:
-			return err
-		case status == "":
-			return fmt.Errorf("serf agent %s lists no member %s: nothing to force out", s.Addr, node)
-		case status == "alive" || status == "leaving":
-			return fmt.Errorf("serf agent %s: member %s is %s: force-leave is for failed members (an alive one refutes it)", s.Addr, node, status)
-		}
-		if err := c.ForceLeavePrune(node); err != nil {
-			return s.explain(err, "forcing "+node+" out")
-		}
-		status, err = s.memberStatus(c, node)
-		switch {
-		case err != nil:
-			return err
-		case status != "":
-			return fmt.Errorf("serf agent %s still lists %s (%s) after force-leave with prune: agents before Serf 0.8.4 ignore prune and keep it for TombstoneTimeout (24 h by default)", s.Addr, node, status)
-		}
-		return nil
-	})
+	return s.session(ctx, func(c *serfRPC) error { return s.forceLeave(c, node) })
+}
+
+// forceLeave forces node out on an open connection, as ForceLeave says.
+func (s *Serf) forceLeave(c *serfRPC, node string) error {
+	status, err := s.memberStatus(c, node)
+	switch {
+	case err != nil:
+		return err
+	case status == "":
+		return fmt.Errorf("serf agent %s lists no member %s: nothing to force out", s.Addr, node)
+	case status == "alive" || status == "leaving":
+		return fmt.Errorf("serf agent %s: member %s is %s: force-leave is for failed members (an alive one refutes it)", s.Addr, node, status)
+	}
+	if err := c.forceLeavePrune(node); err != nil {
+		return s.explain(err, "forcing "+node+" out")
+	}
+	status, err = s.memberStatus(c, node)
+	switch {
+	case err != nil:
+		return err
+	case status != "":
+		return fmt.Errorf("serf agent %s still lists %s (%s) after force-leave with prune: agents before Serf 0.8.4 ignore prune and keep it for TombstoneTimeout (24 h by default)", s.Addr, node, status)
+	}
+	return nil
 }
 
 // memberStatus is node's status as the agent lists it, "" when unlisted.
-func (s *Serf) memberStatus(c *client.RPCClient, node string) (string, error) {
-	ms, err := c.Members()
+func (s *Serf) memberStatus(c *serfRPC, node string) (string, error) {
+	ms, err := c.members()
 	if err != nil {
 		return "", s.explain(err, "reading members")
 	}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
-	"github.com/hashicorp/serf/client"
 
 	"github.com/ghostwatch/ghostwatch/internal/serftest"
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -21,7 +20,7 @@ import (
 // The RPC's members map as serf members -format=json's do, status for
 // status.
 func TestSerfViewAsParse(t *testing.T) {
-	ms := []client.Member{
+	ms := []serfMember{
 		{Name: "consul-0", Addr: net.ParseIP("10.0.1.10"), Port: 7946, Tags: map[string]string{"role": "server"}, Status: "alive"},
 		{Name: "going", Addr: net.ParseIP("10.0.1.11").To4(), Port: 7946, Status: "leaving"},
 		{Name: "gone", Addr: net.ParseIP("10.0.1.12"), Port: 7946, Status: "left"},
@@ -46,13 +45,13 @@ func TestSerfViewAsParse(t *testing.T) {
 		t.Errorf("from the RPC:\n%+v\nfrom serf members -format=json:\n%+v", got, want)
 	}
 	for _, tc := range []struct {
-		m    client.Member
+		m    serfMember
 		want string
 	}{
-		{client.Member{Name: "n1", Addr: net.ParseIP("10.0.0.1"), Status: "none"}, `members[0] (n1): status "none" is none of alive, leaving, left, failed`},
-		{client.Member{Name: "n1", Addr: net.IP{10, 0, 0}, Status: "alive"}, "members[0] (n1): an address of 3 bytes is not an IP address"},
+		{serfMember{Name: "n1", Addr: net.ParseIP("10.0.0.1"), Status: "none"}, `members[0] (n1): status "none" is none of alive, leaving, left, failed`},
+		{serfMember{Name: "n1", Addr: net.IP{10, 0, 0}, Status: "alive"}, "members[0] (n1): an address of 3 bytes is not an IP address"},
 	} {
-		if _, err := serfView([]client.Member{tc.m}); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := serfView([]serfMember{tc.m}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want %q", tc.m, err, tc.want)
 		}
 	}
