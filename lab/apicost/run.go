@@ -87,8 +87,9 @@ const (
 // initial events, the bookmark ending them has come), kube-proxy's
 // /healthz and the agent's /readyz answer 200, and neither client has done
 // anything (Tap.LastActivity) for cfg.Quiet. Churn runs from there through
-// the replacements until the last is done and both clients have been idle
-// for cfg.Quiet again. The API server's audit log counts the requests that
+// the replacements until the last is done, the EndpointSlices hold the
+// current pods and nothing else, and both clients have been idle for
+// cfg.Quiet again. The API server's audit log counts the requests that
 // each client's user made in each phase (by requestReceivedTimestamp); the
 // taps count the bytes and the objects. The resident memory of each
 // process is read at the end of each phase.
@@ -260,6 +261,9 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		return nil, err
 	}
 	progress("%d replacements done in %s", l.Replacements, time.Since(churnBegan).Round(time.Millisecond))
+	if err := waitSlices(ctx, admin, l, cp, progress); err != nil {
+		return nil, err
+	}
 	if err := poll(ctx, settleDeadline, 100*time.Millisecond, "quiet after the churn", func() (bool, string, error) {
 		if err := alive(); err != nil {
 			return false, "", err
@@ -346,11 +350,12 @@ func httpOK(ctx context.Context, c *http.Client, url string) error {
 	return nil
 }
 
-// waitSlices waits until the EndpointSlices of the Services hold every pod,
-// ready.
+// waitSlices waits until the EndpointSlices of the Services hold every
+// pod, ready, and nothing else: no endpoint of a pod that is terminating or
+// gone.
 func waitSlices(ctx context.Context, c kubernetes.Interface, l layout, cp *controlplane.ControlPlane, progress func(string, ...any)) error {
 	last := ""
-	return poll(ctx, slicesDeadline, time.Second, "every pod ready in its EndpointSlice", func() (bool, string, error) {
+	return poll(ctx, slicesDeadline, time.Second, "every pod ready in its EndpointSlice and no other endpoint", func() (bool, string, error) {
 		if err := cp.Check(); err != nil {
 			return false, "", err
 		}
@@ -358,21 +363,22 @@ func waitSlices(ctx context.Context, c kubernetes.Interface, l layout, cp *contr
 		if err != nil {
 			return false, err.Error(), nil
 		}
-		ready, services := 0, map[string]bool{}
+		all, ready, services := 0, 0, map[string]bool{}
 		for _, s := range list.Items {
 			services[s.Namespace+"/"+s.Labels[discoveryv1.LabelServiceName]] = true
 			for _, ep := range s.Endpoints {
+				all++
 				if ep.Conditions.Ready != nil && *ep.Conditions.Ready {
 					ready++
 				}
 			}
 		}
-		note := fmt.Sprintf("%d of %d pods ready in the slices of %d of %d Services", ready, l.Pods, len(services), l.Services)
+		note := fmt.Sprintf("%d of %d pods ready in the slices of %d of %d Services, %d endpoints not ready", ready, l.Pods, len(services), l.Services, all-ready)
 		if note != last {
 			progress("%s", note)
 			last = note
 		}
-		return ready == l.Pods && len(services) == l.Services, note, nil
+		return ready == l.Pods && all == l.Pods && len(services) == l.Services, note, nil
 	})
 }
 
