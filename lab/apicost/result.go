@@ -170,7 +170,12 @@ func (r *Result) WriteText(w io.Writer) error {
 		peaks = append(peaks, fmt.Sprintf("%s %s", c.Name, mib(c.HWM)))
 	}
 	fmt.Fprintf(&b, "peak RSS (VmHWM): %s\n", strings.Join(peaks, ", "))
-	fmt.Fprintf(&b, "received/sent: TCP bytes on the client's connections (TLS, HTTP/2 framing, headers, bodies as sent, gzip included); requests: the audit log; objects: list items and watch events carrying a change, decoded by the tap\n\n")
+	fmt.Fprintf(&b, "received/sent: TCP bytes on the client's connections (TLS, HTTP/2 framing, headers, bodies as sent, gzip included); requests: the audit log; objects: list items and watch events carrying a change, decoded by the tap\n")
+	var up []string
+	for _, c := range r.Clients {
+		up = append(up, fmt.Sprintf("%s %s and %s", c.Name, kB(c.Phase(PhaseStart).UpstreamReceived), kB(c.Phase(PhaseChurn).UpstreamReceived)))
+	}
+	fmt.Fprintf(&b, "the taps' own connections received from the API server, start and churn (a cross-check): %s\n\n", strings.Join(up, "; "))
 
 	fmt.Fprintln(&b, "what each asked for (requests from the audit log; objects, events and body bytes from the tap):")
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)

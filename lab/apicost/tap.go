@@ -94,8 +94,10 @@ const maxErrors = 10
 
 // ConnStats is one client connection to a tap.
 type ConnStats struct {
-	Opened, Closed time.Time
-	Received, Sent int64
+	Opened   time.Time `json:"opened"`
+	Closed   time.Time `json:"closed"`
+	Received int64     `json:"receivedBytes"`
+	Sent     int64     `json:"sentBytes"`
 }
 
 // Listener opens a listener where the client runs: a node's namespace
