@@ -2,6 +2,7 @@ package apicost
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -25,9 +26,12 @@ func poll(ctx context.Context, timeout, interval time.Duration, what string, con
 		select {
 		case <-ctx.Done():
 			if note != "" {
-				note = ": " + note
+				note = " (" + note + ")"
 			}
-			return fmt.Errorf("no %s after %s%s (%w)", what, timeout, note, ctx.Err())
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("waiting for %s: not done after %s%s", what, timeout, note)
+			}
+			return fmt.Errorf("waiting for %s%s: %w", what, note, context.Cause(ctx))
 		case <-tick.C:
 		}
 	}
