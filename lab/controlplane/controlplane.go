@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -77,7 +78,27 @@ type Options struct {
 	// value spreads a Service over several slices, and a rolling update
 	// then moves endpoints between them.
 	MaxEndpointsPerSlice int
+	// AuditLog turns the API server's audit log on: every request, at
+	// level Metadata (who, verb, resource, URI with its selectors, when
+	// received, status code; no bodies), as JSON lines in AuditLog(),
+	// never rotated while the control plane runs. It costs the API server
+	// a write per request; off by default.
+	AuditLog bool
 }
+
+// auditPolicy records every request at level Metadata, once it has been
+// answered (or, for a watch, once the answer started).
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+`
+
+// auditLogMaxSizeMB is --audit-log-maxsize: the API server rotates its
+// audit log at 100 MB when the flag is 0, so it is set far above what a
+// test or a benchmark writes.
+const auditLogMaxSizeMB = 100 * 1024
 
 // ControlPlane is etcd, kube-apiserver and kube-controller-manager on
 // 127.0.0.1.
@@ -94,6 +115,7 @@ type ControlPlane struct {
 	pki    *pki
 	tokens map[string]string
 	procs  []*process
+	audit  string
 	// Admin is a client with every permission.
 	Admin kubernetes.Interface
 }
@@ -161,25 +183,35 @@ func Start(ctx context.Context, o Options) (cp *ControlPlane, err error) {
 		return nil, err
 	}
 
-	api, err := cp.start("kube-apiserver", filepath.Join(o.Bin, "kube-apiserver"),
-		"--etcd-servers="+etcdURL,
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(cp.Port),
-		"--tls-cert-file="+cp.pki.certFile, "--tls-private-key-file="+cp.pki.keyFile,
-		"--token-auth-file="+tokens, "--authorization-mode=RBAC",
+	apiArgs := []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=" + strconv.Itoa(cp.Port),
+		"--tls-cert-file=" + cp.pki.certFile, "--tls-private-key-file=" + cp.pki.keyFile,
+		"--token-auth-file=" + tokens, "--authorization-mode=RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+cp.pki.saPubFile, "--service-account-signing-key-file="+cp.pki.saKeyFile,
-		"--service-cluster-ip-range="+o.ServiceCIDR,
+		"--service-account-key-file=" + cp.pki.saPubFile, "--service-account-signing-key-file=" + cp.pki.saKeyFile,
+		"--service-cluster-ip-range=" + o.ServiceCIDR,
 		// Pods are created without waiting for a default ServiceAccount:
 		// no controller here makes one, and the tests' pods need none.
 		"--disable-admission-plugins=ServiceAccount",
 		"--enable-priority-and-fairness=false",
-		"--allow-privileged=true")
+		"--allow-privileged=true",
+	}
+	if o.AuditLog {
+		policy := filepath.Join(cp.Dir, "audit-policy.yaml")
+		if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+			return nil, err
+		}
+		cp.audit = filepath.Join(cp.Dir, "audit.log")
+		apiArgs = append(apiArgs, "--audit-policy-file="+policy, "--audit-log-path="+cp.audit,
+			"--audit-log-format=json", "--audit-log-mode=blocking",
+			"--audit-log-maxsize="+strconv.Itoa(auditLogMaxSizeMB), "--audit-log-maxbackup=0", "--audit-log-maxage=0")
+	}
+	api, err := cp.start("kube-apiserver", filepath.Join(o.Bin, "kube-apiserver"), apiArgs...)
 	if err != nil {
 		return nil, err
 	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(cp.pki.caPEM)
-	secure := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	secure := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: cp.CertPool()}}}
 	if err := api.waitFor(ctx, 2*time.Minute, "ready", func(ctx context.Context) error {
 		return get(ctx, secure, cp.Server+"/readyz", cp.tokens[UserAdmin], nil)
 	}); err != nil {
@@ -226,17 +258,55 @@ func (cp *ControlPlane) Config(user string) *rest.Config {
 // path. It works in the host and in every node namespace alike: both reach
 // the API server at 127.0.0.1.
 func (cp *ControlPlane) WriteKubeconfig(user string) (string, error) {
+	return cp.writeKubeconfig(user, cp.Server, strings.NewReplacer(":", "-").Replace(user)+".kubeconfig")
+}
+
+// WriteKubeconfigFor writes a kubeconfig for user that reaches the API
+// server at server instead, such as a forwarder in a node namespace that
+// presents ServingCertificate, and returns its path (under Dir, named by
+// the user and server's port).
+func (cp *ControlPlane) WriteKubeconfigFor(user, server string) (string, error) {
+	u, err := url.Parse(server)
+	if err != nil || u.Host == "" {
+		return "", fmt.Errorf("server %q: want a URL such as https://127.0.0.1:6443", server)
+	}
+	name := strings.NewReplacer(":", "-").Replace(user) + "@" + strings.NewReplacer(":", "-", "[", "", "]", "").Replace(u.Host) + ".kubeconfig"
+	return cp.writeKubeconfig(user, server, name)
+}
+
+func (cp *ControlPlane) writeKubeconfig(user, server, name string) (string, error) {
 	if _, ok := cp.tokens[user]; !ok {
 		return "", fmt.Errorf("no such user %q", user)
 	}
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["test"] = &clientcmdapi.Cluster{Server: cp.Server, CertificateAuthorityData: cp.pki.caPEM}
+	cfg.Clusters["test"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: cp.pki.caPEM}
 	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: cp.tokens[user]}
 	cfg.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: user}
 	cfg.CurrentContext = "test"
-	path := filepath.Join(cp.Dir, strings.NewReplacer(":", "-").Replace(user)+".kubeconfig")
+	path := filepath.Join(cp.Dir, name)
 	return path, clientcmd.WriteToFile(*cfg, path)
 }
+
+// ServingCertificate is the API server's own certificate and key (for
+// 127.0.0.1, signed by the control plane's CA): a forwarder in a node that
+// terminates TLS, to see what the API server answers, presents it, so that
+// clients trust it as they trust the API server and the handshake is the
+// same size.
+func (cp *ControlPlane) ServingCertificate() (tls.Certificate, error) {
+	return tls.LoadX509KeyPair(cp.pki.certFile, cp.pki.keyFile)
+}
+
+// CertPool holds the control plane's CA, which signed the API server's
+// certificate.
+func (cp *ControlPlane) CertPool() *x509.CertPool {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(cp.pki.caPEM)
+	return pool
+}
+
+// AuditLog is the path of the API server's audit log (Options.AuditLog), or
+// "" when it is off.
+func (cp *ControlPlane) AuditLog() string { return cp.audit }
 
 // Logs are the paths of the control-plane processes' logs.
 func (cp *ControlPlane) Logs() []string {

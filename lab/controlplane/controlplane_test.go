@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 func TestFindBinaries(t *testing.T) {
@@ -83,5 +84,43 @@ func TestCRDConditions(t *testing.T) {
 	}
 	if got := crdConditions(&unstructured.Unstructured{Object: map[string]any{}}); len(got) != 0 {
 		t.Errorf("no status: %v, want none", got)
+	}
+}
+
+func TestWriteKubeconfigFor(t *testing.T) {
+	dir := t.TempDir()
+	p, err := newPKI(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := &ControlPlane{Dir: dir, Server: "https://127.0.0.1:6443", pki: p, tokens: map[string]string{UserKubeProxy: "t0k3n"}}
+	plain, err := cp.WriteKubeconfig(UserKubeProxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := cp.WriteKubeconfigFor(UserKubeProxy, "https://127.0.0.1:7001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain == other {
+		t.Fatalf("both kubeconfigs written to %s", plain)
+	}
+	for path, want := range map[string]string{plain: cp.Server, other: "https://127.0.0.1:7001"} {
+		cfg, err := clientcmd.LoadFromFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.Clusters[cfg.Contexts[cfg.CurrentContext].Cluster].Server; got != want {
+			t.Errorf("%s: server %s, want %s", filepath.Base(path), got, want)
+		}
+		if got := cfg.AuthInfos[cfg.Contexts[cfg.CurrentContext].AuthInfo].Token; got != "t0k3n" {
+			t.Errorf("%s: token %q", filepath.Base(path), got)
+		}
+	}
+	if _, err := cp.WriteKubeconfigFor(UserKubeProxy, "127.0.0.1:7001"); err == nil {
+		t.Error("a server without a scheme was accepted")
+	}
+	if _, err := cp.WriteKubeconfigFor("nobody", "https://127.0.0.1:7001"); err == nil {
+		t.Error("an unknown user was accepted")
 	}
 }

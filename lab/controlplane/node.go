@@ -41,6 +41,18 @@ type NodeOptions struct {
 	Mode ProxyMode
 	// NetOptions are passed to netbed (sysctls, conntrack timestamps).
 	NetOptions netbed.NodeOptions
+	// Registered says the Node object exists already (RegisterNode, with
+	// this IP and PodCIDR): AddNode leaves it as it is. A caller registers
+	// the node first when pods bound to it must be in their EndpointSlices
+	// before kube-proxy starts (the EndpointSlice controller skips a pod
+	// whose Node it cannot find).
+	Registered bool
+	// ProxyServer, when set, is called once the node's namespace exists
+	// and before kube-proxy starts; it returns the URL kube-proxy reaches
+	// the API server at (a forwarder of the caller's in the namespace, for
+	// instance, presenting ServingCertificate). By default kube-proxy uses
+	// the node's forwarder at Server, as every other client does.
+	ProxyServer func(*netbed.Node) (string, error)
 }
 
 // Node is a node network namespace registered as a Node, with a real
@@ -58,9 +70,9 @@ type Node struct {
 	wg    sync.WaitGroup
 }
 
-// AddNode creates the namespace (through bed), the Node object and the
-// forwarder, starts kube-proxy in it and waits until kube-proxy reports
-// healthy.
+// AddNode creates the namespace (through bed), the Node object (unless
+// o.Registered) and the forwarder, starts kube-proxy in it and waits until
+// kube-proxy reports healthy.
 func (cp *ControlPlane) AddNode(ctx context.Context, bed *netbed.Bed, name string, o NodeOptions) (_ *Node, err error) {
 	if o.Mode == "" {
 		o.Mode = ProxyIPTables
@@ -83,23 +95,22 @@ func (cp *ControlPlane) AddNode(ctx context.Context, bed *netbed.Bed, name strin
 	n.wg.Add(1)
 	go n.forward()
 
-	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}},
-		Spec:       corev1.NodeSpec{PodCIDR: o.PodCIDR.String(), PodCIDRs: []string{o.PodCIDR.String()}},
-	}
-	created, err := cp.Admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("node %s: %w", name, err)
-	}
-	created.Status = corev1.NodeStatus{
-		Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: o.IP.String()}, {Type: corev1.NodeHostName, Address: name}},
-		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), Reason: "KubeletReady"}},
-	}
-	if _, err := cp.Admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		return nil, fmt.Errorf("node %s status: %w", name, err)
+	if !o.Registered {
+		if err := cp.RegisterNode(ctx, name, o.IP, o.PodCIDR); err != nil {
+			return nil, err
+		}
 	}
 
-	kubeconfig, err := cp.WriteKubeconfig(UserKubeProxy)
+	var kubeconfig string
+	if o.ProxyServer == nil {
+		kubeconfig, err = cp.WriteKubeconfig(UserKubeProxy)
+	} else {
+		var server string
+		if server, err = o.ProxyServer(nn); err != nil {
+			return nil, fmt.Errorf("node %s: kube-proxy's server: %w", name, err)
+		}
+		kubeconfig, err = cp.WriteKubeconfigFor(UserKubeProxy, server)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -120,6 +131,30 @@ func (cp *ControlPlane) AddNode(ctx context.Context, bed *netbed.Bed, name strin
 		return nil, err
 	}
 	return n, nil
+}
+
+// RegisterNode creates the Node object name, as its kubelet would: the
+// hostname label, podCIDR, and a status with its InternalIP and Hostname
+// addresses and the Ready condition. AddNode calls it unless
+// NodeOptions.Registered; a caller registers Nodes that have no namespace
+// with it too.
+func (cp *ControlPlane) RegisterNode(ctx context.Context, name string, ip netip.Addr, podCIDR netip.Prefix) error {
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}},
+		Spec:       corev1.NodeSpec{PodCIDR: podCIDR.String(), PodCIDRs: []string{podCIDR.String()}},
+	}
+	created, err := cp.Admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("node %s: %w", name, err)
+	}
+	created.Status = corev1.NodeStatus{
+		Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}, {Type: corev1.NodeHostName, Address: name}},
+		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), Reason: "KubeletReady"}},
+	}
+	if _, err := cp.Admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("node %s status: %w", name, err)
+	}
+	return nil
 }
 
 // forward copies each connection to 127.0.0.1:port in the node to the API
@@ -161,6 +196,16 @@ func (n *Node) ProxyLog() string {
 		return ""
 	}
 	return n.proxy.log
+}
+
+// ProxyPID is the process ID of this node's kube-proxy (0 before it
+// started), for reading its /proc entries: `ip netns exec` replaces itself
+// with kube-proxy, so the ID is kube-proxy's own.
+func (n *Node) ProxyPID() int {
+	if n.proxy == nil {
+		return 0
+	}
+	return n.proxy.cmd.Process.Pid
 }
 
 // Check reports whether kube-proxy has exited.

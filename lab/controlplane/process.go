@@ -158,6 +158,9 @@ func (cp *ControlPlane) Run(name string, env []string, argv ...string) (*Process
 	return &Process{p}, nil
 }
 
+// PID is the process ID, for reading its /proc entries.
+func (p *Process) PID() int { return p.p.cmd.Process.Pid }
+
 // Log is the path of the process's log.
 func (p *Process) Log() string { return p.p.log }
 
