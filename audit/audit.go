@@ -39,6 +39,9 @@ type Config struct {
 type Result struct {
 	finding.Report
 	Snapshot *snapshot.Snapshot
+	// WrongNode, when set, says that the conntrack table judged was most
+	// likely read on another node than the snapshot's (rule.WrongNode).
+	WrongNode error
 }
 
 // Run collects and judges once.
@@ -48,6 +51,11 @@ func Run(ctx context.Context, cfg Config) *Result {
 		now = time.Now
 	}
 	s := &snapshot.Snapshot{Taken: now(), NodeName: cfg.NodeName}
+	// What the rules derive from the snapshot (their filters while the
+	// sources collect, their indexes while they judge) lives for this pass
+	// only.
+	s.BeginPass()
+	defer s.EndPass()
 	for _, src := range cfg.Sources {
 		if n, ok := src.(source.Narrower); ok {
 			n.Narrow(rule.ReadersOf(cfg.Rules, src.Name()))
@@ -55,11 +63,18 @@ func Run(ctx context.Context, cfg Config) *Result {
 		source.CollectInto(ctx, now, s, src)
 	}
 	source.Resolve(ctx, now, s, cfg.Sources...)
-	return Judge(s, cfg.Rules)
+	res := Judge(s, cfg.Rules)
+	res.WrongNode = rule.WrongNode(cfg.Rules, s)
+	return res
 }
 
-// Judge evaluates rules on a snapshot that is already collected.
+// Judge evaluates rules on a snapshot that is already collected, in one
+// pass.
 func Judge(s *snapshot.Snapshot, rules []rule.Rule) *Result {
+	if !s.InPass() {
+		s.BeginPass()
+		defer s.EndPass()
+	}
 	fs, skipped := rule.Run(s, rules)
 	Sort(fs)
 	if fs == nil {

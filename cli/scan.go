@@ -253,7 +253,7 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	if err := checkNode(res, node, npa); err != nil {
 		return cmdline.WithCode(ExitError, err)
 	}
-	wrongNode := rule.WrongNode(rules, res.Snapshot)
+	wrongNode := res.WrongNode
 	if err := sink.Write(streams.Out, output, &res.Report, rules); err != nil {
 		return cmdline.WithCode(ExitError, fmt.Errorf("writing the report: %w", err))
 	}

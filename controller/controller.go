@@ -382,7 +382,9 @@ func (c *Controller) judge(ctx context.Context, cl *cluster, rules []rule.Rule) 
 	// The snapshot's pods are the index's: events wait for the pass.
 	cl.mu.Lock()
 	s := cl.snapshot(c.cfg.Now())
+	s.BeginPass()
 	fs, skipped := rule.Run(s, rules)
+	s.EndPass()
 	pods := cl.idx.Len()
 	// The remedies read the snapshot's sources only: its pods may change
 	// once the lock is let go.

@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/ghostwatch/ghostwatch/finding"
@@ -46,37 +45,22 @@ type calicoAlloc struct {
 	a *snapshot.Allocation
 }
 
-// lastView is the view of the snapshot the Calico rules are judging: the
-// rules of one pass (one Run) share it, so a pass over a large cluster
-// indexes its pods and allocations once; Run forgets it when the pass
-// ends. A snapshot is not changed while rules judge it.
-var lastView struct {
-	sync.Mutex
-	s *snapshot.Snapshot
-	v *calicoView
-}
-
 // calicoViewOf returns the view of s, or nil when s has no Calico ledger
-// ready.
+// ready: built once per pass, shared by the Calico rules of that pass
+// (snapshot.Derive), so a pass over a large cluster indexes its pods and
+// allocations once.
 func calicoViewOf(s *snapshot.Snapshot) *calicoView {
 	if s.Kube == nil || s.Calico == nil || !ready(s, "calico") {
 		return nil
 	}
-	lastView.Lock()
-	defer lastView.Unlock()
-	if lastView.s != s {
-		lastView.s, lastView.v = s, newCalicoView(s)
-	}
-	return lastView.v
+	return snapshot.Derive(s, calicoViewKey{s.Kube, s.Calico}, func() *calicoView { return newCalicoView(s) })
 }
 
-// forgetView drops the view of s, if it is the one kept.
-func forgetView(s *snapshot.Snapshot) {
-	lastView.Lock()
-	if lastView.s == s {
-		lastView.s, lastView.v = nil, nil
-	}
-	lastView.Unlock()
+// calicoViewKey names the view of one snapshot's cluster objects and
+// Calico ledger.
+type calicoViewKey struct {
+	kube   *snapshot.Kube
+	calico *snapshot.Calico
 }
 
 func newCalicoView(s *snapshot.Snapshot) *calicoView {

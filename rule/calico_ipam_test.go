@@ -277,19 +277,21 @@ func TestIPAMLedgerCorrupt(t *testing.T) {
 	}
 }
 
-// The index the Calico rules share is kept for one pass only: a
-// long-running process holds nothing of it between passes.
-func TestRunForgetsTheCalicoIndex(t *testing.T) {
+// The index the Calico rules share is built once in a pass, and belongs
+// to the pass: once it ends, nothing of it is kept.
+func TestTheCalicoIndexBelongsToThePass(t *testing.T) {
 	s := calicoCluster(t0)
 	s.Kube.Pods = append(s.Kube.Pods, pod("shop", "api", "u-api", "10.200.0.3", t0))
-	r := &IPAMUnbookedIP{}
-	if fs, _ := Run(s, []Rule{r, &IPAMLeakedIP{}}); len(fs) != 1 {
+	s.BeginPass()
+	if fs, _ := Run(s, []Rule{&IPAMUnbookedIP{}, &IPAMLeakedIP{}}); len(fs) != 1 {
 		t.Fatalf("%d findings", len(fs))
 	}
-	lastView.Lock()
-	kept := lastView.v != nil
-	lastView.Unlock()
-	if kept {
+	v := calicoViewOf(s)
+	if calicoViewOf(s) != v {
+		t.Error("two rules of one pass built the index twice")
+	}
+	s.EndPass()
+	if calicoViewOf(s) == v {
 		t.Error("the pass's index outlives the pass")
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ghostwatch/ghostwatch/finding"
@@ -546,81 +545,38 @@ func (ix *flowIndex) currentBackends(svc snapshot.ObjectRef, max int) []string {
 
 // conntrackRules is the judgement the conntrack rules share: one index of
 // the cluster per snapshot and one flow filter, so that a flow streaming by
-// is judged once however many of these rules read the table.
+// is judged once however many of these rules read the table. Both live in
+// the pass's scratch (snapshot.Derive), not here: the rules keep no state
+// between passes.
 type conntrackRules struct {
 	cfg ConntrackConfig
-
-	mu     sync.Mutex
-	cur    indexed
-	filter *suspectFilter
-	// rechecks are the indexes of the last two snapshots re-checks judged
-	// on: a remedy re-checks group after group against the same caches
-	// and against a fresh read each.
-	rechecks [2]indexed
 }
 
-// indexed is an index and what it was built from.
-type indexed struct {
-	kube  *snapshot.Kube
-	node  string
-	local []netip.Addr
-	ix    *flowIndex
-}
-
-func newIndexed(s *snapshot.Snapshot, cfg ConntrackConfig) indexed {
-	return indexed{s.Kube, s.NodeName, s.LocalAddresses, newFlowIndex(s, cfg)}
-}
-
-// of reports whether e was built from s.
-func (e *indexed) of(s *snapshot.Snapshot) bool {
-	return e.ix != nil && e.kube == s.Kube && e.node == s.NodeName && slices.Equal(e.local, s.LocalAddresses)
+// derived names what the conntrack rules derive from one snapshot's cluster
+// objects: the rules that share the judgement, and the Kube it was built
+// from (a node agent's Kube is completed, once every source has collected,
+// with the pods it looked up: the index is built again then).
+type derived struct {
+	c      *conntrackRules
+	kube   *snapshot.Kube
+	filter bool
 }
 
 func newConntrackRules(cfg ConntrackConfig) *conntrackRules { return &conntrackRules{cfg: cfg} }
 
-// index returns the index of s's cluster objects, built once per snapshot.
-// Snapshots are immutable, so the Kube pointer and the node name identify
-// what the index was built from; holding the last one keeps its address
-// from being reused.
+// index returns the index of s's cluster objects, built once per pass.
 func (c *conntrackRules) index(s *snapshot.Snapshot) *flowIndex {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.indexLocked(s)
-}
-
-func (c *conntrackRules) indexLocked(s *snapshot.Snapshot) *flowIndex {
-	if !c.cur.of(s) {
-		c.cur, c.filter = newIndexed(s, c.cfg), nil
-	}
-	return c.cur.ix
-}
-
-// recheckIndex returns the index of a snapshot a re-check judges on,
-// without disturbing the audit's.
-func (c *conntrackRules) recheckIndex(s *snapshot.Snapshot) *flowIndex {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, e := range c.rechecks {
-		if e.of(s) {
-			return e.ix
-		}
-	}
-	e := newIndexed(s, c.cfg)
-	c.rechecks[1], c.rechecks[0] = c.rechecks[0], e
-	return e.ix
+	return snapshot.Derive(s, derived{c: c, kube: s.Kube}, func() *flowIndex { return newFlowIndex(s, c.cfg) })
 }
 
 // flowFilter is the FlowFilter of every conntrack rule: the flows to a
 // Service frontend whose backend is not a current endpoint. The same
-// filter is returned for the same snapshot.
+// filter is returned for the same snapshot in one pass.
 func (c *conntrackRules) flowFilter(s *snapshot.Snapshot) snapshot.FlowFilter {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ix := c.indexLocked(s)
-	if c.filter == nil {
-		c.filter = &suspectFilter{ix: ix, node: s.NodeName, kube: s.Kube != nil}
-	}
-	return c.filter
+	ix := c.index(s)
+	return snapshot.Derive(s, derived{c: c, kube: s.Kube, filter: true}, func() *suspectFilter {
+		return &suspectFilter{ix: ix, node: s.NodeName, kube: s.Kube != nil}
+	})
 }
 
 // holderAddrs are the addresses whose holders the conntrack rules need
@@ -728,12 +684,7 @@ func WrongNode(rules []Rule, s *snapshot.Snapshot) error {
 		if c == nil {
 			continue
 		}
-		c.mu.Lock()
-		f := c.filter
-		if !c.cur.of(s) {
-			f = nil
-		}
-		c.mu.Unlock()
+		f := snapshot.Derive(s, derived{c: c, kube: s.Kube, filter: true}, func() *suspectFilter { return nil })
 		if f == nil {
 			continue
 		}

@@ -12,9 +12,6 @@ import (
 // run on partial data: an unreachable API server must not look like "every
 // backend is gone".
 func Run(s *snapshot.Snapshot, rules []Rule) ([]finding.Finding, []finding.Skipped) {
-	// The index the Calico rules share lives for this pass only: a
-	// long-running process keeps nothing of it between passes.
-	defer forgetView(s)
 	var each [][]finding.Finding
 	var skipped []finding.Skipped
 	n := 0

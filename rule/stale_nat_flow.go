@@ -221,7 +221,7 @@ func (r *StaleNATFlow) Recheck(fresh *snapshot.Snapshot, fs []finding.Finding) [
 		}
 		return errs
 	}
-	ix := r.ct.recheckIndex(fresh)
+	ix := newFlowIndex(fresh, r.ct.cfg)
 	for i, f := range fs {
 		fl, ok := flowOf(f)
 		svc, sok := serviceOf(f)

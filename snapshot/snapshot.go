@@ -53,6 +53,8 @@ type Snapshot struct {
 	LocalAddresses []netip.Addr
 
 	Sources []SourceStatus
+
+	scratch *scratch
 }
 
 // Source returns the status recorded for the named source.

@@ -302,11 +302,13 @@ func (w *Watch) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 			return err
 		}
 		kept.Seen = n
-		if w.full {
-			// A full pass streams the whole table through memory: give
+		if w.full || w.Events != nil {
+			// A full dump streams the whole table through memory: give
 			// what it left behind back to the node now rather than minutes
-			// later, when the runtime would. Once per scheduled pass, not
-			// per change when there are no events to index.
+			// later, when the runtime would. Once per scheduled pass or
+			// seed of the index (the first of which follows the informers'
+			// initial lists), not per change when there are no events to
+			// index and every pass dumps.
 			defer debug.FreeOSMemory()
 		}
 	} else {

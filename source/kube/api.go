@@ -172,7 +172,7 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 		}
 	}
 	if opts.Node != "" {
-		i.since = &endpointSince{seen: map[netip.Addr]sinceEntry{}}
+		i.since = &endpointSince{seen: map[[16]byte]sinceEntry{}}
 	}
 	core, disc, netw := client.CoreV1(), client.DiscoveryV1(), client.NetworkingV1()
 	for _, w := range []struct {
@@ -210,7 +210,7 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 				onlyServices(&o)
 				return disc.EndpointSlices("").Watch(ctx, o)
 			},
-			idx, trimMeta},
+			idx, TrimSlice},
 		{resNodes, &corev1.Node{},
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				onlyNode(&o, "metadata.name")

@@ -20,13 +20,15 @@ import (
 // start is learned, and a flow that started after it needs no lookup
 // again.
 type endpointSince struct {
-	mu   sync.Mutex
-	seen map[netip.Addr]sinceEntry
+	mu sync.Mutex
+	// seen is keyed by the address's 16-byte form: no pointer for the
+	// garbage collector to follow in a map of every endpoint.
+	seen map[[16]byte]sinceEntry
 }
 
 type sinceEntry struct {
 	uid string
-	at  time.Time
+	at  int64 // Unix ns
 }
 
 // update records a slice's change: each address it lists now for a pod
@@ -36,16 +38,17 @@ type sinceEntry struct {
 func (e *endpointSince) update(old, cur any, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	listed := map[netip.Addr]bool{}
+	listed := map[[16]byte]bool{}
 	for _, ep := range sliceEndpoints(cur) {
-		listed[ep.Address] = true
-		if s, ok := e.seen[ep.Address]; !ok || s.uid != ep.PodUID {
-			e.seen[ep.Address] = sinceEntry{uid: ep.PodUID, at: now}
+		a := ep.Address.As16()
+		listed[a] = true
+		if s, ok := e.seen[a]; !ok || s.uid != ep.PodUID {
+			e.seen[a] = sinceEntry{uid: ep.PodUID, at: now.UnixNano()}
 		}
 	}
 	for _, ep := range sliceEndpoints(old) {
-		if !listed[ep.Address] {
-			delete(e.seen, ep.Address)
+		if a := ep.Address.As16(); !listed[a] {
+			delete(e.seen, a)
 		}
 	}
 }
@@ -57,8 +60,8 @@ func (e *endpointSince) fill(eps []snapshot.Endpoint, now time.Time) {
 	defer e.mu.Unlock()
 	for i := range eps {
 		ep := &eps[i]
-		if s, ok := e.seen[ep.Address]; ok && s.uid == ep.PodUID {
-			ep.Since = s.at
+		if s, ok := e.seen[ep.Address.As16()]; ok && s.uid == ep.PodUID {
+			ep.Since = time.Unix(0, s.at).UTC()
 		} else {
 			ep.Since = now
 		}
@@ -70,8 +73,9 @@ func (e *endpointSince) fill(eps []snapshot.Endpoint, now time.Time) {
 func (e *endpointSince) learn(a netip.Addr, uid string, at time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if s, ok := e.seen[a]; ok && s.uid == uid && at.Before(s.at) {
-		e.seen[a] = sinceEntry{uid: uid, at: at}
+	k := a.As16()
+	if s, ok := e.seen[k]; ok && s.uid == uid && at.UnixNano() < s.at {
+		e.seen[k] = sinceEntry{uid: uid, at: at.UnixNano()}
 	}
 }
 
