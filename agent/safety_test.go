@@ -190,7 +190,7 @@ func TestChangedEntryIsNotDeleted(t *testing.T) {
 	if n := h.tab.count(); n != 0 {
 		t.Fatalf("deleted %d flows", n)
 	}
-	if evs := h.events.With("StaleFlowDeleteRefused"); len(evs) == 0 || !strings.Contains(evs[0], "the entry was replaced since it was judged (conntrack id 7, now 99)") {
+	if evs := h.events.With("StaleFlowDeleteRefused"); len(evs) == 0 || !strings.Contains(evs[0], "was replaced since it was judged (conntrack id 7, now 99)") {
 		t.Errorf("Events: %q", evs)
 	}
 }

@@ -130,7 +130,8 @@ func Sort(fs []finding.Finding) {
 		fa, aok := a.Target.(*finding.FlowTarget)
 		fb, bok := b.Target.(*finding.FlowTarget)
 		if aok && bok {
-			x, y := &fa.Flow, &fb.Flow
+			xf, yf := fa.Flows.First(), fb.Flows.First()
+			x, y := &xf, &yf
 			if c := cmp.Or(x.Reply.Src.Unmap().Compare(y.Reply.Src.Unmap()),
 				x.Orig.Src.Compare(y.Orig.Src), cmp.Compare(x.Orig.SrcPort, y.Orig.SrcPort),
 				x.Orig.Dst.Compare(y.Orig.Dst), cmp.Compare(x.Orig.DstPort, y.Orig.DstPort)); c != 0 {

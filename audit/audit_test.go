@@ -110,7 +110,7 @@ func TestSortComparesAddressesAsAddresses(t *testing.T) {
 			Orig:  snapshot.Tuple{Src: netip.MustParseAddr("10.244.1.5"), Dst: netip.MustParseAddr("10.96.0.1"), SrcPort: sport, DstPort: 80},
 			Reply: snapshot.Tuple{Src: netip.MustParseAddr(ip), SrcPort: 8080}}
 		return finding.Finding{Rule: "r", Severity: finding.Warning, Subject: finding.Subject{Service: "ns/s", IP: ip, Flow: f.String()},
-			Target: &finding.FlowTarget{Flow: f}}
+			Target: finding.NewFlowTarget("ns/s", f)}
 	}
 	fs := []finding.Finding{flowTo("10.0.0.10", 1), flowTo("10.0.0.9", 1000), flowTo("10.0.0.9", 999), flowTo("10.0.0.100", 1)}
 	Sort(fs)

@@ -273,6 +273,13 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 	}
 	// client-go logs through klog: its lines come out in the same format.
 	klog.SetSlogLogger(log)
+	// The DaemonSet's memory limit is where the kernel kills the agent:
+	// the garbage collector works harder before it gets there.
+	if soft, err := setMemoryLimit("/sys/fs/cgroup"); err != nil {
+		log.Warn("cannot read the container's memory limit: the Go runtime runs without a soft limit", "err", err)
+	} else if soft > 0 {
+		log.Info("soft memory limit set from the container's", "bytes", soft, "share", memLimitShare)
+	}
 	npa, err := parsePrefixes(o.nodePortAddresses)
 	if err != nil {
 		return cmdline.WithCode(ExitError, fmt.Errorf("--nodeport-addresses: %w", err))

@@ -133,6 +133,10 @@ type Target interface {
 	// Group is the unit budgets count and act on together: the ghost IP
 	// for the flows of one dead backend.
 	Group() string
+	// Size is how many entries the target holds: the flows of a
+	// FlowTarget, 1 for the others. A cap on the entries acted on
+	// together counts them.
+	Size() int
 	// String describes the target for Events and logs.
 	String() string
 }
@@ -140,34 +144,60 @@ type Target interface {
 // FlowKind is the Kind of a FlowTarget.
 const FlowKind = "conntrack-flow"
 
-// FlowTarget is one exact conntrack entry: its original tuple, zone and,
-// when the kernel gave it, its ID.
-type FlowTarget struct{ Flow snapshot.Flow }
+// FlowTarget is the conntrack entries one finding is about: flows to one
+// ghost backend that its rule judged alike (through one Service, for one
+// reason), each an exact entry (original tuple, zone and, when the kernel
+// gave it, ID). A dead backend with a million flows is one target: its
+// flows stay in the snapshot's table, where the target names them.
+type FlowTarget struct {
+	Flows *snapshot.FlowSelection
+	// Name is what the rule judged alike, to tell this target from the
+	// same backend's others and to know it again in the next pass (its
+	// grace period runs across passes): "ns/svc stale", say.
+	Name string
+}
+
+// NewFlowTarget returns the target of flows, all to one backend, named
+// name, holding copies of them of its own.
+func NewFlowTarget(name string, flows ...snapshot.Flow) *FlowTarget {
+	c := snapshot.NewConntrack(len(flows), flows...)
+	t := &FlowTarget{Flows: &snapshot.FlowSelection{}, Name: name}
+	for ref := range c.Refs() {
+		t.Flows.Add(c, ref)
+	}
+	t.Flows.Done()
+	return t
+}
 
 // Kind returns FlowKind.
 func (t *FlowTarget) Kind() string { return FlowKind }
 
-// Key identifies the entry by what identifies it to the kernel (protocol,
-// original tuple, zone: snapshot.FlowKey) and its ID.
-func (t *FlowTarget) Key() any { return flowTargetKey{t.Flow.Key(), t.Flow.ID} }
-
-type flowTargetKey struct {
-	snapshot.FlowKey
-	id uint32
-}
+// Key identifies the target across passes: its backend and what its rule
+// judged alike. A flow that comes to a ghost backend already reported joins
+// its target, and the grace period that runs: the backend has been gone
+// that long.
+func (t *FlowTarget) Key() any { return [2]string{t.Flows.Backend().String(), t.Name} }
 
 // Group is the backend address, the ghost IP.
-func (t *FlowTarget) Group() string { return t.Flow.Reply.Src.Unmap().String() }
+func (t *FlowTarget) Group() string { return t.Flows.Backend().Unmap().String() }
+
+// Size is how many flows the target holds.
+func (t *FlowTarget) Size() int { return t.Flows.Len() }
 
 // String renders "tcp 10.244.1.50:45678 -> 10.96.100.50:5432 (DNAT to
-// 10.244.3.47:5432, conntrack id 7)".
+// 10.244.3.47:5432, conntrack id 7)" for one flow, "2,666 flows to
+// 10.244.3.47 (e.g. tcp ... (DNAT to ..., conntrack id 7))" for more.
 func (t *FlowTarget) String() string {
-	f := &t.Flow
-	s := f.String() + " (DNAT to " + f.Backend().String()
+	f := t.Flows.First()
+	one := f.String() + " (DNAT to " + f.Backend().String()
 	if f.ID != 0 {
-		s += fmt.Sprintf(", conntrack id %d", f.ID)
+		one += fmt.Sprintf(", conntrack id %d", f.ID)
 	}
-	return s + ")"
+	one += ")"
+	if n := t.Flows.Len(); n > 1 {
+		return fmt.Sprintf("%d flows to %s (e.g. %s)", n, t.Flows.Backend().Unmap(), one)
+	}
+	return one
 }
 
 // ReservationKind is the Kind of a ReservationTarget.
@@ -195,6 +225,9 @@ func (t *ReservationTarget) Key() any {
 
 // Group is the IP.
 func (t *ReservationTarget) Group() string { return t.IP.String() }
+
+// Size is 1: one file.
+func (t *ReservationTarget) Size() int { return 1 }
 
 // String renders "10.244.2.3 in /run/cni-ipam-state/kindnet for container
 // 5f1b… (eth0) of pod default/web-0".
@@ -257,6 +290,9 @@ func (t *MemberTarget) Key() any {
 
 // Group is the address the ghost haunts.
 func (t *MemberTarget) Group() string { return t.Addr.String() }
+
+// Size is 1: one member.
+func (t *MemberTarget) Size() int { return 1 }
 
 // String renders "member node-abc-old (failed, 10.0.1.50:8301) of serf
 // cluster shop/serf".

@@ -50,6 +50,12 @@ type childReport struct {
 	Seen     int `json:"seen,omitempty"`
 	// CPUPercent of one core over the idle window (mode agent).
 	CPUPercent float64 `json:"cpu_percent,omitempty"`
+	// Flows the findings held (mode ghost-scan); Cleared the flows the
+	// agent deleted and ClearNS how long from its start until the last
+	// (mode ghost-clear).
+	Flows   int   `json:"flows,omitempty"`
+	Cleared int   `json:"cleared,omitempty"`
+	ClearNS int64 `json:"clear_ns,omitempty"`
 	// Indexed flows at the end (mode agent).
 	Indexed float64 `json:"indexed,omitempty"`
 	// BaseKiB is VmHWM once the cluster is built, before the measured part.
@@ -153,6 +159,14 @@ func benchChildRun(mode string) (*childReport, error) {
 		time.Sleep(idle) // the measurement window: nothing changes
 		r.CPUPercent = 100 * (processCPU() - cpu0).Seconds() / time.Since(wall0).Seconds()
 		r.Indexed = testutil.ToFloat64(m.IndexFlows)
+	case "ghost-scan":
+		if err := ghostScan(ctx, cl, r); err != nil {
+			return nil, err
+		}
+	case "ghost-clear":
+		if err := ghostClear(ctx, cl, r); err != nil {
+			return nil, err
+		}
 	default:
 		return nil, fmt.Errorf("unknown mode %q", mode)
 	}

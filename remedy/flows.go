@@ -21,57 +21,92 @@ type FlowTable interface {
 	Delete(f *snapshot.Flow) error
 }
 
-// Flows deletes exact conntrack entries (finding.FlowTarget).
+// Flows deletes exact conntrack entries: the flows of a
+// finding.FlowTarget, each read back by its tuple right before it is
+// deleted by tuple and ID (Counting).
 type Flows struct{ Table FlowTable }
 
 // Kind returns finding.FlowKind.
 func (*Flows) Kind() string { return finding.FlowKind }
 
-// Verify reads the entry back from the kernel by its tuple: it must still
-// be the entry the finding was judged on, with the same conntrack ID and
-// the same translation. An entry whose ID is unknown is refused: without
-// it, the delete could hit a newer connection that reuses the tuple.
-func (fl *Flows) Verify(_ context.Context, t finding.Target) error {
-	want, err := flowTarget(t)
-	if err != nil {
-		return err
-	}
-	if want.ID == 0 {
-		return errors.New("the entry's conntrack ID is unknown, so a newer entry with the same tuple could not be told apart")
-	}
-	got, err := fl.Table.Get(want)
-	if errors.Is(err, syscall.ENOENT) {
-		return fmt.Errorf("%w: the kernel no longer has %s", ErrGone, t)
-	}
-	if err != nil {
-		return fmt.Errorf("reading the entry back from the kernel: %w", err)
-	}
+// Verify is not used: ActEach reads each entry back right before deleting
+// it.
+func (fl *Flows) Verify(context.Context, finding.Target) error { return nil }
+
+// Act deletes the target's flows, as ActEach does; it fails unless each
+// was deleted or gone.
+func (fl *Flows) Act(ctx context.Context, t finding.Target) error {
+	tl := fl.ActEach(ctx, t, false)
 	switch {
-	case got.ID != want.ID:
-		return fmt.Errorf("the entry was replaced since it was judged (conntrack id %d, now %d)", want.ID, got.ID)
-	case got.Reply != want.Reply:
-		return fmt.Errorf("the entry now translates to %s, not %s", got.Backend(), want.Backend())
+	case tl.Done == 0 && tl.Failed == 0 && tl.Changed == 0:
+		return fmt.Errorf("%w: %s", ErrGone, tl.Why)
+	case tl.Failed > 0 || tl.Changed > 0:
+		return errors.New(tl.Why)
 	}
 	return nil
 }
 
-// Act deletes the entry, by tuple, zone and ID.
-func (fl *Flows) Act(_ context.Context, t finding.Target) error {
-	f, err := flowTarget(t)
-	if err != nil {
-		return err
-	}
-	err = fl.Table.Delete(f)
-	if errors.Is(err, syscall.ENOENT) {
-		return fmt.Errorf("%w: the kernel no longer has %s", ErrGone, t)
-	}
-	return err
-}
-
-func flowTarget(t finding.Target) (*snapshot.Flow, error) {
+// ActEach deletes each flow of the target that the kernel still holds as
+// it was judged: the entry read back by its tuple must have the same
+// conntrack ID and the same translation. An entry whose ID is unknown is
+// left alone: the delete could hit a newer connection that reuses the
+// tuple. With dryRun it reads each back and deletes nothing.
+func (fl *Flows) ActEach(ctx context.Context, t finding.Target, dryRun bool) Tally {
+	var tl Tally
 	ft, ok := t.(*finding.FlowTarget)
 	if !ok {
-		return nil, fmt.Errorf("not a conntrack flow: %s", t.Kind())
+		tl.Failed, tl.Why = 1, "not a conntrack flow: "+t.Kind()
+		return tl
 	}
-	return &ft.Flow, nil
+	note := func(why string) {
+		if tl.Why == "" {
+			tl.Why = why
+		}
+	}
+	for want := range ft.Flows.All() {
+		if err := ctx.Err(); err != nil {
+			tl.Failed++
+			note(err.Error())
+			continue
+		}
+		if want.ID == 0 {
+			tl.Changed++
+			note(fmt.Sprintf("%s: its conntrack ID is unknown, so a newer entry with the same tuple could not be told apart", want))
+			continue
+		}
+		got, err := fl.Table.Get(want)
+		switch {
+		case errors.Is(err, syscall.ENOENT):
+			tl.Gone++
+			note(fmt.Sprintf("the kernel no longer has %s", want))
+			continue
+		case err != nil:
+			tl.Failed++
+			note(fmt.Sprintf("reading %s back from the kernel: %v", want, err))
+			continue
+		case got.ID != want.ID:
+			tl.Changed++
+			note(fmt.Sprintf("%s was replaced since it was judged (conntrack id %d, now %d)", want, want.ID, got.ID))
+			continue
+		case got.Reply != want.Reply:
+			tl.Changed++
+			note(fmt.Sprintf("%s now translates to %s, not %s", want, got.Backend(), want.Backend()))
+			continue
+		}
+		if dryRun {
+			tl.Done++
+			continue
+		}
+		switch err := fl.Table.Delete(want); {
+		case err == nil:
+			tl.Done++
+		case errors.Is(err, syscall.ENOENT):
+			tl.Gone++
+			note(fmt.Sprintf("the kernel no longer has %s", want))
+		default:
+			tl.Failed++
+			note(fmt.Sprintf("deleting %s: %v", want, err))
+		}
+	}
+	return tl
 }

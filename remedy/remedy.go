@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ghostwatch/ghostwatch/finding"
@@ -46,6 +47,9 @@ type Action struct {
 	// Due is when a Pending action's grace period ends, if its finding
 	// holds until then.
 	Due time.Time
+	// Acted is how many of the target's entries were acted on (Done), or
+	// would have been (DryRun): its flows deleted, 1 for a target of one.
+	Acted int
 }
 
 // ErrIncompleteEvidence is returned when a source the rule used is not
@@ -67,6 +71,28 @@ type Actuator interface {
 	// Act performs the action on exactly the target. An error wrapping
 	// ErrGone means it no longer existed.
 	Act(ctx context.Context, t finding.Target) error
+}
+
+// Counting is an Actuator whose targets hold several entries (a
+// finding.FlowTarget's flows): it reads each back from its ledger right
+// before acting on it, and acts on exactly those still as judged. It
+// replaces Verify and Act for such targets.
+type Counting interface {
+	Actuator
+	// ActEach acts on every entry of t that is still as judged, or, with
+	// dryRun, only reads each back, and says what came of them.
+	ActEach(ctx context.Context, t finding.Target, dryRun bool) Tally
+}
+
+// Tally is what came of the entries of one target.
+type Tally struct {
+	// Done were acted on (or would have been, in a dry run); Gone no
+	// longer existed; Changed had changed since they were judged (another
+	// entry took the tuple, it translates elsewhere) and were left alone;
+	// Failed were refused by the ledger.
+	Done, Gone, Changed, Failed int
+	// Why is why the first entry that was not acted on was not.
+	Why string
 }
 
 // Recheck re-judges the findings of one group against evidence read afresh
@@ -173,8 +199,12 @@ func (r *Remedy) Apply(ctx context.Context, s *snapshot.Snapshot, fs []finding.F
 	}
 	var admitted []string
 	for _, g := range order {
-		if r.MaxPerGroup > 0 && len(groups[g]) > r.MaxPerGroup {
-			err := &CapError{Remedy: r.ID(), Group: g, Due: len(groups[g]), Max: r.MaxPerGroup}
+		size := 0
+		for _, i := range groups[g] {
+			size += actions[i].Finding.Target.Size()
+		}
+		if r.MaxPerGroup > 0 && size > r.MaxPerGroup {
+			err := &CapError{Remedy: r.ID(), Group: g, Due: size, Max: r.MaxPerGroup}
 			for _, i := range groups[g] {
 				actions[i].Result, actions[i].Reason, actions[i].Limit = Refused, err.Error(), err
 			}
@@ -233,6 +263,11 @@ func (r *Remedy) actOnGroup(ctx context.Context, t time.Time, actions []Action, 
 			continue
 		}
 		tg := actions[i].Finding.Target
+		if _, each := r.Actuator.(Counting); each {
+			// Each entry is read back right before it is acted on.
+			act = append(act, i)
+			continue
+		}
 		switch err := r.Actuator.Verify(ctx, tg); {
 		case errors.Is(err, ErrGone):
 			actions[i].Result, actions[i].Reason = Gone, err.Error()
@@ -248,7 +283,12 @@ func (r *Remedy) actOnGroup(ctx context.Context, t time.Time, actions []Action, 
 	}
 	if r.DryRun {
 		for _, i := range act {
-			actions[i].Result, actions[i].Reason = DryRun, "would "+r.Rule.Remedy.Verb+" "+actions[i].Finding.Target.String()
+			tg := actions[i].Finding.Target
+			if c, each := r.Actuator.(Counting); each {
+				r.tallied(&actions[i], c.ActEach(ctx, tg, true))
+				continue
+			}
+			actions[i].Result, actions[i].Reason, actions[i].Acted = DryRun, "would "+r.Rule.Remedy.Verb+" "+tg.String(), 1
 		}
 		return
 	}
@@ -260,9 +300,16 @@ func (r *Remedy) actOnGroup(ctx context.Context, t time.Time, actions []Action, 
 	}
 	for _, i := range act {
 		tg := actions[i].Finding.Target
+		if c, each := r.Actuator.(Counting); each {
+			r.tallied(&actions[i], c.ActEach(ctx, tg, false))
+			if actions[i].Result != Failed {
+				delete(r.firstSeen, tg.Key())
+			}
+			continue
+		}
 		switch err := r.Actuator.Act(ctx, tg); {
 		case err == nil:
-			actions[i].Result, actions[i].Reason = Done, r.Rule.Remedy.Past+" "+tg.String()
+			actions[i].Result, actions[i].Reason, actions[i].Acted = Done, r.Rule.Remedy.Past+" "+tg.String(), 1
 			delete(r.firstSeen, tg.Key())
 		case errors.Is(err, ErrGone):
 			actions[i].Result, actions[i].Reason = Gone, err.Error()
@@ -270,6 +317,45 @@ func (r *Remedy) actOnGroup(ctx context.Context, t time.Time, actions []Action, 
 		default:
 			actions[i].Result, actions[i].Reason = Failed, err.Error()
 		}
+	}
+}
+
+// tallied sets a's result from what came of its target's entries: done
+// when any was acted on (the reason says what came of the others), else
+// failed when the ledger refused one, refused when they had changed, gone
+// when none was left.
+func (r *Remedy) tallied(a *Action, tl Tally) {
+	verb := r.Rule.Remedy.Past
+	a.Result = Done
+	if r.DryRun {
+		a.Result, verb = DryRun, "would "+r.Rule.Remedy.Verb
+	}
+	a.Acted = tl.Done
+	switch {
+	case tl.Done > 0:
+		a.Reason = verb + " " + a.Finding.Target.String()
+		if n := a.Finding.Target.Size(); tl.Done < n {
+			a.Reason = fmt.Sprintf("%s %d of %s", verb, tl.Done, a.Finding.Target.String())
+		}
+		var rest []string
+		if tl.Gone > 0 {
+			rest = append(rest, fmt.Sprintf("%d gone since judged", tl.Gone))
+		}
+		if tl.Changed > 0 {
+			rest = append(rest, fmt.Sprintf("%d changed since judged, left alone", tl.Changed))
+		}
+		if tl.Failed > 0 {
+			rest = append(rest, fmt.Sprintf("%d refused by the ledger", tl.Failed))
+		}
+		if len(rest) > 0 {
+			a.Reason += " (" + strings.Join(rest, ", ") + "; first: " + tl.Why + ")"
+		}
+	case tl.Failed > 0:
+		a.Result, a.Reason = Failed, tl.Why
+	case tl.Changed > 0:
+		a.Result, a.Reason = Refused, "re-check: "+tl.Why
+	default:
+		a.Result, a.Reason = Gone, tl.Why
 	}
 }
 

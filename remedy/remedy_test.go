@@ -26,8 +26,9 @@ type fakeTable struct {
 func newTable(fs ...finding.Finding) *fakeTable {
 	t := &fakeTable{flows: map[snapshot.Tuple]snapshot.Flow{}}
 	for _, f := range fs {
-		fl := f.Target.(*finding.FlowTarget).Flow
-		t.flows[fl.Orig] = fl
+		for fl := range f.Target.(*finding.FlowTarget).Flows.All() {
+			t.flows[fl.Orig] = *fl
+		}
 	}
 	return t
 }
@@ -61,13 +62,27 @@ func ready() *snapshot.Snapshot {
 		{Name: "kube", Status: snapshot.StatusOK}, {Name: "conntrack", Status: snapshot.StatusOK}}}
 }
 
-// staleFinding is a stale flow from client port sport to backend.
-func staleFinding(backend string, sport uint16) finding.Finding {
-	f := snapshot.Flow{Proto: snapshot.ProtoTCP, ID: uint32(sport),
+// staleFlow is a stale flow from client port sport to backend.
+func staleFlow(backend string, sport uint16) snapshot.Flow {
+	return snapshot.Flow{Proto: snapshot.ProtoTCP, ID: uint32(sport),
 		Orig:  snapshot.Tuple{Src: netip.MustParseAddr("10.244.1.50"), Dst: netip.MustParseAddr("10.96.0.10"), SrcPort: sport, DstPort: 80},
 		Reply: snapshot.Tuple{Src: netip.MustParseAddr(backend), Dst: netip.MustParseAddr("10.244.1.50"), SrcPort: 8080, DstPort: sport}}
-	return finding.Finding{Rule: rule.StaleNATFlowID, Severity: finding.Warning, Target: &finding.FlowTarget{Flow: f}}
 }
+
+// staleFinding is a finding of the stale flow from client port sport to
+// backend.
+func staleFinding(backend string, sport uint16) finding.Finding {
+	return flowsFinding(staleFlow(backend, sport))
+}
+
+// flowsFinding is a finding of stale flows, all to one backend.
+func flowsFinding(flows ...snapshot.Flow) finding.Finding {
+	return finding.Finding{Rule: rule.StaleNATFlowID, Severity: finding.Warning,
+		Target: finding.NewFlowTarget("ns/svc gone", flows...)}
+}
+
+// firstFlow is a finding's first flow.
+func firstFlow(f finding.Finding) snapshot.Flow { return f.Target.(*finding.FlowTarget).Flows.First() }
 
 var info = rule.NewStaleNATFlow(rule.ConntrackConfig{}).Info()
 
@@ -106,7 +121,7 @@ func TestGracePeriodMustHoldContinuously(t *testing.T) {
 	}
 	c.t = c.t.Add(10 * time.Second)
 	as, err := r.Apply(ctx, ready(), []finding.Finding{f})
-	if err != nil || results(as) != "done" || len(tab.deleted) != 1 || tab.deleted[0] != f.Target.(*finding.FlowTarget).Flow {
+	if err != nil || results(as) != "done" || len(tab.deleted) != 1 || tab.deleted[0] != firstFlow(f) {
 		t.Fatalf("after the grace period: %s, %v, deleted %v", results(as), err, tab.deleted)
 	}
 }
@@ -184,8 +199,7 @@ func TestRecheckRefuses(t *testing.T) {
 // The entry itself is read back from the kernel right before the delete:
 // replaced, retranslated, gone, or without an ID, it is not deleted.
 func TestVerifyReadsTheEntryBack(t *testing.T) {
-	f := staleFinding("10.244.3.47", 1)
-	fl := f.Target.(*finding.FlowTarget).Flow
+	fl := staleFlow("10.244.3.47", 1)
 	for _, tc := range []struct {
 		name   string
 		kernel func(tab *fakeTable)
@@ -208,11 +222,12 @@ func TestVerifyReadsTheEntryBack(t *testing.T) {
 		{"no conntrack ID", nil, func(fl *snapshot.Flow) { fl.ID = 0 }, Refused, "ID is unknown"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := staleFinding("10.244.3.47", 1)
+			fl := staleFlow("10.244.3.47", 1)
+			tab := newTable(flowsFinding(fl))
 			if tc.target != nil {
-				tc.target(&f.Target.(*finding.FlowTarget).Flow)
+				tc.target(&fl)
 			}
-			tab := newTable(f)
+			f := flowsFinding(fl)
 			if tc.kernel != nil {
 				tc.kernel(tab)
 			}

@@ -809,10 +809,3 @@ func serviceOf(f finding.Finding) (snapshot.ObjectRef, bool) {
 	return snapshot.ObjectRef{Namespace: ns, Name: name}, ok
 }
 
-func flowOf(f finding.Finding) (*snapshot.Flow, bool) {
-	t, ok := f.Target.(*finding.FlowTarget)
-	if !ok {
-		return nil, false
-	}
-	return &t.Flow, true
-}

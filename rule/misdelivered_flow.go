@@ -3,6 +3,7 @@ package rule
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/ghostwatch/ghostwatch/finding"
@@ -62,58 +63,86 @@ func (*MisdeliveredFlow) Info() Info {
 	}
 }
 
-// Evaluate returns one finding per misdelivered flow.
+// Evaluate returns one finding per backend, Service, holder and proof:
+// the misdelivered flows, counted, with the first as the sample the message
+// and evidence describe.
 func (r *MisdeliveredFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 	if s.Kube == nil || s.Conntrack == nil {
 		return nil
 	}
 	ix := r.ct.index(s)
-	var out []finding.Finding
-	for f := range s.Conntrack.All() {
+	gs := newFlowGroups(s.Conntrack)
+	for ref, f := range s.Conntrack.Refs() {
 		j := ix.judge(f)
 		if j.verdict != misdelivered {
 			continue
 		}
-		svc := j.frontend.Service
-		h := j.holder
-		ev := flowEvidence(f, j, s.Taken)
-		ev["holder_pod"] = h.Ref().String()
-		ev["holder_uid"] = h.UID
-		ev["holder_since"] = h.Since().UTC().Format(time.RFC3339)
-		ev["holder_is_backend"] = j.endpoint != nil
-		var why string
+		proof := "foreign"
 		switch {
 		case j.openedBefore:
-			why = fmt.Sprintf("the flow started at %s, before pod %s (started %s) held the IP",
-				f.Start.UTC().Format(time.RFC3339), h.Ref(), h.Since().UTC().Format(time.RFC3339))
-			ev["proof"] = "flow started before the holder existed"
+			proof = "started"
 		case j.seenBefore:
-			why = fmt.Sprintf("the agent saw the flow at %s, before pod %s (started %s) held the IP",
-				f.Seen.UTC().Format(time.RFC3339), h.Ref(), h.Since().UTC().Format(time.RFC3339))
-			ev["proof"] = "agent saw the flow before the holder existed"
-			ev["flow_seen"] = f.Seen.UTC().Format(time.RFC3339)
-		default:
-			why = fmt.Sprintf("pod %s holds the IP, and %s selects pods of namespace %s only: it could never have sent the flow there", h.Ref(), svc.Ref(), svc.Namespace)
-			ev["proof"] = "holder could never have been a backend of the service"
+			proof = "seen"
 		}
-		out = append(out, finding.Finding{
-			Rule:     MisdeliveredFlowID,
-			Severity: finding.Critical,
-			Message: fmt.Sprintf("%s flow to %s %s is delivered to %s, now held by another pod: %s",
-				f.Proto, j.frontend.Kind, svc.Ref(), f.Backend(), why),
-			Subject: finding.Subject{
-				IP:        f.Reply.Src.Unmap().String(),
-				Service:   svc.Ref().String(),
-				Namespace: svc.Namespace,
-				Pod:       h.Ref().String(),
-				Node:      s.NodeName,
-				Flow:      f.String(),
-			},
-			Evidence: ev,
-			Concerns: append(ix.concerns(f, svc, s.NodeName), finding.ObjectRef{Kind: "Pod", Namespace: h.Namespace, Name: h.Name, UID: h.UID}),
-			Target:   &finding.FlowTarget{Flow: *f},
-			Remove:   f.DeleteCommand(),
-		})
+		gs.add(ix, ref, f, j, j.frontend.Ref().String()+" held by "+j.holder.UID+" "+proof)
+	}
+	var out []finding.Finding
+	for _, g := range gs.groups() {
+		out = append(out, r.finding(s, g))
 	}
 	return out
+}
+
+// finding writes the finding of one group of misdelivered flows.
+func (r *MisdeliveredFlow) finding(s *snapshot.Snapshot, g *flowGroup) finding.Finding {
+	f, j := &g.first, g.j
+	svc := j.frontend.Service
+	h := j.holder
+	ev := flowEvidence(f, j, s.Taken)
+	ev["holder_pod"] = h.Ref().String()
+	ev["holder_uid"] = h.UID
+	ev["holder_since"] = h.Since().UTC().Format(time.RFC3339)
+	ev["holder_is_backend"] = j.endpoint != nil
+	var why string
+	the := "the flow"
+	if g.n() > 1 {
+		the = "the first of them"
+	}
+	switch {
+	case j.openedBefore:
+		why = fmt.Sprintf("%s started at %s, before pod %s (started %s) held the IP",
+			the, f.Start.UTC().Format(time.RFC3339), h.Ref(), h.Since().UTC().Format(time.RFC3339))
+		ev["proof"] = "flow started before the holder existed"
+	case j.seenBefore:
+		why = fmt.Sprintf("the agent saw %s at %s, before pod %s (started %s) held the IP",
+			the, f.Seen.UTC().Format(time.RFC3339), h.Ref(), h.Since().UTC().Format(time.RFC3339))
+		ev["proof"] = "agent saw the flow before the holder existed"
+		ev["flow_seen"] = f.Seen.UTC().Format(time.RFC3339)
+	default:
+		why = fmt.Sprintf("pod %s holds the IP, and %s selects pods of namespace %s only: it could never have sent the flow there", h.Ref(), svc.Ref(), svc.Namespace)
+		ev["proof"] = "holder could never have been a backend of the service"
+	}
+	what, is := fmt.Sprintf("%s flow", f.Proto), "is"
+	if n := g.n(); n > 1 {
+		what, is = fmt.Sprintf("%d %s flows", n, strings.Join(g.protocols(), "/")), "are"
+	}
+	g.describe(ev)
+	return finding.Finding{
+		Rule:     MisdeliveredFlowID,
+		Severity: finding.Critical,
+		Message: fmt.Sprintf("%s to %s %s %s delivered to %s, now held by another pod: %s",
+			what, j.frontend.Kind, svc.Ref(), is, f.Backend(), why),
+		Subject: finding.Subject{
+			IP:        f.Reply.Src.Unmap().String(),
+			Service:   svc.Ref().String(),
+			Namespace: svc.Namespace,
+			Pod:       h.Ref().String(),
+			Node:      s.NodeName,
+			Flow:      g.subjectFlow(),
+		},
+		Evidence: ev,
+		Concerns: append(g.concerns(svc, s.NodeName), finding.ObjectRef{Kind: "Pod", Namespace: h.Namespace, Name: h.Name, UID: h.UID}),
+		Target:   g.target(),
+		Remove:   g.remove(),
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/ghostwatch/ghostwatch/internal/text"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/ghostwatch/ghostwatch/finding"
@@ -76,85 +77,131 @@ func (*StaleNATFlow) BackendLocal() {}
 // new connections and expires within seconds.
 var closingStates = map[string]bool{"TIME_WAIT": true, "CLOSE": true}
 
-// Evaluate returns one finding per stale flow.
+// Evaluate returns one finding per ghost backend and Service (or deleted
+// Service's address), reason and severity: its flows, counted, with the
+// first as the sample the message and evidence describe.
 func (r *StaleNATFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 	if s.Kube == nil || s.Conntrack == nil {
 		return nil
 	}
 	ix := r.ct.index(s)
-	// Counted first, so that thousands of findings are allocated once.
-	n := 0
-	for f := range s.Conntrack.All() {
-		if ix.judge(f).verdict == stale {
-			n++
-		}
-	}
-	if n == 0 {
-		return nil
-	}
-	out := make([]finding.Finding, 0, n)
-	for f := range s.Conntrack.All() {
+	gs := newFlowGroups(s.Conntrack)
+	for ref, f := range s.Conntrack.Refs() {
 		j := ix.judge(f)
 		if j.verdict != stale {
 			continue
 		}
-		sev := finding.Warning
-		if f.Proto == snapshot.ProtoTCP && closingStates[f.State] {
-			sev = finding.Info
-		}
-		svc := j.frontend.Service
-		ev := flowEvidence(f, j, s.Taken)
-		fe := j.frontend.describe(f)
-		if svc != nil {
-			ev["current_backends"] = ix.currentBackends(svc.Ref(), 10)
-		}
-		msg := fmt.Sprintf("%s flow to %s still goes to %s, which is no longer a backend and which no pod holds",
-			f.Proto, fe, f.Backend())
-		switch {
-		case j.untranslated:
-			ev["never_translated"] = true
-			msg = fmt.Sprintf("%s flow to %s was never translated: it was created while no rule translated the Service, and every datagram of it still goes to %s itself, where nothing answers, for as long as the client keeps sending",
-				f.Proto, fe, f.Frontend())
-		case j.frontend.Gone():
-			ev["service_gone"] = true
-			ev["service_cidr"] = j.frontend.CIDR.String()
-			where := "service range " + j.frontend.CIDR.String()
-			if j.frontend.CIDRName != "" {
-				ev["service_cidr_object"] = j.frontend.CIDRName
-				where = "ServiceCIDR " + j.frontend.CIDRName + " (" + j.frontend.CIDR.String() + ")"
-			}
-			msg = fmt.Sprintf("%s flow to %s still goes to %s: no Service holds %s, an address of %s, and no pod holds %s",
-				f.Proto, f.Frontend(), f.Backend(), f.Orig.Dst.Unmap(), where, f.Reply.Src.Unmap())
-		case j.listedDead:
-			ev["endpoint_slice"] = j.endpoint.Slice
-			ev["endpoint_pod"] = j.endpoint.Pod.String()
-			msg = fmt.Sprintf("%s flow to %s still goes to %s, listed in EndpointSlice %s but not serving, for pod %s, which no longer exists: nothing answers there",
-				f.Proto, fe, f.Backend(), j.endpoint.Slice, j.endpoint.Pod)
-		case j.hostNode != "":
-			ev["backend_node"] = j.hostNode
-			msg = fmt.Sprintf("%s flow to %s still goes to %s on node %s (hostNetwork), which is no longer a backend",
-				f.Proto, fe, f.Backend(), j.hostNode)
-		}
-		subject := finding.Subject{
-			IP:   f.Reply.Src.Unmap().String(),
-			Node: s.NodeName,
-			Flow: f.String(),
-		}
-		if svc != nil {
-			subject.Service, subject.Namespace = svc.Ref().String(), svc.Namespace
-		}
-		out = append(out, finding.Finding{
-			Rule:     StaleNATFlowID,
-			Severity: sev,
-			Message:  msg,
-			Subject:  subject,
-			Evidence: ev,
-			Concerns: ix.concerns(f, svc, s.NodeName),
-			Target:   &finding.FlowTarget{Flow: *f},
-			Remove:   f.DeleteCommand(),
-		})
+		gs.add(ix, ref, f, j, staleName(f, j))
+	}
+	groups := gs.groups()
+	if len(groups) == 0 {
+		return nil
+	}
+	out := make([]finding.Finding, 0, len(groups))
+	for _, g := range groups {
+		out = append(out, r.finding(s, ix, g))
 	}
 	return out
+}
+
+// staleName is what the flows of one stale finding share besides their
+// backend: the Service (or the deleted one's address), the reason, and
+// the severity (a TCP flow closing anyway is info).
+func staleName(f *snapshot.Flow, j judgement) string {
+	var b strings.Builder
+	if j.frontend.Gone() || j.untranslated {
+		b.WriteString(f.Frontend().String())
+	} else {
+		b.WriteString(j.frontend.Ref().String())
+	}
+	switch {
+	case j.untranslated:
+		b.WriteString(" untranslated")
+	case j.frontend.Gone():
+		b.WriteString(" deleted")
+	case j.listedDead:
+		b.WriteString(" listed")
+	case j.hostNode != "":
+		b.WriteString(" host " + j.hostNode)
+	default:
+		b.WriteString(" gone")
+	}
+	if staleSeverity(f) == finding.Info {
+		b.WriteString(" closing")
+	}
+	return b.String()
+}
+
+func staleSeverity(f *snapshot.Flow) finding.Severity {
+	if f.Proto == snapshot.ProtoTCP && closingStates[f.State] {
+		return finding.Info
+	}
+	return finding.Warning
+}
+
+// finding writes the finding of one group of stale flows.
+func (r *StaleNATFlow) finding(s *snapshot.Snapshot, ix *flowIndex, g *flowGroup) finding.Finding {
+	f, j := &g.first, g.j
+	svc := j.frontend.Service
+	ev := flowEvidence(f, j, s.Taken)
+	fe := j.frontend.describe(f)
+	if svc != nil {
+		ev["current_backends"] = ix.currentBackends(svc.Ref(), 10)
+	}
+	what, goes := fmt.Sprintf("%s flow", f.Proto), "goes"
+	if n := g.n(); n > 1 {
+		what, goes = fmt.Sprintf("%d %s flows", n, strings.Join(g.protocols(), "/")), "go"
+	}
+	msg := fmt.Sprintf("%s to %s still %s to %s, which is no longer a backend and which no pod holds",
+		what, fe, goes, f.Backend())
+	switch {
+	case j.untranslated:
+		ev["never_translated"] = true
+		was, it, of := "was", "it was", "of it"
+		if g.n() > 1 {
+			was, it, of = "were", "they were", "of them"
+		}
+		msg = fmt.Sprintf("%s to %s %s never translated: %s created while no rule translated the Service, and every datagram %s still goes to %s itself, where nothing answers, for as long as the client keeps sending",
+			what, fe, was, it, of, f.Frontend())
+	case j.frontend.Gone():
+		ev["service_gone"] = true
+		ev["service_cidr"] = j.frontend.CIDR.String()
+		where := "service range " + j.frontend.CIDR.String()
+		if j.frontend.CIDRName != "" {
+			ev["service_cidr_object"] = j.frontend.CIDRName
+			where = "ServiceCIDR " + j.frontend.CIDRName + " (" + j.frontend.CIDR.String() + ")"
+		}
+		msg = fmt.Sprintf("%s to %s still %s to %s: no Service holds %s, an address of %s, and no pod holds %s",
+			what, f.Frontend(), goes, f.Backend(), f.Orig.Dst.Unmap(), where, f.Reply.Src.Unmap())
+	case j.listedDead:
+		ev["endpoint_slice"] = j.endpoint.Slice
+		ev["endpoint_pod"] = j.endpoint.Pod.String()
+		msg = fmt.Sprintf("%s to %s still %s to %s, listed in EndpointSlice %s but not serving, for pod %s, which no longer exists: nothing answers there",
+			what, fe, goes, f.Backend(), j.endpoint.Slice, j.endpoint.Pod)
+	case j.hostNode != "":
+		ev["backend_node"] = j.hostNode
+		msg = fmt.Sprintf("%s to %s still %s to %s on node %s (hostNetwork), which is no longer a backend",
+			what, fe, goes, f.Backend(), j.hostNode)
+	}
+	g.describe(ev)
+	subject := finding.Subject{
+		IP:   f.Reply.Src.Unmap().String(),
+		Node: s.NodeName,
+		Flow: g.subjectFlow(),
+	}
+	if svc != nil {
+		subject.Service, subject.Namespace = svc.Ref().String(), svc.Namespace
+	}
+	return finding.Finding{
+		Rule:     StaleNATFlowID,
+		Severity: staleSeverity(f),
+		Message:  msg,
+		Subject:  subject,
+		Evidence: ev,
+		Concerns: g.concerns(svc, s.NodeName),
+		Target:   g.target(),
+		Remove:   g.remove(),
+	}
 }
 
 // staleDetail is what became of the backend, in a table row.

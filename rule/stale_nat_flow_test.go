@@ -79,19 +79,27 @@ func runCases(t *testing.T, cases []ruleCase) {
 			if len(skipped) != 0 {
 				t.Fatalf("rules skipped: %v", skipped)
 			}
+			// A want is one flow: a finding of several flows counts each.
 			var gotW []want
 			for _, f := range got {
-				gotW = append(gotW, want{f.Rule, f.Subject.IP, f.Severity})
+				n := 1
+				if f.Target != nil {
+					n = f.Target.Size()
+				}
+				for range n {
+					gotW = append(gotW, want{f.Rule, f.Subject.IP, f.Severity})
+				}
 				gone, _ := f.Evidence["service_gone"].(bool)
 				if f.Target == nil || f.Subject.Flow == "" || f.Message == "" || (f.Subject.Service == "") != gone {
 					t.Errorf("finding lacks target, message, detail or service: %+v", f)
 				}
 				// The filter a collector keeps flows by must keep every
 				// flow a finding is made of.
-				fl := f.Target.(*finding.FlowTarget).Flow
 				r, _ := Find(All(Config{Conntrack: tc.cfg}), f.Rule)
-				if !r.(snapshot.FlowReader).FlowFilter(s).Keep(&fl) {
-					t.Errorf("%s finding on a flow its FlowFilter drops: %s", f.Rule, fl.String())
+				for fl := range f.Target.(*finding.FlowTarget).Flows.All() {
+					if !r.(snapshot.FlowReader).FlowFilter(s).Keep(fl) {
+						t.Errorf("%s finding on a flow its FlowFilter drops: %s", f.Rule, fl.String())
+					}
 				}
 			}
 			sortWants(gotW)
@@ -398,7 +406,7 @@ func TestStaleNATFlowEvidence(t *testing.T) {
 	if cb, _ := g.Evidence["current_backends"].([]string); len(cb) != 1 || cb[0] != "10.244.3.48" {
 		t.Errorf("current_backends = %v", g.Evidence["current_backends"])
 	}
-	if ft, ok := g.Target.(*finding.FlowTarget); !ok || ft.Flow != f {
+	if ft, ok := g.Target.(*finding.FlowTarget); !ok || ft.Size() != 1 || ft.Flows.First() != f {
 		t.Errorf("finding targets %+v, want flow %+v", g.Target, f)
 	}
 	if ft := g.Target; ft.Group() != "10.244.3.47" || ft.Kind() != finding.FlowKind {

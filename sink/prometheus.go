@@ -88,7 +88,13 @@ func (m *Metrics) Publish(fs []finding.Finding) {
 		if g, ok := m.gauges[f.Rule]; ok {
 			for _, info := range m.rules {
 				if info.ID == f.Rule {
-					g.WithLabelValues(info.Gauge.Values(f)...).Inc()
+					// A finding of many entries (a ghost backend's
+					// flows) counts each.
+					n := 1
+					if f.Target != nil {
+						n = f.Target.Size()
+					}
+					g.WithLabelValues(info.Gauge.Values(f)...).Add(float64(n))
 				}
 			}
 		}
@@ -111,7 +117,7 @@ func (m *Metrics) Sources(sts []snapshot.SourceStatus) {
 func (m *Metrics) Action(a remedy.Action) {
 	m.RemedyActions.WithLabelValues(a.Rule, string(a.Result)).Inc()
 	if c, ok := m.counters[a.Rule]; ok && a.Result == remedy.Done {
-		c.WithLabelValues(a.Rule).Inc()
+		c.WithLabelValues(a.Rule).Add(float64(a.Acted))
 	}
 }
 

@@ -29,7 +29,7 @@ func TestMetricsFromRuleInfo(t *testing.T) {
 	m := NewMetrics(reg, rule.All(rule.Config{}))
 	m.Publish([]finding.Finding{staleFinding("web/api"), staleFinding("web/api"), staleFinding("db/pg")})
 	m.Sources([]snapshot.SourceStatus{{Name: "kube", Status: snapshot.StatusOK, Duration: time.Second}, {Name: "conntrack", Status: snapshot.StatusError}})
-	m.Action(remedy.Action{Rule: rule.StaleNATFlowID, Result: remedy.Done})
+	m.Action(remedy.Action{Rule: rule.StaleNATFlowID, Result: remedy.Done, Acted: 1})
 	m.Action(remedy.Action{Rule: rule.StaleNATFlowID, Result: remedy.Refused})
 
 	for _, tc := range []struct {

@@ -1,15 +1,18 @@
 package sink
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"github.com/ghostwatch/ghostwatch/internal/buildinfo"
 	"github.com/ghostwatch/ghostwatch/internal/text"
 	"io"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -36,22 +39,159 @@ func Write(w io.Writer, format string, r *finding.Report, catalog []rule.Rule) e
 	return fmt.Errorf("unknown output format %q (want one of: %s)", format, strings.Join(Formats, ", "))
 }
 
-// JSON writes exactly one JSON object followed by a newline.
+// JSON writes exactly one JSON object followed by a newline: the report,
+// and under each finding about conntrack flows, "flows": each of its flows
+// with the command that removes it. The flows are written as they are
+// read from the snapshot, one line each, so that a finding of a million
+// flows costs no memory to write.
 func JSON(w io.Writer, r *finding.Report) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	return enc.Encode(normalize(r))
+	ew := &errWriter{w: w}
+	r = normalize(r)
+	ew.printf("{\n  \"findings\": [")
+	for i := range r.Findings {
+		if i > 0 {
+			ew.printf(",")
+		}
+		b, err := marshal(&r.Findings[i], "    ", true)
+		if err != nil {
+			return err
+		}
+		ew.printf("\n    ")
+		ft, ok := r.Findings[i].Target.(*finding.FlowTarget)
+		if !ok {
+			ew.Write(b)
+			continue
+		}
+		// The finding's object, its closing brace left for the flows.
+		b = bytes.TrimSuffix(bytes.TrimRight(b, "\n "), []byte("}"))
+		ew.Write(bytes.TrimRight(b, "\n "))
+		ew.printf(",\n      \"flows\": [")
+		n := 0
+		for f := range ft.Flows.All() {
+			if n > 0 {
+				ew.printf(",")
+			}
+			ew.printf("\n        ")
+			if err := writeFlow(ew, f); err != nil {
+				return err
+			}
+			n++
+		}
+		ew.printf("\n      ]\n    }")
+	}
+	if len(r.Findings) > 0 {
+		ew.printf("\n  ")
+	}
+	ew.printf("],\n")
+	rest := struct {
+		Sources []snapshot.SourceStatus `json:"sources"`
+		Skipped []finding.Skipped       `json:"skipped,omitempty"`
+	}{r.Sources, r.Skipped}
+	b, err := marshal(rest, "", true)
+	if err != nil {
+		return err
+	}
+	// The rest's fields, without its own braces.
+	b = bytes.TrimSpace(b)
+	b = bytes.TrimSpace(b[1 : len(b)-1])
+	ew.printf("  %s\n}\n", b)
+	return ew.err
 }
 
-// YAML writes the same document as JSON, in YAML.
-func YAML(w io.Writer, r *finding.Report) error {
-	b, err := yaml.Marshal(normalize(r))
+// flowLine is one flow as the reports list it.
+type flowLine struct {
+	Flow    string `json:"flow"`
+	Backend string `json:"backend"`
+	State   string `json:"state,omitempty"`
+	ID      uint32 `json:"conntrack_id,omitempty"`
+	Timeout uint32 `json:"timeout_seconds"`
+	Started string `json:"started,omitempty"`
+	Seen    string `json:"seen,omitempty"`
+	Remove  string `json:"remove"`
+}
+
+func newFlowLine(f *snapshot.Flow) flowLine {
+	l := flowLine{Flow: f.String(), Backend: f.Backend().String(), State: f.State, ID: f.ID, Timeout: f.Timeout, Remove: f.DeleteCommand()}
+	if !f.Start.IsZero() {
+		l.Started = f.Start.UTC().Format(time.RFC3339)
+	}
+	if !f.Seen.IsZero() {
+		l.Seen = f.Seen.UTC().Format(time.RFC3339)
+	}
+	return l
+}
+
+// writeFlow writes one flow as one line of JSON (a YAML flow mapping too).
+func writeFlow(w io.Writer, f *snapshot.Flow) error {
+	b, err := marshal(newFlowLine(f), "", false)
 	if err != nil {
 		return err
 	}
 	_, err = w.Write(b)
 	return err
+}
+
+// marshal encodes v as JSON without escaping <, > and & (a flow reads
+// "a -> b"), indented by two spaces under prefix, or on one line when
+// indent is false.
+func marshal(v any, prefix string, indent bool) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if indent {
+		enc.SetIndent(prefix, "  ")
+	}
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+// YAML writes the same document as JSON, in YAML, the flows streamed the
+// same way (each a flow mapping on one line).
+func YAML(w io.Writer, r *finding.Report) error {
+	ew := &errWriter{w: w}
+	r = normalize(r)
+	if len(r.Findings) == 0 {
+		ew.printf("findings: []\n")
+	} else {
+		ew.printf("findings:\n")
+	}
+	for i := range r.Findings {
+		b, err := yaml.Marshal(&r.Findings[i])
+		if err != nil {
+			return err
+		}
+		for j, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+			if j == 0 {
+				ew.printf("- %s\n", line)
+			} else {
+				ew.printf("  %s\n", line)
+			}
+		}
+		ft, ok := r.Findings[i].Target.(*finding.FlowTarget)
+		if !ok {
+			continue
+		}
+		ew.printf("  flows:\n")
+		for f := range ft.Flows.All() {
+			ew.printf("  - ")
+			if err := writeFlow(ew, f); err != nil {
+				return err
+			}
+			ew.printf("\n")
+		}
+	}
+	rest := struct {
+		Sources []snapshot.SourceStatus `json:"sources"`
+		Skipped []finding.Skipped       `json:"skipped,omitempty"`
+	}{r.Sources, r.Skipped}
+	b, err := yaml.Marshal(rest)
+	if err != nil {
+		return err
+	}
+	ew.Write(b)
+	return ew.err
 }
 
 // normalize makes empty lists print as [] rather than null.
@@ -117,7 +257,7 @@ func Table(w io.Writer, r *finding.Report, catalog []rule.Rule) error {
 			continue
 		}
 		info := infos[id]
-		ew.printf("%s: %s\n", id, text.Count(len(fs), "finding", "findings"))
+		ew.printf("%s: %s\n", id, countFindings(fs))
 		if info.Summary != "" {
 			ew.printf("  why: %s\n", info.Summary)
 		}
@@ -152,8 +292,8 @@ func Table(w io.Writer, r *finding.Report, catalog []rule.Rule) error {
 			if info.Detail != nil {
 				d = info.Detail(f)
 			}
-			if len(g) > 1 {
-				d += "; e.g. " + f.Subject.Flow + clients(g)
+			if len(g) > 1 || entries(f) > 1 {
+				d += "; e.g. " + sampleFlow(f) + clients(g)
 			}
 			fmt.Fprintln(tw, "  "+strings.Join(append(row, d), "\t"))
 		}
@@ -213,22 +353,34 @@ func (e *errWriter) Write(p []byte) (int, error) {
 
 func (e *errWriter) printf(format string, a ...any) { fmt.Fprintf(e, format, a...) }
 
-// maxRemoveLines is how many findings of one rule get their remove command
+// maxRemoveLines is how many entries of one rule get their remove command
 // printed under the table; beyond, -o json has each.
 const maxRemoveLines = 10
 
-// writeRemove prints the commands that remove the findings by hand.
+// writeRemove prints the commands that remove the findings' entries by
+// hand: each flow's when there are few.
 func writeRemove(ew *errWriter, fs []finding.Finding) {
 	var cmds []string
+	more := false
 	for _, f := range fs {
+		if ft, ok := f.Target.(*finding.FlowTarget); ok {
+			for fl := range ft.Flows.All() {
+				if len(cmds) > maxRemoveLines {
+					more = true
+					break
+				}
+				cmds = append(cmds, fl.DeleteCommand())
+			}
+			continue
+		}
 		if f.Remove != "" {
 			cmds = append(cmds, f.Remove)
 		}
 	}
 	switch {
 	case len(cmds) == 0:
-	case len(cmds) > maxRemoveLines:
-		ew.printf("\n  to remove one by hand: the \"remove\" field of each finding in -o json, e.g.\n    %s\n", cmds[0])
+	case more || len(cmds) > maxRemoveLines:
+		ew.printf("\n  to remove one by hand: the \"remove\" of each flow in -o json, e.g.\n    %s\n", cmds[0])
 	default:
 		ew.printf("\n  to remove by hand, exactly these entries:\n")
 		for _, c := range cmds {
@@ -237,8 +389,33 @@ func writeRemove(ew *errWriter, fs []finding.Finding) {
 	}
 }
 
+// entries is how many entries a finding is about: its flows, or 1.
+func entries(f finding.Finding) int {
+	if f.Target == nil {
+		return 1
+	}
+	return f.Target.Size()
+}
+
+// countFindings says how many findings a rule has, and how many flows
+// they hold when that is more: "1 finding (12 flows)".
+func countFindings(fs []finding.Finding) string {
+	n, flows := len(fs), 0
+	for _, f := range fs {
+		if _, ok := f.Target.(*finding.FlowTarget); ok {
+			flows += entries(f)
+		}
+	}
+	s := text.Count(n, "finding", "findings")
+	if flows > n {
+		s += " (" + text.Count(flows, "flow", "flows") + ")"
+	}
+	return s
+}
+
 // groupByIP gathers the findings of one Service and one ghost IP, in
-// their order: thousands of flows to one dead backend read as one row.
+// their order: a dead backend's flows judged for different reasons read
+// as one row.
 func groupByIP(fs []finding.Finding) [][]finding.Finding {
 	type key struct{ service, ip string }
 	var out [][]finding.Finding
@@ -267,37 +444,81 @@ func worstOf(g []finding.Finding) finding.Severity {
 	return w
 }
 
+// protocols are the protocols of a finding's flows, in order.
+func protocols(f finding.Finding) []string {
+	if st, ok := f.Evidence["flows_by_state"].(map[string]int); ok {
+		var out []string
+		for _, k := range slices.Sorted(maps.Keys(st)) {
+			p, _, _ := strings.Cut(k, " ")
+			if !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	p, _, _ := strings.Cut(f.Subject.Flow, " ")
+	return []string{p}
+}
+
 // summarizeFlows says how many flows a row stands for, and of which
 // protocols: "266 flows (tcp, udp)".
 func summarizeFlows(g []finding.Finding) string {
 	var protos []string
+	n := 0
 	for _, f := range g {
-		p, _, _ := strings.Cut(f.Subject.Flow, " ")
-		if p != "" && !slices.Contains(protos, p) {
-			protos = append(protos, p)
+		n += entries(f)
+		for _, p := range protocols(f) {
+			if p != "" && !slices.Contains(protos, p) {
+				protos = append(protos, p)
+			}
 		}
 	}
-	return fmt.Sprintf("%d flows (%s)", len(g), strings.Join(protos, ", "))
+	return fmt.Sprintf("%d flows (%s)", n, strings.Join(protos, ", "))
+}
+
+// sampleFlow is the flow a finding of several shows as an example.
+func sampleFlow(f finding.Finding) string {
+	if s, ok := f.Evidence["sample_flow"].(string); ok {
+		return s
+	}
+	return f.Subject.Flow
 }
 
 // maxClients is how many client addresses a grouped row names.
 const maxClients = 3
 
 // clients names the client addresses of a row's flows, when the findings
-// are conntrack flows.
+// are conntrack flows: the first few, and how many more.
 func clients(g []finding.Finding) string {
 	var cs []string
+	total := 0
 	for _, f := range g {
 		ft, ok := f.Target.(*finding.FlowTarget)
 		if !ok {
 			return ""
 		}
-		if c := ft.Flow.Orig.Src.Unmap().String(); !slices.Contains(cs, c) {
+		if listed, ok := f.Evidence["clients"].([]string); ok {
+			for _, c := range listed {
+				if !slices.Contains(cs, c) {
+					cs = append(cs, c)
+				}
+			}
+			if n, ok := f.Evidence["client_count"].(int); ok {
+				total += n
+			}
+			continue
+		}
+		if c := ft.Flows.First().Orig.Src.Unmap().String(); !slices.Contains(cs, c) {
 			cs = append(cs, c)
+			total++
 		}
 	}
+	total = max(total, len(cs))
 	if len(cs) > maxClients {
-		return fmt.Sprintf(", clients %s (+%d more)", strings.Join(cs[:maxClients], ", "), len(cs)-maxClients)
+		cs = cs[:maxClients]
+	}
+	if total > len(cs) {
+		return fmt.Sprintf(", clients %s (+%d more)", strings.Join(cs, ", "), total-len(cs))
 	}
 	return ", clients " + strings.Join(cs, ", ")
 }

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/ghostwatch/ghostwatch/finding"
 	"github.com/ghostwatch/ghostwatch/rule"
@@ -131,5 +134,54 @@ func TestYAMLMatchesJSON(t *testing.T) {
 func TestUnknownFormat(t *testing.T) {
 	if err := Write(&bytes.Buffer{}, "xml", sample(), nil); err == nil {
 		t.Fatal("want an error for -o xml")
+	}
+}
+
+// A finding of many flows lists each in the JSON and YAML reports, with
+// the command that removes it; both stay documents their decoders read.
+func TestReportsListEveryFlow(t *testing.T) {
+	var flows []snapshot.Flow
+	for i := range 3 {
+		flows = append(flows, snapshot.Flow{Proto: snapshot.ProtoTCP, ID: uint32(7 + i), State: "ESTABLISHED", Timeout: 300,
+			Orig:  snapshot.Tuple{Src: netip.MustParseAddr("10.244.1.50"), Dst: netip.MustParseAddr("10.96.0.10"), SrcPort: uint16(40000 + i), DstPort: 80},
+			Reply: snapshot.Tuple{Src: netip.MustParseAddr("10.244.3.47"), Dst: netip.MustParseAddr("10.244.1.50"), SrcPort: 8080, DstPort: uint16(40000 + i)}})
+	}
+	r := &finding.Report{Findings: []finding.Finding{{Rule: rule.StaleNATFlowID, Severity: finding.Warning,
+		Message: "3 tcp flows to ClusterIP ns/svc still go to 10.244.3.47:8080", Subject: finding.Subject{IP: "10.244.3.47", Flow: "3 flows (tcp)"},
+		Target: finding.NewFlowTarget("ns/svc gone", flows...)}}}
+	type doc struct {
+		Findings []struct {
+			Rule  string `json:"rule"`
+			Flows []struct {
+				Flow   string `json:"flow"`
+				ID     uint32 `json:"conntrack_id"`
+				Remove string `json:"remove"`
+			} `json:"flows"`
+		} `json:"findings"`
+		Sources []snapshot.SourceStatus `json:"sources"`
+	}
+	var j, y bytes.Buffer
+	if err := JSON(&j, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := YAML(&y, r); err != nil {
+		t.Fatal(err)
+	}
+	for name, read := range map[string]func(v any) error{
+		"json": func(v any) error { return json.Unmarshal(j.Bytes(), v) },
+		"yaml": func(v any) error { return yaml.Unmarshal(y.Bytes(), v) },
+	} {
+		var d doc
+		if err := read(&d); err != nil {
+			t.Fatalf("%s: %v\n%s%s", name, err, j.String(), y.String())
+		}
+		if len(d.Findings) != 1 || len(d.Findings[0].Flows) != 3 {
+			t.Fatalf("%s: %+v", name, d)
+		}
+		for i, f := range d.Findings[0].Flows {
+			if f.Flow != flows[i].String() || f.ID != flows[i].ID || f.Remove != flows[i].DeleteCommand() {
+				t.Errorf("%s: flow %d = %+v, want %s", name, i, f, flows[i].DeleteCommand())
+			}
+		}
 	}
 }

@@ -227,15 +227,7 @@ func (s *flowSet) all() iter.Seq[*Flow] {
 			g := &s.groups[gi]
 			for _, ch := range g.chunks {
 				for i := range ch {
-					r := ch[i].rest
-					odd := r.state >= 128
-					if odd {
-						r.state = 0
-					}
-					JoinFlow(g.backend, g.routes.At(ch[i].key.Route), ch[i].key.Src, ch[i].key.SrcPort, r, &f)
-					if odd {
-						f.State = s.names[ch[i].rest.state-128]
-					}
+					s.join(g, &ch[i], &f)
 					if !yield(&f) {
 						return
 					}
@@ -258,4 +250,181 @@ func (s *flowSet) backends() iter.Seq2[netip.Addr, int] {
 			}
 		}
 	}
+}
+
+// FlowRef is where a kept flow lies in its table.
+type FlowRef struct {
+	group int32
+	pos   uint32
+}
+
+// Refs yields every kept flow with where it lies, a backend's together.
+// The Flow is reused from one flow to the next: copy it to keep it.
+func (c *Conntrack) Refs() iter.Seq2[FlowRef, *Flow] {
+	return func(yield func(FlowRef, *Flow) bool) {
+		if c == nil {
+			return
+		}
+		var f Flow
+		s := &c.kept
+		for gi := range s.groups {
+			g := &s.groups[gi]
+			pos := uint32(0)
+			for _, ch := range g.chunks {
+				for i := range ch {
+					s.join(g, &ch[i], &f)
+					if !yield(FlowRef{group: int32(gi), pos: pos}, &f) {
+						return
+					}
+					pos++
+				}
+			}
+		}
+	}
+}
+
+// join sets *f to the flow sf of group g.
+func (s *flowSet) join(g *flowGroup, sf *setFlow, f *Flow) {
+	r := sf.rest
+	odd := r.state >= 128
+	if odd {
+		r.state = 0
+	}
+	JoinFlow(g.backend, g.routes.At(sf.key.Route), sf.key.Src, sf.key.SrcPort, r, f)
+	if odd {
+		f.State = s.names[sf.rest.state-128]
+	}
+}
+
+// at returns the flow at position pos of group g.
+func (s *flowSet) at(g *flowGroup, pos uint32) *setFlow {
+	for _, ch := range g.chunks {
+		if int(pos) < len(ch) {
+			return &ch[pos]
+		}
+		pos -= uint32(len(ch))
+	}
+	return nil
+}
+
+// FlowSelection is some of the flows kept in one table, all to one
+// backend: the flows one finding is about. It holds no copy of them: 4
+// bytes a flow, and none when it holds every kept flow of its backend in
+// order, as a ghost backend's finding usually does.
+type FlowSelection struct {
+	c     *Conntrack
+	group int32
+	pos   []uint32
+	n     int
+	// every is true when the selection is every kept flow of its group.
+	every bool
+}
+
+// Add adds the flow at r; every flow added must be to the same backend as
+// the first, and added in the order Refs yields them.
+func (s *FlowSelection) Add(c *Conntrack, r FlowRef) {
+	if s.c == nil {
+		s.c, s.group = c, r.group
+	}
+	if c != s.c || r.group != s.group {
+		panic("snapshot: a FlowSelection holds the flows of one backend of one table")
+	}
+	s.pos = append(s.pos, r.pos)
+	s.n++
+}
+
+// Done says no more flows will be added: a selection of every flow of its
+// backend, in order, lets its positions go.
+func (s *FlowSelection) Done() {
+	if s.c == nil {
+		return
+	}
+	g := &s.c.kept.groups[s.group]
+	if s.n != g.n {
+		return
+	}
+	for i, p := range s.pos {
+		if p != uint32(i) {
+			return
+		}
+	}
+	s.pos, s.every = nil, true
+}
+
+// Len returns how many flows it holds.
+func (s *FlowSelection) Len() int {
+	if s == nil {
+		return 0
+	}
+	return s.n
+}
+
+// All yields every flow it holds, in order. The Flow is reused from one
+// flow to the next: copy it to keep it.
+func (s *FlowSelection) All() iter.Seq[*Flow] {
+	return func(yield func(*Flow) bool) {
+		if s == nil || s.c == nil {
+			return
+		}
+		set := &s.c.kept
+		g := &set.groups[s.group]
+		var f Flow
+		if s.every {
+			for _, ch := range g.chunks {
+				for i := range ch {
+					set.join(g, &ch[i], &f)
+					if !yield(&f) {
+						return
+					}
+				}
+			}
+			return
+		}
+		for _, p := range s.pos {
+			set.join(g, set.at(g, p), &f)
+			if !yield(&f) {
+				return
+			}
+		}
+	}
+}
+
+// First returns the first flow it holds (the zero Flow when empty).
+func (s *FlowSelection) First() Flow {
+	for f := range s.All() {
+		return *f
+	}
+	return Flow{}
+}
+
+// Backend returns the backend its flows go to.
+func (s *FlowSelection) Backend() netip.Addr {
+	if s == nil || s.c == nil {
+		return netip.Addr{}
+	}
+	g := &s.c.kept.groups[s.group]
+	return unpackAddr(g.backend, g.routes.list[0].is4)
+}
+
+// RestParts are the parts of a FlowRest a store may keep as it likes.
+type RestParts struct {
+	ID, Timeout  uint32
+	ReplyDstPort uint16
+	Status       uint16
+	// State is 1 + the state's number (StateNumber); 0 for none.
+	State uint8
+	// Start is the flow's start (or, when Seen, when it was first seen),
+	// in Unix nanoseconds; 0 for none.
+	Start int64
+	Seen  bool
+}
+
+// Parts returns r's parts.
+func (r FlowRest) Parts() RestParts {
+	return RestParts{ID: r.id, Timeout: r.timeout, ReplyDstPort: r.replyDstPort, Status: r.status, State: r.state, Start: r.start, Seen: r.seen}
+}
+
+// Rest builds the FlowRest of parts.
+func (p RestParts) Rest() FlowRest {
+	return FlowRest{id: p.ID, timeout: p.Timeout, replyDstPort: p.ReplyDstPort, status: p.Status, state: p.State, start: p.Start, seen: p.Seen}
 }

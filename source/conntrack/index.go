@@ -18,8 +18,9 @@ import (
 // A backend's flows are kept compactly: what they share (the frontend, the
 // backend's port, where replies go) once per backend as a
 // snapshot.FlowRoute, and of each flow its client, its port and the rest
-// (snapshot.FlowRest): 56 bytes a flow in the map, no pointers, so that the
-// garbage collector does not scan a table of a million flows. A seed
+// (indexRecord): 28 bytes a flow in the map for IPv4, 40 for IPv6, no
+// pointers, so that the garbage collector does not scan a table of a
+// million flows. A seed
 // updates the records in place and then sweeps those the dump did not
 // see: a full dump never holds two copies of the index at once.
 //
@@ -52,17 +53,155 @@ type flowIndex struct {
 	dirty map[[16]byte]struct{}
 }
 
-// backendFlows holds the indexed flows of one backend.
+// backendFlows holds the indexed flows of one backend: IPv4 flows keyed by
+// their client's 4 bytes, IPv6 ones by its 16.
 type backendFlows struct {
 	routes snapshot.Routes
-	flows  map[snapshot.FrontendKey]indexRecord
+	v4     map[key4]indexRecord
+	v6     map[key6]indexRecord
 }
 
-// indexRecord is one flow's own part, and the generation of the seed that
-// last saw it.
+// key4 and key6 are what tell a backend's flows apart: the client, its
+// port and the route (snapshot.FrontendKey, the address at its size).
+type key4 struct {
+	src            [4]byte
+	srcPort, route uint16
+}
+
+type key6 struct {
+	src            [16]byte
+	srcPort, route uint16
+}
+
+// indexRecord is one flow's own part (snapshot.FlowRest without its
+// timeout, stale as soon as read), and the generation of the seed that last
+// saw it: 20 bytes. The start (or first sighting) is kept in whole
+// seconds, rounded up: a flow reads as no older than it is, so that it is
+// never proven older than a pod for want of a fraction of a second.
 type indexRecord struct {
-	rest snapshot.FlowRest
-	gen  uint32
+	start        uint32 // seconds since recordEpoch, rounded up; 0: none
+	id           uint32
+	gen          uint32
+	replyDstPort uint16
+	status       uint16
+	state        uint8
+	seen         bool
+}
+
+// recordEpoch is when indexRecord's seconds count from.
+var recordEpoch = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+
+func recordOf(rest snapshot.FlowRest, gen uint32) indexRecord {
+	p := rest.Parts()
+	r := indexRecord{id: p.ID, gen: gen, replyDstPort: p.ReplyDstPort, status: p.Status, state: p.State, seen: p.Seen}
+	if p.Start > recordEpoch {
+		r.start = uint32((p.Start - recordEpoch + int64(time.Second) - 1) / int64(time.Second))
+	}
+	return r
+}
+
+func (r indexRecord) rest() snapshot.FlowRest {
+	p := snapshot.RestParts{ID: r.id, ReplyDstPort: r.replyDstPort, Status: r.status, State: r.state, Seen: r.seen}
+	if r.start != 0 {
+		p.Start = recordEpoch + int64(r.start)*int64(time.Second)
+	}
+	return p.Rest()
+}
+
+// seenAt is the record's first sighting, or zero.
+func (r indexRecord) seenAt() time.Time {
+	if !r.seen || r.start == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, recordEpoch+int64(r.start)*int64(time.Second)).UTC()
+}
+
+func (b *backendFlows) len() int { return len(b.v4) + len(b.v6) }
+
+func (b *backendFlows) get(k snapshot.FrontendKey) (indexRecord, bool) {
+	if b.v6 == nil || isV4Key(k) {
+		r, ok := b.v4[k4(k)]
+		return r, ok
+	}
+	r, ok := b.v6[key6{k.Src, k.SrcPort, k.Route}]
+	return r, ok
+}
+
+func (b *backendFlows) put(k snapshot.FrontendKey, is4 bool, r indexRecord) (added bool) {
+	if is4 {
+		if b.v4 == nil {
+			b.v4 = map[key4]indexRecord{}
+		}
+		_, had := b.v4[k4(k)]
+		b.v4[k4(k)] = r
+		return !had
+	}
+	if b.v6 == nil {
+		b.v6 = map[key6]indexRecord{}
+	}
+	kk := key6{k.Src, k.SrcPort, k.Route}
+	_, had := b.v6[kk]
+	b.v6[kk] = r
+	return !had
+}
+
+func (b *backendFlows) remove(k snapshot.FrontendKey, is4 bool) bool {
+	if is4 {
+		if _, ok := b.v4[k4(k)]; ok {
+			delete(b.v4, k4(k))
+			return true
+		}
+		return false
+	}
+	kk := key6{k.Src, k.SrcPort, k.Route}
+	if _, ok := b.v6[kk]; ok {
+		delete(b.v6, kk)
+		return true
+	}
+	return false
+}
+
+// isV4Key reports whether k's client is an IPv4 address (IPv4-mapped).
+func isV4Key(k snapshot.FrontendKey) bool {
+	return k.Src[10] == 0xff && k.Src[11] == 0xff && [10]byte(k.Src[:10]) == [10]byte{}
+}
+
+func k4(k snapshot.FrontendKey) key4 {
+	return key4{[4]byte(k.Src[12:]), k.SrcPort, k.Route}
+}
+
+// sweep removes the records of other generations than gen, and returns
+// how many it removed.
+func (b *backendFlows) sweep(gen uint32) int {
+	n := 0
+	for k, r := range b.v4 {
+		if r.gen != gen {
+			delete(b.v4, k)
+			n++
+		}
+	}
+	for k, r := range b.v6 {
+		if r.gen != gen {
+			delete(b.v6, k)
+			n++
+		}
+	}
+	return n
+}
+
+// each calls fn with each flow of b to backend, in one reused Flow.
+func (b *backendFlows) each(backend [16]byte, f *snapshot.Flow, fn func(*snapshot.Flow)) {
+	for k, r := range b.v4 {
+		var src [16]byte
+		src[10], src[11] = 0xff, 0xff
+		copy(src[12:], k.src[:])
+		snapshot.JoinFlow(backend, b.routes.At(k.route), src, k.srcPort, r.rest(), f)
+		fn(f)
+	}
+	for k, r := range b.v6 {
+		snapshot.JoinFlow(backend, b.routes.At(k.route), k.src, k.srcPort, r.rest(), f)
+		fn(f)
+	}
 }
 
 // indexed reports whether the index keeps f: a DNATed flow, or a UDP flow,
@@ -79,7 +218,8 @@ func newFlowIndex(now func() time.Time) *flowIndex {
 }
 
 // locate returns where f's record lives: its backend's flows (made when
-// make is true), and its key there.
+// create is true), its key there, its own part, its backend, and whether
+// it is IPv4.
 func (ix *flowIndex) locate(f *snapshot.Flow, create bool) (*backendFlows, snapshot.FrontendKey, snapshot.FlowRest, [16]byte) {
 	backend, route, src, sport, rest := snapshot.SplitFlow(f)
 	b := ix.byBackend[backend]
@@ -87,7 +227,7 @@ func (ix *flowIndex) locate(f *snapshot.Flow, create bool) (*backendFlows, snaps
 		if !create {
 			return nil, snapshot.FrontendKey{}, rest, backend
 		}
-		b = &backendFlows{flows: map[snapshot.FrontendKey]indexRecord{}}
+		b = &backendFlows{}
 		ix.byBackend[backend] = b
 	}
 	return b, snapshot.FrontendKey{Src: src, SrcPort: sport, Route: b.routes.Index(route)}, rest, backend
@@ -96,12 +236,11 @@ func (ix *flowIndex) locate(f *snapshot.Flow, create bool) (*backendFlows, snaps
 // putLocked records f in generation gen; it reports whether f is new.
 func (ix *flowIndex) putLocked(f *snapshot.Flow, gen uint32) bool {
 	b, k, rest, _ := ix.locate(f, true)
-	_, had := b.flows[k]
-	b.flows[k] = indexRecord{rest: rest, gen: gen}
-	if !had {
+	if b.put(k, f.Orig.Src.Is4(), recordOf(rest, gen)) {
 		ix.n++
+		return true
 	}
-	return !had
+	return false
 }
 
 func (ix *flowIndex) removeLocked(f *snapshot.Flow) {
@@ -109,12 +248,11 @@ func (ix *flowIndex) removeLocked(f *snapshot.Flow) {
 	if b == nil {
 		return
 	}
-	if _, ok := b.flows[k]; !ok {
+	if !b.remove(k, f.Orig.Src.Is4()) {
 		return
 	}
-	delete(b.flows, k)
 	ix.n--
-	if len(b.flows) == 0 {
+	if b.len() == 0 {
 		delete(ix.byBackend, backend)
 	}
 }
@@ -146,8 +284,8 @@ func (ix *flowIndex) seed(f *snapshot.Flow) {
 		f.Seen = now
 		if ix.carry && f.ID != 0 {
 			if b, k, _, _ := ix.locate(f, false); b != nil {
-				if r, ok := b.flows[k]; ok && r.rest.ID() == f.ID {
-					if seen := r.rest.Seen(); !seen.IsZero() && seen.Before(now) {
+				if r, ok := b.get(k); ok && r.id == f.ID {
+					if seen := r.seenAt(); !seen.IsZero() && seen.Before(now) {
 						f.Seen = seen
 					}
 				}
@@ -166,13 +304,8 @@ func (ix *flowIndex) endSeed(complete bool) {
 	defer ix.mu.Unlock()
 	if complete {
 		for backend, b := range ix.byBackend {
-			for k, r := range b.flows {
-				if r.gen != ix.gen {
-					delete(b.flows, k)
-					ix.n--
-				}
-			}
-			if len(b.flows) == 0 {
+			ix.n -= b.sweep(ix.gen)
+			if b.len() == 0 {
 				delete(ix.byBackend, backend)
 			}
 		}
@@ -260,12 +393,7 @@ func (ix *flowIndex) each(backends []netip.Addr, all bool, fn func(*snapshot.Flo
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	var f snapshot.Flow
-	visit := func(backend [16]byte, b *backendFlows) {
-		for k, r := range b.flows {
-			snapshot.JoinFlow(backend, b.routes.At(k.Route), k.Src, k.SrcPort, r.rest, &f)
-			fn(&f)
-		}
-	}
+	visit := func(backend [16]byte, b *backendFlows) { b.each(backend, &f, fn) }
 	if all {
 		for backend, b := range ix.byBackend {
 			visit(backend, b)
