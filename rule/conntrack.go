@@ -808,4 +808,3 @@ func serviceOf(f finding.Finding) (snapshot.ObjectRef, bool) {
 	ns, name, ok := strings.Cut(f.Subject.Service, "/")
 	return snapshot.ObjectRef{Namespace: ns, Name: name}, ok
 }
-
