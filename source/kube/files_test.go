@@ -83,7 +83,7 @@ func TestReadObjectsGolden(t *testing.T) {
 		{"stream.json", "stream.golden"},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
-			got := dump(readFile(t, filepath.Join("testdata", tc.file)))
+			got := dump(readFile(t, filepath.Join("../kubectl/testdata", tc.file)))
 			golden := filepath.Join("testdata", tc.golden)
 			if *update {
 				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
@@ -104,7 +104,7 @@ func TestReadObjectsGolden(t *testing.T) {
 // TestReadObjectsCluster spells out what the golden file holds for the
 // cases the rules depend on.
 func TestReadObjectsCluster(t *testing.T) {
-	o := readFile(t, "testdata/cluster.yaml")
+	o := readFile(t, "../kubectl/testdata/cluster.yaml")
 	k := &o.Kube
 	if len(k.Pods) != 8 || len(k.Services) != 7 || len(k.Nodes) != 3 {
 		t.Fatalf("read %d pods, %d services, %d nodes; want 8, 7, 3", len(k.Pods), len(k.Services), len(k.Nodes))
@@ -385,7 +385,7 @@ var errPrefix = regexp.MustCompile(`^fuzz\.yaml:([1-9][0-9]*): `)
 
 func FuzzReadObjects(f *testing.F) {
 	for _, name := range []string{"cluster.yaml", "multidoc.yaml", "stream.json"} {
-		b, err := os.ReadFile(filepath.Join("testdata", name))
+		b, err := os.ReadFile(filepath.Join("../kubectl/testdata", name))
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -538,7 +538,7 @@ func TestReadObjectsListFallback(t *testing.T) {
 }
 
 func BenchmarkReadObjectsList(b *testing.B) {
-	src, err := os.ReadFile("testdata/cluster.yaml")
+	src, err := os.ReadFile("../kubectl/testdata/cluster.yaml")
 	if err != nil {
 		b.Fatal(err)
 	}

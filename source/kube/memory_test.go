@@ -19,7 +19,7 @@ import (
 
 // TestReadObjectsListMemory measures reading what `kubectl get pods -A -o
 // yaml` (and -o json) prints for a large cluster: one List document of
-// KUBE_LIST_PODS pods, each a copy of the first pod of testdata/cluster.yaml.
+// KUBE_LIST_PODS pods, each a copy of the first pod of ../kubectl/testdata/cluster.yaml.
 // Each file is read by a child process, which reports its peak resident
 // memory (VmHWM), the time the read took, the bytes allocated and those
 // still in use after it (the objects read). It is skipped unless
@@ -93,7 +93,7 @@ func readListAndReport(t *testing.T, path string) {
 // writePodList writes a List of n pods to path as kubectl prints it in
 // format (yaml or json), and returns its size.
 func writePodList(t *testing.T, path, format string, n int) int64 {
-	src, err := os.ReadFile("testdata/cluster.yaml")
+	src, err := os.ReadFile("../kubectl/testdata/cluster.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
