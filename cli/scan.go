@@ -27,6 +27,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/source/host"
 	"github.com/ghostwatch/ghostwatch/source/hostlocal"
 	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kubectl"
 )
 
 type scanOptions struct {
@@ -155,9 +156,15 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	if n := stdinUses(o.kubeObjects, o.conntrackFile) + stdinUses(o.gossipMembers, ""); n > 1 {
 		return cmdline.WithCode(ExitError, errors.New(`"-" (stdin) is given more than once: stdin can feed only one input; save the others to files`))
 	}
-	var kubeSrc source.Source
+	var (
+		kubeSrc source.Source
+		// saved are the --kube-objects files, which the cluster's and
+		// Calico's sources read, once for both.
+		saved *kubectl.Files
+	)
 	if len(o.kubeObjects) > 0 {
-		kubeSrc = &kube.FileSource{Paths: o.kubeObjects, Stdin: streams.In}
+		saved = &kubectl.Files{Paths: o.kubeObjects, Stdin: streams.In}
+		kubeSrc = kube.NewFileSource(saved)
 	} else {
 		client, _, err := kube.ClientFromFlags(o.kubeFlags)
 		if err != nil {
@@ -192,7 +199,7 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	// frontends).
 	sources := []source.Source{kubeSrc}
 	if len(rule.ReadersOf(rules, calico.Name)) > 0 {
-		src, err := o.calicoSource()
+		src, err := o.calicoSource(saved)
 		if err != nil {
 			return cmdline.WithCode(ExitError, err)
 		}
@@ -289,11 +296,11 @@ func (o *scanOptions) memberFlags() []string {
 }
 
 // calicoSource reads Calico's IPAM ledger where the cluster objects come
-// from: the --kube-objects files (which the kube source reads, and which
-// it must follow), or the API server.
-func (o *scanOptions) calicoSource() (source.Source, error) {
-	if len(o.kubeObjects) > 0 {
-		return calico.FileSource{}, nil
+// from: the --kube-objects files, saved (which the kube source reads too,
+// and which it must follow), or the API server.
+func (o *scanOptions) calicoSource(saved *kubectl.Files) (source.Source, error) {
+	if saved != nil {
+		return calico.NewFileSource(saved), nil
 	}
 	cfg, err := o.kubeFlags.ToRESTConfig()
 	if err != nil {

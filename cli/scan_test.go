@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"strings"
 	"testing"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/internal/serftest"
 	"github.com/ghostwatch/ghostwatch/source/calico"
+	"github.com/ghostwatch/ghostwatch/source/kubectl"
 )
 
 // run executes the command line with buffers and returns the exit code,
@@ -123,6 +125,24 @@ func TestScanFailOn(t *testing.T) {
 	}
 	if code, _, errOut := run(t, "", append(offline, "--fail-on", "loud")...); code != ExitError || !strings.Contains(errOut, "--fail-on") {
 		t.Errorf("--fail-on loud: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// The saved objects read from stdin feed both the cluster's source and
+// Calico's: stdin is read once.
+func TestScanSavedObjectsFromStdin(t *testing.T) {
+	objects, err := os.ReadFile("testdata/scan/calico-ledger/objects.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := run(t, string(objects), "scan", "--kube-objects", "-", "--rule", "ipam-ledger-corrupt", "--rule", "ipam-misbooked", "-o", "json")
+	r := decodeOne(t, out)
+	status := map[string]string{}
+	for _, s := range r.Sources {
+		status[s.Name] = s.Status + " " + s.Detail
+	}
+	if code != ExitFindings || len(r.Findings) == 0 || !strings.HasPrefix(status["kube"], "ok 5 pods") || !strings.HasPrefix(status["calico"], "ok 2 blocks") {
+		t.Errorf("exit %d, %d findings, sources %v; stderr %s", code, len(r.Findings), status, errOut)
 	}
 }
 
@@ -287,14 +307,15 @@ func TestKubectlPluginHelp(t *testing.T) {
 // files, through the kube source, or the API server the flags name.
 func TestScanCalicoSource(t *testing.T) {
 	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "none"))
-	o := &scanOptions{kubeFlags: genericclioptions.NewConfigFlags(true), kubeObjects: []string{"testdata/objects.yaml"}}
-	if src, err := o.calicoSource(); err != nil || src != (calico.FileSource{}) {
+	saved := &kubectl.Files{Paths: []string{"testdata/objects.yaml"}}
+	o := &scanOptions{kubeFlags: genericclioptions.NewConfigFlags(true), kubeObjects: saved.Paths}
+	if src, err := o.calicoSource(saved); err != nil || reflect.TypeOf(src) != reflect.TypeOf(&calico.FileSource{}) {
 		t.Errorf("with --kube-objects: %#v, %v", src, err)
 	}
 	server := "https://127.0.0.1:6443"
 	o = &scanOptions{kubeFlags: genericclioptions.NewConfigFlags(true), syncTimeout: 7 * time.Second}
 	o.kubeFlags.APIServer = &server
-	src, err := o.calicoSource()
+	src, err := o.calicoSource(nil)
 	api, ok := src.(*calico.APISource)
 	if err != nil || !ok || api.Timeout != 7*time.Second || api.Client == nil || api.Discovery == nil || src.Name() != calico.Name {
 		t.Errorf("live: %#v, %v", src, err)

@@ -25,7 +25,6 @@ import (
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source/calico"
 	sourcegossip "github.com/ghostwatch/ghostwatch/source/gossip"
-	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
 // The cluster of BenchmarkControllerPass: 150,000 pods on 2,500 nodes, each
@@ -259,7 +258,7 @@ func BenchmarkControllerPass(b *testing.B) {
 		// What the informer hands the handler: its trimmed Pod.
 		var moved [2]any
 		for i := range moved {
-			p, _ := kube.TrimPod(benchPod(77, netip.AddrFrom4([4]byte{10, 200, 0, byte(i)}), now))
+			p, _ := trimPod(benchPod(77, netip.AddrFrom4([4]byte{10, 200, 0, byte(i)}), now))
 			moved[i] = p
 		}
 		b.ReportAllocs()
@@ -274,7 +273,7 @@ func BenchmarkControllerPass(b *testing.B) {
 		// outside the measure, as the informer keeps them).
 		trimmed := make([]any, benchPods)
 		for i := range trimmed {
-			trimmed[i], _ = kube.TrimPod(benchPod(i, benchAddr(i/benchPerBlock, i%benchPerBlock), now))
+			trimmed[i], _ = trimPod(benchPod(i, benchAddr(i/benchPerBlock, i%benchPerBlock), now))
 		}
 		build := func() *cluster {
 			x := &cluster{idx: rule.NewPodIPs(), changed: func() {}}

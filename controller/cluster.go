@@ -123,11 +123,16 @@ func newCluster(client kubernetes.Interface, changed func(), run func(*watched),
 	}, changed, run, now)
 }
 
+// trimPod is the pods informer's transform: what the rules read of a pod,
+// and the annotations that name its gossip agent, which the leader reads
+// (gossip.go).
+var trimPod = kube.TrimPodKeeping(sourcegossip.AnnotationPrefix)
+
 // newClusterOf is newCluster with the lists and watches of Pods and Nodes
 // given.
 func newClusterOf(pods, nodes listWatch, changed func(), run func(*watched), now func() time.Time) *cluster {
 	c := &cluster{idx: rule.NewPodIPs(), changed: changed, run: run, now: now}
-	c.pods = newWatched("pods", pods, &corev1.Pod{}, kube.TrimPod, now, changed)
+	c.pods = newWatched("pods", pods, &corev1.Pod{}, trimPod, now, changed)
 	c.nodes = newWatched("nodes", nodes, &corev1.Node{}, keep(func(obj any) (snapshot.Node, bool) {
 		n, ok := obj.(*corev1.Node)
 		if !ok {

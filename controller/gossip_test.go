@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -204,6 +205,22 @@ func TestSerfGhostNotForcedOutWithoutProof(t *testing.T) {
 	}
 	if !slices.ContainsFunc(survivor.Members(), func(m serf.Member) bool { return m.Name == "node-127-0-0-2" }) {
 		t.Error("the ghost was forced out")
+	}
+}
+
+// The pods informer keeps the annotations the leader reads, and no other.
+func TestGossipAnnotationsSurviveTheTrim(t *testing.T) {
+	p := gossipPodObj("a-0", "u0", "10.244.0.5", "consul", 8500, time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
+	p.Annotations[AnnotationGossipCluster] = "mesh"
+	p.Annotations[AnnotationGossipScheme] = "https"
+	want := maps.Clone(p.Annotations)
+	p.Annotations["kubectl.kubernetes.io/last-applied-configuration"] = "{...}"
+	got, err := trimPod(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := got.(*corev1.Pod).Annotations; !maps.Equal(a, want) {
+		t.Errorf("annotations kept: %v, want %v", a, want)
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -293,29 +292,5 @@ func TestServed(t *testing.T) {
 				t.Errorf("Served = %v, %v; want %v", got, err, tc.want)
 			}
 		})
-	}
-}
-
-func TestFileSource(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		s    *snapshot.Snapshot
-		want string // "" for success
-	}{
-		{"ledger read", &snapshot.Snapshot{Kube: &snapshot.Kube{}, Calico: &snapshot.Calico{}}, ""},
-		{"no Calico object", &snapshot.Snapshot{Kube: &snapshot.Kube{}}, "the saved objects hold no Calico IPAM object; save them with: " + SaveCommand},
-		{"files unread", &snapshot.Snapshot{}, "the saved objects could not be read (see the kube source)"},
-	} {
-		err := FileSource{}.Collect(context.Background(), tc.s)
-		if tc.want == "" && err != nil || tc.want != "" && (err == nil || err.Error() != tc.want) {
-			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
-		}
-	}
-	// Files without Calico objects: the rules of the ledger are skipped, as
-	// on a cluster without Calico.
-	s := &snapshot.Snapshot{Kube: &snapshot.Kube{}}
-	source.CollectInto(context.Background(), time.Now, s, FileSource{})
-	if st, _ := s.Source(Name); st.Status != snapshot.StatusUnsupported || !strings.Contains(st.Detail, "kubectl get ipamblocks") {
-		t.Errorf("status %+v", st)
 	}
 }

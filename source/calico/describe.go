@@ -1,39 +1,12 @@
 package calico
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/ghostwatch/ghostwatch/internal/text"
 	"github.com/ghostwatch/ghostwatch/snapshot"
-	"github.com/ghostwatch/ghostwatch/source"
 )
-
-// FileSource stands, as the source "calico", for the Calico objects
-// source/kube's FileSource read from saved files into s.Calico: it reads
-// nothing itself and runs after that source. It implements source.Source.
-type FileSource struct{}
-
-// Name returns "calico".
-func (FileSource) Name() string { return Name }
-
-// Collect succeeds when the files held Calico's objects. When they held
-// none it returns source.ErrUnsupported, with the command that saves
-// them; when the files could not be read, an error.
-func (FileSource) Collect(_ context.Context, s *snapshot.Snapshot) error {
-	if s.Calico != nil {
-		return nil
-	}
-	if s.Kube == nil {
-		return errors.New("the saved objects could not be read (see the kube source)")
-	}
-	return source.Unsupported("the saved objects hold no Calico IPAM object; save them with: %s", SaveCommand)
-}
-
-// Describe says how much of the ledger was read.
-func (FileSource) Describe(s *snapshot.Snapshot) string { return describeCalico(s.Calico) }
 
 // Describe says how much of the ledger was read.
 func (a *APISource) Describe(s *snapshot.Snapshot) string { return describeCalico(s.Calico) }

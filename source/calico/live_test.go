@@ -24,6 +24,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/calico"
 	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kubectl"
 )
 
 // binaries returns the Kubernetes and Calico binaries' directories, or
@@ -60,10 +61,26 @@ spec:
   disabled: true
 `
 
-// calicoKinds is a rule that reads Calico's objects only.
-type calicoKinds struct{}
+// calicoOnly is a rule that reads Calico's objects, and no kind of the
+// cluster's.
+type calicoOnly struct{}
 
-func (calicoKinds) KubeKinds() []string { return []string{calico.KindIPAMBlock} }
+func (calicoOnly) KubeKinds() []string { return nil }
+
+// readSaved reads Calico's objects from a file kubectl or calicoctl wrote,
+// as a scan reads --kube-objects.
+func readSaved(t *testing.T, ctx context.Context, file string) *snapshot.Calico {
+	t.Helper()
+	files := &kubectl.Files{Paths: []string{file}}
+	kubeSrc := kube.NewFileSource(files)
+	kubeSrc.Narrow([]any{calicoOnly{}})
+	saved := &snapshot.Snapshot{}
+	source.CollectInto(ctx, time.Now, saved, kubeSrc, calico.NewFileSource(files))
+	if err := saved.Ready("kube", "calico"); err != nil {
+		t.Fatal(err)
+	}
+	return saved.Calico
+}
 
 // The live source reads from a real API server exactly what the file path
 // reads from kubectl's output of the same objects, written there by
@@ -190,15 +207,8 @@ func TestLiveLedgerIsTheSavedOne(t *testing.T) {
 	if err := os.WriteFile(file, kubectlGetYAML(t, ctx, dyn), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	fileSrc := &kube.FileSource{Paths: []string{file}}
-	fileSrc.Narrow([]any{calicoKinds{}})
-	saved := &snapshot.Snapshot{}
-	source.CollectInto(ctx, time.Now, saved, fileSrc, calico.FileSource{})
-	if err := saved.Ready("kube", "calico"); err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(saved.Calico, got) {
-		t.Errorf("from kubectl's output:\n%+v\nlive:\n%+v", saved.Calico, got)
+	if saved := readSaved(t, ctx, file); !reflect.DeepEqual(saved, got) {
+		t.Errorf("from kubectl's output:\n%+v\nlive:\n%+v", saved, got)
 	}
 
 	// calicoctl prints the pools and the configuration as
@@ -212,13 +222,12 @@ func TestLiveLedgerIsTheSavedOne(t *testing.T) {
 		v3.WriteString("---\n")
 		v3.Write(out)
 	}
-	o, err := kube.ReadObjects("calicoctl.yaml", &v3)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, v3.String())
+	v3file := filepath.Join(t.TempDir(), "calicoctl.yaml")
+	if err := os.WriteFile(v3file, v3.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	calico.Sort(&o.Calico)
-	if !reflect.DeepEqual(o.Calico.Pools, got.Pools) || !reflect.DeepEqual(o.Calico.LeakGC, got.LeakGC) {
-		t.Errorf("from calicoctl: pools %+v, leak collector %+v", o.Calico.Pools, o.Calico.LeakGC)
+	if o := readSaved(t, ctx, v3file); !reflect.DeepEqual(o.Pools, got.Pools) || !reflect.DeepEqual(o.LeakGC, got.LeakGC) {
+		t.Errorf("from calicoctl: pools %+v, leak collector %+v", o.Pools, o.LeakGC)
 	}
 }
 

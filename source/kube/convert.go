@@ -2,6 +2,7 @@ package kube
 
 import (
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -203,10 +204,22 @@ func LookupNode(k *snapshot.Kube, name string) (*snapshot.Node, bool) {
 // Pod reads, plus the resourceVersion informers need, so that a big cluster's
 // pods cost little memory: uid, name, namespace, creation and deletion
 // timestamps, resourceVersion, spec.nodeName, spec.hostNetwork, status.phase,
-// status.podIP(s) and status.startTime. Anything that is not a *v1.Pod (such
-// as cache.DeletedFinalStateUnknown) is returned unchanged. It never modifies
+// status.podIP(s) and status.startTime; no annotation (TrimPodKeeping keeps
+// some). Anything that is not a *v1.Pod (such as
+// cache.DeletedFinalStateUnknown) is returned unchanged. It never modifies
 // its argument and is idempotent.
-func TrimPod(obj any) (any, error) {
+func TrimPod(obj any) (any, error) { return trimPod(obj, nil) }
+
+// TrimPodKeeping returns an informer transform that trims a Pod as TrimPod
+// does, but keeps the annotations whose keys start with one of prefixes,
+// for a caller that reads them: the controller finds the gossip agents by
+// theirs (source/gossip's AnnotationPrefix).
+func TrimPodKeeping(prefixes ...string) func(obj any) (any, error) {
+	prefixes = slices.Clone(prefixes)
+	return func(obj any) (any, error) { return trimPod(obj, prefixes) }
+}
+
+func trimPod(obj any, keep []string) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok || p == nil {
 		return obj, nil
@@ -235,7 +248,7 @@ func TrimPod(obj any) (any, error) {
 		out.Status.PodIPs = append([]corev1.PodIP(nil), p.Status.PodIPs...)
 	}
 	for k, v := range p.Annotations {
-		if strings.HasPrefix(k, GossipAnnotationPrefix) {
+		if slices.ContainsFunc(keep, func(prefix string) bool { return strings.HasPrefix(k, prefix) }) {
 			if out.Annotations == nil {
 				out.Annotations = map[string]string{}
 			}
@@ -244,11 +257,6 @@ func TrimPod(obj any) (any, error) {
 	}
 	return out, nil
 }
-
-// GossipAnnotationPrefix starts the annotations that name a pod's gossip
-// agent (ghostwatch.io/gossip, ghostwatch.io/gossip-port, ...): TrimPod
-// keeps them, and no other annotation.
-const GossipAnnotationPrefix = "ghostwatch.io/gossip"
 
 // trimNode is the informer transform for Nodes: it keeps the metadata the
 // informer needs, the addresses and the pod CIDRs, and drops the rest

@@ -303,55 +303,72 @@ func fullPod() *corev1.Pod {
 }
 
 func TestTrimPod(t *testing.T) {
-	in := fullPod()
-	orig := in.DeepCopy()
-	out, err := TrimPod(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, ok := out.(*corev1.Pod)
-	if !ok {
-		t.Fatalf("TrimPod returned %T", out)
-	}
-	if !reflect.DeepEqual(in, orig) {
-		t.Errorf("TrimPod modified its argument")
-	}
-	if p == in {
-		t.Errorf("TrimPod returned its argument")
-	}
-	want := &corev1.Pod{
-		TypeMeta: in.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{UID: "u1", Namespace: "web", Name: "api-1", ResourceVersion: "4711",
-			CreationTimestamp: in.CreationTimestamp, DeletionTimestamp: in.DeletionTimestamp,
-			// The gossip annotations only: they name the pod's agent.
-			Annotations: map[string]string{"ghostwatch.io/gossip": "consul", "ghostwatch.io/gossip-port": "8500"}},
-		Spec: corev1.PodSpec{NodeName: "worker-1", HostNetwork: true},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.1.5", PodIPs: in.Status.PodIPs,
-			StartTime: in.Status.StartTime},
-	}
-	if !reflect.DeepEqual(p, want) {
-		t.Errorf("TrimPod:\n got %+v\nwant %+v", p, want)
-	}
-	// What the rules read survives the trim.
-	if !reflect.DeepEqual(Pod(p), Pod(in)) {
-		t.Errorf("Pod(TrimPod(p)) = %+v, want %+v", Pod(p), Pod(in))
-	}
-	// Idempotent.
-	again, _ := TrimPod(p)
-	if !reflect.DeepEqual(again, p) {
-		t.Errorf("TrimPod is not idempotent")
-	}
-	// Other things pass through unchanged.
-	tomb := cache.DeletedFinalStateUnknown{Key: "web/api-1", Obj: in}
-	if got, err := TrimPod(tomb); err != nil || !reflect.DeepEqual(got, tomb) {
-		t.Errorf("TrimPod(tombstone) = %#v, %v", got, err)
-	}
-	svc := &corev1.Service{}
-	if got, _ := TrimPod(svc); got != any(svc) {
-		t.Errorf("TrimPod(service) = %#v", got)
-	}
-	if got, _ := TrimPod((*corev1.Pod)(nil)); got != any((*corev1.Pod)(nil)) {
-		t.Errorf("TrimPod(nil pod) = %#v", got)
+	const applied = "kubectl.kubernetes.io/last-applied-configuration"
+	gossip := map[string]string{"ghostwatch.io/gossip": "consul", "ghostwatch.io/gossip-port": "8500"}
+	for _, tc := range []struct {
+		name string
+		trim func(any) (any, error)
+		want map[string]string // the annotations kept
+	}{
+		{"TrimPod", TrimPod, nil},
+		{"keeping none", TrimPodKeeping(), nil},
+		// The controller keeps the annotations that name a pod's gossip
+		// agent.
+		{"keeping a prefix", TrimPodKeeping("ghostwatch.io/gossip"), gossip},
+		{"keeping two", TrimPodKeeping("ghostwatch.io/gossip", applied),
+			map[string]string{applied: "{...}", "ghostwatch.io/gossip": "consul", "ghostwatch.io/gossip-port": "8500"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := fullPod()
+			orig := in.DeepCopy()
+			out, err := tc.trim(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, ok := out.(*corev1.Pod)
+			if !ok {
+				t.Fatalf("returned %T", out)
+			}
+			if !reflect.DeepEqual(in, orig) {
+				t.Errorf("modified its argument")
+			}
+			if p == in {
+				t.Errorf("returned its argument")
+			}
+			want := &corev1.Pod{
+				TypeMeta: in.TypeMeta,
+				ObjectMeta: metav1.ObjectMeta{UID: "u1", Namespace: "web", Name: "api-1", ResourceVersion: "4711",
+					CreationTimestamp: in.CreationTimestamp, DeletionTimestamp: in.DeletionTimestamp,
+					Annotations: tc.want},
+				Spec: corev1.PodSpec{NodeName: "worker-1", HostNetwork: true},
+				Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.1.5", PodIPs: in.Status.PodIPs,
+					StartTime: in.Status.StartTime},
+			}
+			if !reflect.DeepEqual(p, want) {
+				t.Errorf("trimmed:\n got %+v\nwant %+v", p, want)
+			}
+			// What the rules read survives the trim.
+			if !reflect.DeepEqual(Pod(p), Pod(in)) {
+				t.Errorf("Pod(trimmed) = %+v, want %+v", Pod(p), Pod(in))
+			}
+			// Idempotent.
+			again, _ := tc.trim(p)
+			if !reflect.DeepEqual(again, p) {
+				t.Errorf("not idempotent")
+			}
+			// Other things pass through unchanged.
+			tomb := cache.DeletedFinalStateUnknown{Key: "web/api-1", Obj: in}
+			if got, err := tc.trim(tomb); err != nil || !reflect.DeepEqual(got, tomb) {
+				t.Errorf("trimmed a tombstone: %#v, %v", got, err)
+			}
+			svc := &corev1.Service{}
+			if got, _ := tc.trim(svc); got != any(svc) {
+				t.Errorf("trimmed a service: %#v", got)
+			}
+			if got, _ := tc.trim((*corev1.Pod)(nil)); got != any((*corev1.Pod)(nil)) {
+				t.Errorf("trimmed a nil pod: %#v", got)
+			}
+		})
 	}
 }
 

@@ -15,9 +15,6 @@ import (
 // Describe says how many objects of each kind were read.
 func (a *APISource) Describe(s *snapshot.Snapshot) string { return describeKube(s.Kube) }
 
-// Describe says how many objects of each kind were read.
-func (f *FileSource) Describe(s *snapshot.Snapshot) string { return describeKube(s.Kube) }
-
 func describeKube(k *snapshot.Kube) string {
 	if k == nil {
 		return ""

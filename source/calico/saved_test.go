@@ -1,4 +1,4 @@
-package kube
+package calico
 
 import (
 	"context"
@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
-	"github.com/ghostwatch/ghostwatch/source/calico"
+	"github.com/ghostwatch/ghostwatch/source"
+	"github.com/ghostwatch/ghostwatch/source/kubectl"
 )
 
 // calicoObjects is what kubectl get ipamblocks.crd.projectcalico.org,... -o
@@ -134,26 +135,43 @@ spec:
   nodeSelector: kubernetes.io/hostname == 'node-b'
 `
 
-func TestReadCalicoObjects(t *testing.T) {
+// collect runs a FileSource of paths into a snapshot in which the kube
+// source, which runs before it, read the cluster.
+func collect(paths ...string) (*snapshot.Snapshot, error) {
+	s := &snapshot.Snapshot{Kube: &snapshot.Kube{}}
+	return s, NewFileSource(&kubectl.Files{Paths: paths}).Collect(context.Background(), s)
+}
+
+func writer(t *testing.T) func(name, text string) string {
 	dir := t.TempDir()
-	write := func(name, text string) string {
+	return func(name, text string) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
+}
+
+func TestReadSaved(t *testing.T) {
+	write := writer(t)
 	objs := write("calico.yaml", calicoObjects)
 	pool := write("pool.yaml", calicoctlPool)
-	o := readFile(t, objs)
-	if o.Ignored["crd.projectcalico.org/v1 KubeControllersConfiguration"] != 1 || len(o.Kube.Pods) != 2 {
-		t.Errorf("ignored %v, pods %d", o.Ignored, len(o.Kube.Pods))
+
+	// The pods are the kube ledger's; the KubeControllersConfiguration
+	// that is not "default" no one reads.
+	o := &kubectl.Objects{}
+	keepSaved(o)
+	if err := o.Read("calico.yaml", strings.NewReader(calicoObjects)); err != nil {
+		t.Fatal(err)
+	}
+	if o.Ignored["crd.projectcalico.org/v1 KubeControllersConfiguration"] != 1 || o.Ignored["v1 Pod"] != 2 || len(o.Kept) != 5 {
+		t.Errorf("ignored %v, kept %d", o.Ignored, len(o.Kept))
 	}
 
-	src := &FileSource{Paths: []string{objs, pool, objs}}
-	src.Narrow([]any{calicoReader{}})
-	s := &snapshot.Snapshot{}
-	if err := src.Collect(context.Background(), s); err != nil {
+	// The same objects twice, and a pool as calicoctl prints it.
+	s, err := collect(objs, pool, objs)
+	if err != nil {
 		t.Fatal(err)
 	}
 	c := s.Calico
@@ -181,8 +199,7 @@ func TestReadCalicoObjects(t *testing.T) {
  {"apiVersion":"crd.projectcalico.org/v1","kind":"IPAMBlock","metadata":{"name":"10-244-0-0-30"},"spec":{"cidr":"10.244.0.0/30",
   "allocations":[0,null,null,null],"unallocated":[1,2,3],"attributes":[{"handle_id":"h","secondary":{"node":"node-a"}}],
   "sequenceNumber":1795456171884406479,"sequenceNumberForAllocation":{"0":1795456171884406478}}}]}`)
-	s = &snapshot.Snapshot{}
-	if err := src.collectFiles(s, j); err != nil {
+	if s, err = collect(j); err != nil {
 		t.Fatal(err)
 	}
 	if b := s.Calico.Blocks[0]; b.SequenceNumber != 1795456171884406479 || b.Allocations[0].SequenceNumber != 1795456171884406478 || b.Malformed != nil {
@@ -190,25 +207,8 @@ func TestReadCalicoObjects(t *testing.T) {
 	}
 }
 
-func (f *FileSource) collectFiles(s *snapshot.Snapshot, paths ...string) error {
-	f.Paths = paths
-	return f.Collect(context.Background(), s)
-}
-
-// calicoReader is a rule that reads Calico's blocks only.
-type calicoReader struct{}
-
-func (calicoReader) KubeKinds() []string { return []string{calico.KindIPAMBlock} }
-
-func TestReadCalicoObjectsErrors(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, text string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+func TestReadSavedErrors(t *testing.T) {
+	write := writer(t)
 	block := func(rv, spec string) string {
 		return "apiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {name: b, uid: u, resourceVersion: \"" + rv + "\"}\nspec: " + spec + "\n"
 	}
@@ -216,21 +216,12 @@ func TestReadCalicoObjectsErrors(t *testing.T) {
 
 	// What Calico wrote wrong is the ledger's business, not an error.
 	bad := write("bad.yaml", block("1", `{cidr: 10.0.0.0/30, allocations: [7], unallocated: [], attributes: []}`))
-	src := &FileSource{}
-	src.Narrow([]any{calicoReader{}})
-	s := &snapshot.Snapshot{}
-	if err := src.collectFiles(s, bad); err != nil {
+	s, err := collect(bad)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if b := s.Calico.Blocks[0]; len(b.Malformed) != 2 || len(b.Allocations) != 1 {
 		t.Errorf("malformed block %+v", b)
-	}
-
-	// No Calico object: no ledger.
-	s = &snapshot.Snapshot{}
-	src.Narrow([]any{podsOnly{}})
-	if err := src.collectFiles(s, pods); err != nil || s.Calico != nil {
-		t.Errorf("without Calico objects: %v, %+v", err, s.Calico)
 	}
 
 	for _, tc := range []struct {
@@ -239,36 +230,62 @@ func TestReadCalicoObjectsErrors(t *testing.T) {
 		want  string
 	}{
 		{"changed block", []string{bad, write("changed.yaml", block("2", `{cidr: 10.0.0.0/30}`))},
-			filepath.Join(dir, "changed.yaml") + ":1: IPAMBlock b appears again, with other contents (first at " + bad + ":1): give each object once"},
+			write("changed.yaml", block("2", `{cidr: 10.0.0.0/30}`)) + ":1: IPAMBlock b appears again, with other contents (first at " + bad + ":1): give each object once"},
 		{"unnamed", []string{write("unnamed.yaml", "apiVersion: projectcalico.org/v3\nkind: IPPool\nspec: {cidr: 10.0.0.0/8}\n")},
-			filepath.Join(dir, "unnamed.yaml") + ":1: IPPool has no metadata.name"},
+			write("unnamed.yaml", "apiVersion: projectcalico.org/v3\nkind: IPPool\nspec: {cidr: 10.0.0.0/8}\n") + ":1: IPPool has no metadata.name"},
 		{"metadata of the wrong type", []string{write("uid.yaml", "apiVersion: crd.projectcalico.org/v1\nkind: IPAMHandle\nmetadata: {name: h, uid: 7}\n")},
-			filepath.Join(dir, "uid.yaml") + ":1: IPAMHandle h: metadata.uid: expected a string, found number: quote it"},
-		{"blocks missing", []string{pods},
-			pods + ": no IPAMBlock found; save them all with: " + SaveCommand + ", and Calico's with: " + calico.SaveCommand},
+			write("uid.yaml", "apiVersion: crd.projectcalico.org/v1\nkind: IPAMHandle\nmetadata: {name: h, uid: 7}\n") + ":1: IPAMHandle h: metadata.uid: expected a string, found number: quote it"},
+		// No Calico object: no ledger, as on a cluster without Calico.
+		{"no Calico object", []string{pods}, "the saved objects hold no Calico IPAM object; save them with: " + SaveCommand},
 	} {
-		src.Narrow([]any{calicoReader{}})
-		s := &snapshot.Snapshot{}
-		err := src.collectFiles(s, tc.paths...)
+		s, err := collect(tc.paths...)
 		if err == nil || err.Error() != tc.want {
 			t.Errorf("%s:\n got %v\nwant %s", tc.name, err, tc.want)
 		}
-		if s.Calico != nil || s.Kube != nil {
-			t.Errorf("%s: Collect set the snapshot despite the error", tc.name)
+		if s.Calico != nil {
+			t.Errorf("%s: Collect set the ledger despite the error", tc.name)
+		}
+	}
+}
+
+// The source's status: the ledger's rules are skipped when the files hold
+// none of it, as on a cluster without Calico, and fail when the kube source
+// found the files unreadable, or not the whole cluster.
+func TestFileSource(t *testing.T) {
+	write := writer(t)
+	objs := write("calico.yaml", calicoObjects)
+	for _, tc := range []struct {
+		name   string
+		s      *snapshot.Snapshot
+		paths  []string
+		status snapshot.SourceStatus
+	}{
+		{"ledger read", &snapshot.Snapshot{Kube: &snapshot.Kube{}}, []string{objs},
+			snapshot.SourceStatus{Name: Name, Status: snapshot.StatusOK, Detail: "1 block (1 allocation), 1 handle, 1 affinity, 1 pool, leak grace period 5s"}},
+		{"no Calico object", &snapshot.Snapshot{Kube: &snapshot.Kube{}}, []string{write("pods.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n")},
+			snapshot.SourceStatus{Name: Name, Status: snapshot.StatusUnsupported, Detail: "the saved objects hold no Calico IPAM object; save them with: " + SaveCommand}},
+		{"kube source failed", &snapshot.Snapshot{}, []string{objs},
+			snapshot.SourceStatus{Name: Name, Status: snapshot.StatusError, Detail: "the saved objects could not be read (see the kube source)"}},
+	} {
+		src := NewFileSource(&kubectl.Files{Paths: tc.paths})
+		source.CollectInto(context.Background(), func() time.Time { return time.Time{} }, tc.s, src)
+		if st, _ := tc.s.Source(Name); st != tc.status {
+			t.Errorf("%s: status %+v, want %+v", tc.name, st, tc.status)
 		}
 	}
 }
 
 // Items read before their list's kind are forgotten when the object is no
-// list after all: Calico's with the others.
-func TestReadCalicoObjectsRollback(t *testing.T) {
+// list after all.
+func TestReadSavedRollback(t *testing.T) {
 	in := `{"items":[{"apiVersion":"crd.projectcalico.org/v1","kind":"IPAMBlock","metadata":{"name":"b"},"spec":{}}],
 "apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"d"}}`
-	o, err := ReadObjects("d.json", strings.NewReader(in))
-	if err != nil {
+	o := &kubectl.Objects{}
+	keepSaved(o)
+	if err := o.Read("d.json", strings.NewReader(in)); err != nil {
 		t.Fatal(err)
 	}
-	if len(o.Calico.Blocks) != 0 || o.sawCalico() || o.Ignored["apps/v1 Deployment"] != 1 {
-		t.Errorf("blocks %+v, ignored %v", o.Calico.Blocks, o.Ignored)
+	if c := savedLedger(o); c != nil || o.Saw(KindIPAMBlock) || o.Ignored["apps/v1 Deployment"] != 1 {
+		t.Errorf("ledger %+v, ignored %v", c, o.Ignored)
 	}
 }
