@@ -48,6 +48,10 @@ type flowIndex struct {
 	// it finds: the index was valid when the seed began.
 	carry   bool
 	pending []Event
+	// pendingLost is true when more events came during a seed than
+	// maxPending: the seed cannot be made current, and the index stays
+	// invalid until the next.
+	pendingLost bool
 	// dirty holds backends of flows created since the last call of
 	// takeDirty: a new flow to a dead backend is judged at the next pass.
 	dirty map[[16]byte]struct{}
@@ -262,7 +266,7 @@ func (ix *flowIndex) removeLocked(f *snapshot.Flow) {
 func (ix *flowIndex) beginSeed() {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	ix.seeding, ix.pending = true, nil
+	ix.seeding, ix.pending, ix.pendingLost = true, nil, false
 	ix.gen++
 	ix.carry = ix.valid
 }
@@ -295,14 +299,22 @@ func (ix *flowIndex) seed(f *snapshot.Flow) {
 	ix.putLocked(f, ix.gen)
 }
 
+// maxPending bounds the events a seed holds back while the dump runs: a
+// mass deletion (a dead backend's million flows deleted) sends as many
+// events, and they must not all wait in memory. Beyond it the seed is
+// given up, as when events are lost.
+const maxPending = 1 << 16
+
 // endSeed sweeps the records the dump did not see when it was complete,
-// replays the events that came during it, and makes the index valid. An
-// incomplete dump leaves the index invalid (a mix of what the dump saw and
-// what it did not reach), until the next seed.
-func (ix *flowIndex) endSeed(complete bool) {
+// replays the events that came during it, and makes the index valid; it
+// returns whether it is. An incomplete dump leaves the index invalid (a mix
+// of what the dump saw and what it did not reach), and so does a seed
+// during which more than maxPending events came, until the next seed.
+func (ix *flowIndex) endSeed(complete bool) bool {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	if complete {
+	defer func() { ix.seeding, ix.pending, ix.carry, ix.pendingLost = false, nil, false, false }()
+	if complete && !ix.pendingLost {
 		for backend, b := range ix.byBackend {
 			ix.n -= b.sweep(ix.gen)
 			if b.len() == 0 {
@@ -316,7 +328,7 @@ func (ix *flowIndex) endSeed(complete bool) {
 	} else {
 		ix.valid = false
 	}
-	ix.seeding, ix.pending, ix.carry = false, nil, false
+	return ix.valid
 }
 
 // apply records one event. A new entry is stamped as seen now.
@@ -330,7 +342,13 @@ func (ix *flowIndex) apply(e Event) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if ix.seeding {
-		ix.pending = append(ix.pending, e)
+		switch {
+		case ix.pendingLost:
+		case len(ix.pending) < maxPending:
+			ix.pending = append(ix.pending, e)
+		default:
+			ix.pending, ix.pendingLost = nil, true
+		}
 		return
 	}
 	ix.applyLocked(&e)

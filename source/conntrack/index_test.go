@@ -259,3 +259,27 @@ func BenchmarkIndex(b *testing.B) {
 		}
 	})
 }
+
+// A seed during which more events come than it may hold back is given up:
+// the index stays invalid, so that the next pass reads the table again,
+// rather than hold a mass deletion's events in memory.
+func TestIndexSeedGivesUpOnTooManyEvents(t *testing.T) {
+	ix := newFlowIndex(nil)
+	ix.beginSeed()
+	a := flowTo("10.244.0.9", 1)
+	ix.seed(&a)
+	for i := range maxPending + 10 {
+		ix.apply(Event{Type: EventDestroy, Flow: flowTo("10.244.0.9", uint16(i))})
+	}
+	if len(ix.pending) != 0 {
+		t.Errorf("%d events held back", len(ix.pending))
+	}
+	if ix.endSeed(true) || ix.isValid() {
+		t.Error("the index is valid after events were dropped")
+	}
+	ix.beginSeed()
+	ix.seed(&a)
+	if !ix.endSeed(true) {
+		t.Error("the next seed is not valid")
+	}
+}

@@ -295,8 +295,13 @@ func (w *Watch) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 			}
 			return nil
 		})
-		if w.Events != nil {
-			w.index.endSeed(err == nil)
+		if w.Events != nil && !w.index.endSeed(err == nil) && err == nil {
+			// Too many events came while the table was read: the index
+			// is not current, and the next pass reads the table again.
+			w.mu.Lock()
+			w.lost = true
+			w.mu.Unlock()
+			defer w.poke()
 		}
 		if err != nil {
 			return err
