@@ -3,7 +3,6 @@ package kube
 import (
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilsnet "k8s.io/utils/net"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
@@ -379,35 +379,17 @@ func appendIP(ips []netip.Addr, s string) []netip.Addr {
 }
 
 // parseIP parses an address as the API server accepts it: IPv4 may carry
-// leading zeros, which old clusters let through and which mean decimal (as
-// k8s.io/utils/net.ParseIPSloppy reads them); IPv4-mapped IPv6 addresses are
+// leading zeros, which old clusters let through and which mean decimal
+// (k8s.io/utils/net.ParseIPSloppy); IPv4-mapped IPv6 addresses are
 // unmapped; zones are refused.
 func parseIP(s string) (netip.Addr, bool) {
 	ip, err := netip.ParseAddr(s)
 	if err != nil {
-		return parseSloppyIPv4(s)
+		a, ok := netip.AddrFromSlice(utilsnet.ParseIPSloppy(s))
+		return a.Unmap(), ok
 	}
 	if ip.Zone() != "" {
 		return netip.Addr{}, false
 	}
 	return ip.Unmap(), true
-}
-
-func parseSloppyIPv4(s string) (netip.Addr, bool) {
-	parts := strings.Split(s, ".")
-	if len(parts) != 4 {
-		return netip.Addr{}, false
-	}
-	var b [4]byte
-	for i, p := range parts {
-		if p == "" || len(p) > 3 || strings.TrimLeft(p, "0123456789") != "" {
-			return netip.Addr{}, false
-		}
-		n, err := strconv.Atoi(p)
-		if err != nil || n > 255 {
-			return netip.Addr{}, false
-		}
-		b[i] = byte(n)
-	}
-	return netip.AddrFrom4(b), true
 }
