@@ -25,6 +25,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source/calico"
 	sourcegossip "github.com/ghostwatch/ghostwatch/source/gossip"
+	"github.com/ghostwatch/ghostwatch/source/informer"
 )
 
 // The cluster of BenchmarkControllerPass: 150,000 pods on 2,500 nodes, each
@@ -150,17 +151,17 @@ func benchCluster(b *testing.B, now time.Time) (cl *cluster, heap benchHeap, sto
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	clock := func() time.Time { return now }
-	run := func(w *watched) {
+	run := func(w *informer.Informer) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w.informer.RunWithContext(ctx)
+			w.Run(ctx)
 		}()
 	}
-	lw := func(list apiruntime.Object) listWatch {
-		return listWatch{
-			list:  func(context.Context, metav1.ListOptions) (apiruntime.Object, error) { return list, nil },
-			watch: func(context.Context, metav1.ListOptions) (watch.Interface, error) { return watch.NewFake(), nil },
+	lw := func(list apiruntime.Object) informer.ListWatch {
+		return informer.ListWatch{
+			List:  func(context.Context, metav1.ListOptions) (apiruntime.Object, error) { return list, nil },
+			Watch: func(context.Context, metav1.ListOptions) (watch.Interface, error) { return watch.NewFake(), nil },
 		}
 	}
 	// The lists stay alive (the list functions hold them): the
@@ -170,7 +171,7 @@ func benchCluster(b *testing.B, now time.Time) (cl *cluster, heap benchHeap, sto
 	if err := cl.start(); err != nil {
 		b.Fatal(err)
 	}
-	for !cl.pods.informer.HasSynced() || !cl.nodes.informer.HasSynced() {
+	for !cl.pods.HasSynced() || !cl.nodes.HasSynced() {
 		time.Sleep(10 * time.Millisecond) // the informers list once, at start
 	}
 	// A Consul cluster of the first benchMembers pods, read as the

@@ -26,6 +26,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/finding"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/source/calico"
+	"github.com/ghostwatch/ghostwatch/source/informer"
 )
 
 var calicoPlurals = map[string]string{
@@ -320,17 +321,17 @@ func TestSettledWaitsForTheLedger(t *testing.T) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	cl := newCluster(client, func() {}, func(w *watched) {
+	cl := newCluster(client, func() {}, func(w *informer.Informer) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w.informer.RunWithContext(ctx)
+			w.Run(ctx)
 		}()
 	}, time.Now)
 	if err := cl.start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "pods and nodes listed", func() bool { return cl.pods.informer.HasSynced() && cl.nodes.informer.HasSynced() })
+	waitFor(t, "pods and nodes listed", func() bool { return cl.pods.HasSynced() && cl.nodes.HasSynced() })
 	if cl.settled() {
 		t.Error("settled before discovery answered")
 	}
@@ -340,7 +341,7 @@ func TestSettledWaitsForTheLedger(t *testing.T) {
 	waitFor(t, "the other kinds listed", func() bool {
 		n := 0
 		for _, k := range cl.calico {
-			if k.w.informer.HasSynced() {
+			if k.w.HasSynced() {
 				n++
 			}
 		}

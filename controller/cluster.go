@@ -26,6 +26,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/calico"
 	sourcegossip "github.com/ghostwatch/ghostwatch/source/gossip"
+	"github.com/ghostwatch/ghostwatch/source/informer"
 	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
@@ -72,7 +73,7 @@ type cluster struct {
 	mu  sync.Mutex
 	idx *rule.PodIPs
 
-	pods, nodes *watched
+	pods, nodes *informer.Informer
 
 	// calicoMu guards the Calico informers and why there are none.
 	calicoMu sync.Mutex
@@ -91,33 +92,33 @@ type cluster struct {
 
 	changed func()
 	// run starts an informer until the leader stops.
-	run func(*watched)
+	run func(*informer.Informer)
 	now func() time.Time
 }
 
 // calicoKind is the informer of one kind of Calico's ledger.
 type calicoKind struct {
 	kind string
-	w    *watched
+	w    *informer.Informer
 }
 
 // newCluster sets up the informers of Pods and Nodes; run starts each
 // informer, changed is called after every change of what they hold; now is
 // the clock.
-func newCluster(client kubernetes.Interface, changed func(), run func(*watched), now func() time.Time) *cluster {
+func newCluster(client kubernetes.Interface, changed func(), run func(*informer.Informer), now func() time.Time) *cluster {
 	core := client.CoreV1()
-	return newClusterOf(listWatch{
-		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+	return newClusterOf(informer.ListWatch{
+		List: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return core.Pods("").List(ctx, o)
 		},
-		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		Watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return core.Pods("").Watch(ctx, o)
 		},
-	}, listWatch{
-		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+	}, informer.ListWatch{
+		List: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return core.Nodes().List(ctx, o)
 		},
-		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		Watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return core.Nodes().Watch(ctx, o)
 		},
 	}, changed, run, now)
@@ -130,23 +131,23 @@ var trimPod = kube.TrimPodKeeping(sourcegossip.AnnotationPrefix)
 
 // newClusterOf is newCluster with the lists and watches of Pods and Nodes
 // given.
-func newClusterOf(pods, nodes listWatch, changed func(), run func(*watched), now func() time.Time) *cluster {
+func newClusterOf(pods, nodes informer.ListWatch, changed func(), run func(*informer.Informer), now func() time.Time) *cluster {
 	c := &cluster{idx: rule.NewPodIPs(), changed: changed, run: run, now: now}
-	c.pods = newWatched("pods", pods, &corev1.Pod{}, trimPod, now, changed)
-	c.nodes = newWatched("nodes", nodes, &corev1.Node{}, keep(func(obj any) (snapshot.Node, bool) {
+	c.pods = informer.New("pods", pods, &corev1.Pod{}, informer.Options{Transform: trimPod, Now: now, Changed: changed})
+	c.nodes = informer.New("nodes", nodes, &corev1.Node{}, informer.Options{Transform: informer.Keep(func(obj any) (snapshot.Node, bool) {
 		n, ok := obj.(*corev1.Node)
 		if !ok {
 			return snapshot.Node{}, false
 		}
 		return kube.Node(n), true
-	}), now, changed)
+	}), Now: now, Changed: changed})
 	return c
 }
 
 // start registers the event handlers and starts the informers of Pods and
 // Nodes.
 func (c *cluster) start() error {
-	if _, err := c.pods.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if err := c.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.setPod,
 		UpdateFunc: func(_, obj any) { c.setPod(obj) },
 		DeleteFunc: c.deletePod,
@@ -188,13 +189,13 @@ func (c *cluster) deletePod(obj any) {
 }
 
 // onChange calls changed at every change of what w holds.
-func onChange(w *watched, changed func()) error {
-	if _, err := w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+func onChange(w *informer.Informer, changed func()) error {
+	if err := w.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { changed() },
 		UpdateFunc: func(_, _ any) { changed() },
 		DeleteFunc: func(any) { changed() },
 	}); err != nil {
-		return fmt.Errorf("watching %s: %w", w.resource, err)
+		return fmt.Errorf("watching %s: %w", w.Resource, err)
 	}
 	return nil
 }
@@ -203,7 +204,7 @@ func onChange(w *watched, changed func()) error {
 // read once, and Calico's ledger listed, failing, or found not to be
 // served.
 func (c *cluster) settled() bool {
-	if !c.pods.informer.HasSynced() || !c.nodes.informer.HasSynced() {
+	if !c.pods.HasSynced() || !c.nodes.HasSynced() {
 		return false
 	}
 	if c.reader != nil && !c.reader.hasRead() {
@@ -216,7 +217,7 @@ func (c *cluster) settled() bool {
 		return why != nil
 	}
 	for _, k := range kinds {
-		if !k.w.informer.HasSynced() && k.w.failure() == nil {
+		if !k.w.HasSynced() && k.w.Err() == nil {
 			return false
 		}
 	}
@@ -249,14 +250,14 @@ func (c *cluster) watchCalico(rs []calico.Resource, dyn dynamic.Interface) error
 			return fmt.Errorf("no conversion of Calico's %s", r.Kind)
 		}
 		res := dyn.Resource(r.GroupVersionResource)
-		w := newWatched(r.Resource+"."+r.Group, listWatch{
-			list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		w := informer.New(r.Resource+"."+r.Group, informer.ListWatch{
+			List: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return res.List(ctx, o)
 			},
-			watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			Watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				return res.Watch(ctx, o)
 			},
-		}, &unstructured.Unstructured{}, convert, c.now, c.changed)
+		}, &unstructured.Unstructured{}, informer.Options{Transform: convert, Now: c.now, Changed: c.changed})
 		if err := onChange(w, c.changed); err != nil {
 			return err
 		}
@@ -275,13 +276,13 @@ func (c *cluster) watchCalico(rs []calico.Resource, dyn dynamic.Interface) error
 // calicoConverts keeps each kind of Calico's ledger converted by
 // source/calico's functions, as a scan reads it.
 var calicoConverts = map[string]cache.TransformFunc{
-	calico.KindIPAMBlock:     keep(fromUnstructured(calico.Block)),
-	calico.KindIPAMHandle:    keep(fromUnstructured(calico.Handle)),
-	calico.KindBlockAffinity: keep(fromUnstructured(calico.Affinity)),
-	calico.KindIPPool:        keep(fromUnstructured(calico.Pool)),
+	calico.KindIPAMBlock:     informer.Keep(fromUnstructured(calico.Block)),
+	calico.KindIPAMHandle:    informer.Keep(fromUnstructured(calico.Handle)),
+	calico.KindBlockAffinity: informer.Keep(fromUnstructured(calico.Affinity)),
+	calico.KindIPPool:        informer.Keep(fromUnstructured(calico.Pool)),
 	// kube-controllers reads only the configuration named "default":
 	// the others are kept as nil.
-	calico.KindKubeControllers: keep(fromUnstructured(func(obj map[string]any) *snapshot.LeakGC {
+	calico.KindKubeControllers: informer.Keep(fromUnstructured(func(obj map[string]any) *snapshot.LeakGC {
 		if gc, ok := calico.LeakGC(obj); ok {
 			return &gc
 		}
@@ -309,11 +310,11 @@ func (c *cluster) snapshot(now time.Time) *snapshot.Snapshot {
 	s := &snapshot.Snapshot{Taken: now}
 	start := time.Now()
 	st := snapshot.SourceStatus{Name: kube.Name, Status: snapshot.StatusOK}
-	if err := errors.Join(c.pods.ready(), c.nodes.ready()); err != nil {
+	if err := errors.Join(c.pods.Ready(now), c.nodes.Ready(now)); err != nil {
 		st.Status, st.Detail = snapshot.StatusError, oneLine(err)
 	} else {
 		pods := c.idx.Pods()
-		nodes := values[snapshot.Node](c.nodes)
+		nodes := informer.Values[snapshot.Node](c.nodes)
 		s.Kube = &snapshot.Kube{Pods: pods, Nodes: nodes}
 		st.Detail = fmt.Sprintf("%d pods, %d nodes", len(pods), len(nodes))
 	}
@@ -327,7 +328,7 @@ func (c *cluster) snapshot(now time.Time) *snapshot.Snapshot {
 	c.calicoMu.Unlock()
 	var errs []error
 	for _, k := range kinds {
-		errs = append(errs, k.w.ready())
+		errs = append(errs, k.w.Ready(now))
 	}
 	switch err := errors.Join(errs...); {
 	case errors.Is(why, source.ErrUnsupported):
@@ -360,15 +361,15 @@ func calicoLedger(kinds []calicoKind) *snapshot.Calico {
 	for _, k := range kinds {
 		switch k.kind {
 		case calico.KindIPAMBlock:
-			c.Blocks = values[snapshot.IPAMBlock](k.w)
+			c.Blocks = informer.Values[snapshot.IPAMBlock](k.w)
 		case calico.KindIPAMHandle:
-			c.Handles = values[snapshot.IPAMHandle](k.w)
+			c.Handles = informer.Values[snapshot.IPAMHandle](k.w)
 		case calico.KindBlockAffinity:
-			c.Affinities = values[snapshot.BlockAffinity](k.w)
+			c.Affinities = informer.Values[snapshot.BlockAffinity](k.w)
 		case calico.KindIPPool:
-			c.Pools = values[snapshot.IPPool](k.w)
+			c.Pools = informer.Values[snapshot.IPPool](k.w)
 		case calico.KindKubeControllers:
-			for _, gc := range values[*snapshot.LeakGC](k.w) {
+			for _, gc := range informer.Values[*snapshot.LeakGC](k.w) {
 				if gc != nil {
 					c.LeakGC = gc
 				}

@@ -34,6 +34,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	sourcegossip "github.com/ghostwatch/ghostwatch/source/gossip"
+	"github.com/ghostwatch/ghostwatch/source/informer"
 )
 
 // Config is what the controller needs. Zero durations take the defaults
@@ -248,16 +249,16 @@ func (c *Controller) lead(ctx context.Context) {
 		default:
 		}
 	}
-	run := func(w *watched) {
+	run := func(w *informer.Informer) {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			w.informer.RunWithContext(ctx)
+			w.Run(ctx)
 		}()
 		// A resource listed empty has no event to announce it.
 		go func() {
 			defer wg.Done()
-			if until(ctx, w.informer.HasSynced) {
+			if until(ctx, w.HasSynced) {
 				poke()
 			}
 		}()
@@ -285,7 +286,7 @@ func (c *Controller) lead(ctx context.Context) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if until(ctx, cl.pods.informer.HasSynced) {
+		if until(ctx, cl.pods.HasSynced) {
 			cl.reader.run(ctx, cfg.GossipInterval, poke)
 		}
 	}()
@@ -312,7 +313,7 @@ func (c *Controller) lead(ctx context.Context) {
 	cl.mu.Lock()
 	pods := len(cl.idx.Pods())
 	cl.mu.Unlock()
-	cfg.Log.Info("cluster listed", "pods", pods, "nodes", len(cl.nodes.informer.GetStore().ListKeys()))
+	cfg.Log.Info("cluster listed", "pods", pods, "nodes", len(cl.nodes.Store().ListKeys()))
 	rules := c.rulesOn(cl.idx)
 	for {
 		took, wait := c.judge(ctx, cl, rules)

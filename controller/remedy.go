@@ -114,7 +114,7 @@ func (c *Controller) recheck(r rule.Rule) remedy.Recheck {
 		if cl == nil {
 			return fail(errors.New("this replica no longer leads"))
 		}
-		if err := cl.pods.ready(); err != nil {
+		if err := cl.pods.Ready(c.cfg.Now()); err != nil {
 			return fail(fmt.Errorf("the pod cache is not current: %w", err))
 		}
 		var q snapshot.KubeQuery

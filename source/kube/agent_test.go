@@ -62,26 +62,48 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// Errors are stamped with the informers' clock, and say what failed.
+// A watch the API server refuses makes the caches stale, named and dated
+// by the informers' clock, until a watch runs again.
 func TestStaleOnErrorsByTheInjectedClock(t *testing.T) {
 	clk := &manual{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	inf := NewInformers(fake.NewClientset(), InformerOptions{Now: clk.now})
-	if err := inf.Stale(clk.now(), time.Minute); err == nil || !strings.Contains(err.Error(), "not listed yet") {
+	client := fake.NewClientset()
+	var (
+		mu      sync.Mutex
+		refuse  bool
+		current *watch.FakeWatcher
+	)
+	client.PrependWatchReactor("pods", func(k8stesting.Action) (bool, watch.Interface, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if refuse {
+			return true, nil, errors.New("dial tcp 127.0.0.1:6443: connect: connection refused")
+		}
+		current = watch.NewFake()
+		return true, current, nil
+	})
+	inf := NewInformers(client, InformerOptions{Now: clk.now})
+	if err := inf.Stale(clk.now()); err == nil || !strings.Contains(err.Error(), "not listed yet") {
 		t.Fatalf("before start: %v, want not listed yet", err)
 	}
 	startSynced(t, inf)
-	if err := inf.Stale(clk.now(), time.Minute); err != nil {
+	waitUntil(t, "the pods' watch", func() bool { mu.Lock(); defer mu.Unlock(); return current != nil })
+	if err := inf.Stale(clk.now()); err != nil {
 		t.Fatalf("after sync: %v", err)
 	}
-	inf.failed(inf.watched[0], errors.New("dial tcp 127.0.0.1:6443: connect: connection refused"))
+	// The watch ends, and the API server refuses the next.
+	mu.Lock()
+	refuse = true
+	current.Stop()
+	mu.Unlock()
+	waitUntil(t, "the refused watch", func() bool { return inf.watched[0].Err() != nil })
 	clk.advance(30 * time.Second)
-	if err := inf.Stale(clk.now(), time.Minute); err == nil || !strings.Contains(err.Error(), "pods: dial tcp 127.0.0.1:6443: connect: connection refused (30s ago)") {
-		t.Fatalf("after a watch error: %v", err)
+	if err := inf.Stale(clk.now()); err == nil || !strings.Contains(err.Error(), "pods: dial tcp 127.0.0.1:6443: connect: connection refused (30s ago)") {
+		t.Fatalf("after a refused watch: %v", err)
 	}
-	clk.advance(31 * time.Second)
-	if err := inf.Stale(clk.now(), time.Minute); err != nil {
-		t.Fatalf("an old error must not keep the caches stale: %v", err)
-	}
+	mu.Lock()
+	refuse = false
+	mu.Unlock()
+	waitUntil(t, "a watch again", func() bool { return inf.Stale(clk.now()) == nil })
 }
 
 // Before the first list succeeds, Stale says why it has not: the error of
@@ -95,8 +117,8 @@ func TestStaleSaysWhyNotListed(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	inf.Start(ctx)
-	waitUntil(t, "the list error", func() bool { return inf.watched[0].err() != nil })
-	err := inf.Stale(time.Now(), time.Minute)
+	waitUntil(t, "the list error", func() bool { return inf.watched[0].Err() != nil })
+	err := inf.Stale(time.Now())
 	// The other watches may or may not have listed by now: only the pods'
 	// part is certain.
 	if err == nil || !strings.Contains(err.Error(), "pods: not listed yet: ") || !strings.Contains(err.Error(), "dial tcp 10.0.0.1:443: connect: connection refused") {
@@ -123,7 +145,7 @@ func TestStaleWhenTheWatchFallsSilent(t *testing.T) {
 	startSynced(t, inf)
 	waitUntil(t, "five watches", func() bool { mu.Lock(); defer mu.Unlock(); return len(watches) == 5 })
 	clk.advance(90 * time.Second)
-	if err := inf.Stale(clk.now(), time.Minute); err != nil {
+	if err := inf.Stale(clk.now()); err != nil {
 		t.Fatalf("90s of quiet is normal: %v", err)
 	}
 	// Bookmarks on every watch but the nodes'.
@@ -136,17 +158,14 @@ func TestStaleWhenTheWatchFallsSilent(t *testing.T) {
 	mu.Unlock()
 	waitUntil(t, "the bookmarks", func() bool {
 		for _, w := range inf.watched {
-			w.mu.Lock()
-			h := w.heardAt
-			w.mu.Unlock()
-			if w.resource != "nodes" && !h.Equal(clk.now()) {
+			if w.Resource != "nodes" && !w.Heard().Equal(clk.now()) {
 				return false
 			}
 		}
 		return true
 	})
 	clk.advance(60 * time.Second)
-	err := inf.Stale(clk.now(), time.Minute)
+	err := inf.Stale(clk.now())
 	if err == nil || !strings.Contains(err.Error(), "nodes: nothing heard from the API server for 2m30s") || strings.Contains(err.Error(), "pods:") {
 		t.Fatalf("after 150s without a word on the nodes' watch: %v", err)
 	}

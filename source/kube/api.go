@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"net/url"
@@ -35,6 +34,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source/informer"
 )
 
 // DefaultTimeout bounds APISource.Collect when its Timeout is zero.
@@ -105,7 +105,7 @@ type InformerOptions struct {
 }
 
 // DefaultSilence is InformerOptions.Silence when it is zero.
-const DefaultSilence = 150 * time.Second
+const DefaultSilence = informer.DefaultSilence
 
 // Informers watches Pods (trimmed by TrimPod), Services, the EndpointSlices
 // kube-proxy reads (those of a Service, headless ones aside), Nodes
@@ -115,12 +115,11 @@ const DefaultSilence = 150 * time.Second
 // pods only, as a node agent must. It is meant to live as long as the
 // process: the one-shot scan and the long-running agent use it alike.
 type Informers struct {
-	watched []*watched // pods, services, endpointslices, nodes, servicecidrs
+	watched []*informer.Informer // pods, services, endpointslices, nodes, servicecidrs
 	wake    chan struct{}
 	once    sync.Once
 	started atomic.Bool
 	now     func() time.Time
-	silence time.Duration
 	// node is the node the pods and Nodes are scoped to; "" for none.
 	node string
 	// since records, for a node's informers, when each address was
@@ -133,32 +132,12 @@ type Informers struct {
 	changes  Changes
 }
 
-// watched is one informer, the last error its reflector reported, and when
-// the API server was last heard from about its resource.
-type watched struct {
-	resource string
-	informer cache.SharedIndexInformer
-	// optional resources may not be served (ServiceCIDRs before
-	// Kubernetes 1.33): a 404 on the list is then an empty list, and
-	// unserved records it.
-	optional bool
-	unserved atomic.Bool
-
-	mu      sync.Mutex
-	lastErr error
-	errAt   time.Time
-	heardAt time.Time
-}
-
 // NewInformers sets up the informers; nothing is requested from the API
 // server until Start.
 func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers {
-	i := &Informers{wake: make(chan struct{}, 1), now: opts.Now, silence: opts.Silence, node: opts.Node}
+	i := &Informers{wake: make(chan struct{}, 1), now: opts.Now, node: opts.Node}
 	if i.now == nil {
 		i.now = time.Now
-	}
-	if i.silence <= 0 {
-		i.silence = DefaultSilence
 	}
 	idx := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	// The slices kube-proxy reads: those of a Service, and of a Service
@@ -230,46 +209,14 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 			},
 			cache.Indexers{}, trimMeta},
 	} {
-		wd := &watched{resource: w.resource, optional: w.resource == resServiceCIDRs}
-		list, watchFn := w.list, w.watch
-		lw := &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				obj, err := list(ctx, o)
-				if wd.optional && apierrors.IsNotFound(err) {
-					// Not served: an empty list, watched by a watch
-					// that never reports anything.
-					wd.unserved.Store(true)
-					return &networkingv1.ServiceCIDRList{ListMeta: metav1.ListMeta{ResourceVersion: "0"}}, nil
-				}
-				if err == nil {
-					wd.unserved.Store(false)
-					wd.heard(i.now())
-				}
-				return obj, err
-			},
-			// Every event of the watch, bookmarks included, is a sign of
-			// life: the informers hide bookmarks, so they are seen here.
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				if wd.unserved.Load() {
-					return watch.NewFake(), nil
-				}
-				wi, err := watchFn(ctx, o)
-				if err != nil {
-					return nil, err
-				}
-				wd.heard(i.now())
-				return watch.Filter(wi, func(e watch.Event) (watch.Event, bool) {
-					wd.heard(i.now())
-					return e, true
-				}), nil
-			},
-		}
-		wd.informer = cache.NewSharedIndexInformer(lw, w.object, opts.Resync, w.indexers)
-		// Neither call can fail before the informer runs.
-		_ = wd.informer.SetTransform(w.transform)
-		_ = wd.informer.SetWatchErrorHandler(func(_ *cache.Reflector, err error) { i.failed(wd, err) })
+		wd := informer.New(w.resource, informer.ListWatch{List: w.list, Watch: w.watch}, w.object, informer.Options{
+			Transform: w.transform, Indexers: w.indexers, Silence: opts.Silence, Now: i.now,
+			Optional: w.resource == resServiceCIDRs,
+			Empty:    &networkingv1.ServiceCIDRList{ListMeta: metav1.ListMeta{ResourceVersion: "0"}},
+			Changed:  func() { signal(i.wake) },
+		})
 		if w.resource == resEndpointSlices && i.since != nil {
-			_, _ = wd.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			_ = wd.AddEventHandler(cache.ResourceEventHandlerFuncs{
 				AddFunc:    func(obj any) { i.since.update(nil, obj, i.now()) },
 				UpdateFunc: func(old, obj any) { i.since.update(old, obj, i.now()) },
 				DeleteFunc: func(obj any) { i.since.update(obj, nil, i.now()) },
@@ -280,6 +227,14 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 	return i
 }
 
+// signal wakes a waiter without blocking.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
 // sliceSelector selects the EndpointSlices kube-proxy reads: those
 // labelled with their Service, but a headless Service's.
 var sliceSelector = discoveryv1.LabelServiceName + ",!" + corev1.IsHeadlessService
@@ -287,41 +242,12 @@ var sliceSelector = discoveryv1.LabelServiceName + ",!" + corev1.IsHeadlessServi
 // Node returns the node the informers are scoped to, "" for none.
 func (i *Informers) Node() string { return i.node }
 
-func (w *watched) heard(at time.Time) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if at.After(w.heardAt) {
-		w.heardAt = at
-	}
-}
-
-// failed records a list or watch error. A watch that merely ended, or whose
-// resourceVersion expired, is not one: the reflector lists again.
-func (i *Informers) failed(w *watched, err error) {
-	if err == nil || errors.Is(err, io.EOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-		return
-	}
-	w.mu.Lock()
-	w.lastErr, w.errAt = err, i.now()
-	w.mu.Unlock()
-	select {
-	case i.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (w *watched) err() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.lastErr
-}
-
 // Start starts the informers; they stop when ctx ends. Later calls do
 // nothing.
 func (i *Informers) Start(ctx context.Context) {
 	i.once.Do(func() {
 		for _, w := range i.watched {
-			go w.informer.RunWithContext(ctx)
+			go w.Run(ctx)
 		}
 		i.started.Store(true)
 	})
@@ -339,12 +265,12 @@ func (i *Informers) WaitForSync(ctx context.Context) error {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		var pending []*watched
+		var pending []*informer.Informer
 		permanent := false
 		for _, w := range i.watched {
-			if !w.informer.HasSynced() {
+			if !w.HasSynced() {
 				pending = append(pending, w)
-				permanent = permanent || isPermanent(w.err())
+				permanent = permanent || isPermanent(w.Err())
 			}
 		}
 		if len(pending) == 0 {
@@ -356,8 +282,8 @@ func (i *Informers) WaitForSync(ctx context.Context) error {
 				e.Err = ctx.Err()
 			}
 			for _, w := range pending {
-				e.Resources = append(e.Resources, w.resource)
-				e.Errs = append(e.Errs, w.err())
+				e.Resources = append(e.Resources, w.Resource)
+				e.Errs = append(e.Errs, w.Err())
 			}
 			return e
 		}
@@ -389,14 +315,14 @@ type Changes struct {
 func (i *Informers) OnChange(fn func()) error {
 	i.tracking.Store(true)
 	for _, w := range i.watched {
-		resource := w.resource
+		resource := w.Resource
 		h := cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { i.changed(resource, nil, obj); fn() },
 			UpdateFunc: func(old, obj any) { i.changed(resource, old, obj); fn() },
 			DeleteFunc: func(obj any) { i.changed(resource, obj, nil); fn() },
 		}
-		if _, err := w.informer.AddEventHandler(h); err != nil {
-			return fmt.Errorf("watching %s: %w", w.resource, err)
+		if err := w.AddEventHandler(h); err != nil {
+			return fmt.Errorf("watching %s: %w", w.Resource, err)
 		}
 	}
 	return nil
@@ -448,31 +374,21 @@ func (i *Informers) TakeChanges() Changes {
 	return c
 }
 
-// Stale returns an error when an informer has not synced, reported a list
-// or watch error within the last window (reflectors retry at least every
-// 30 seconds while the API server is unreachable, so errors keep coming as
-// long as the cache is not being kept up to date), or has heard nothing
-// from the API server for longer than the silence allowed (a watch stuck
-// without an error). Nil means the caches may be trusted. The error names
-// each resource and the cause.
-func (i *Informers) Stale(now time.Time, window time.Duration) error {
+// Stale returns an error when an informer has not synced, its last list or
+// watch failed and no list or watch has succeeded since (reflectors retry
+// at least every 30 seconds while the API server is unreachable), or it
+// has heard nothing from the API server for longer than the silence
+// allowed (a watch stuck without an error). Nil means the caches may be
+// trusted. The error names each resource and the cause.
+func (i *Informers) Stale(now time.Time) error {
 	var bad []string
 	for _, w := range i.watched {
-		w.mu.Lock()
-		err, at, heard := w.lastErr, w.errAt, w.heardAt
-		w.mu.Unlock()
-		switch {
-		case !w.informer.HasSynced() && err != nil:
-			bad = append(bad, fmt.Sprintf("%s: not listed yet: %s", w.resource, describe(err, w.resource)))
-		case !w.informer.HasSynced():
-			bad = append(bad, w.resource+": not listed yet: no answer from the API server")
-		case w.unserved.Load():
-			// Not served: nothing to hear.
-		case err != nil && now.Sub(at) < window:
-			bad = append(bad, fmt.Sprintf("%s: %s (%s ago)", w.resource, describe(err, w.resource), now.Sub(at).Round(time.Second)))
-		case now.Sub(heard) > i.silence:
-			bad = append(bad, fmt.Sprintf("%s: nothing heard from the API server for %s (no event, no bookmark): the watch is stuck",
-				w.resource, now.Sub(heard).Round(time.Second)))
+		if err := w.Ready(now); err != nil {
+			var nr *informer.NotReady
+			if errors.As(err, &nr) {
+				nr.Describe = describe
+			}
+			bad = append(bad, err.Error())
 		}
 	}
 	if len(bad) > 0 {
@@ -484,7 +400,7 @@ func (i *Informers) Stale(now time.Time, window time.Duration) error {
 // HasSynced reports whether every informer has listed its resource.
 func (i *Informers) HasSynced() bool {
 	for _, w := range i.watched {
-		if !w.informer.HasSynced() {
+		if !w.HasSynced() {
 			return false
 		}
 	}
@@ -496,7 +412,7 @@ func (i *Informers) HasSynced() bool {
 func (i *Informers) Snapshot() *snapshot.Kube {
 	k := &snapshot.Kube{}
 	for _, w := range i.watched {
-		for _, obj := range w.informer.GetStore().List() {
+		for _, obj := range w.Store().List() {
 			switch o := obj.(type) {
 			case *corev1.Pod:
 				k.Pods = append(k.Pods, Pod(o))
@@ -510,7 +426,7 @@ func (i *Informers) Snapshot() *snapshot.Kube {
 				k.ServiceCIDRs = append(k.ServiceCIDRs, ServiceCIDR(o))
 			}
 		}
-		if w.unserved.Load() {
+		if w.Unserved() {
 			k.NoServiceCIDRAPI = true
 		}
 	}

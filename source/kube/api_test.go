@@ -86,7 +86,7 @@ func TestInformersFake(t *testing.T) {
 		t.Errorf("Snapshot:\n got %+v\nwant %+v", got, want)
 	}
 	// The caches hold trimmed objects.
-	pods := inf.watched[0].informer.GetStore().List()
+	pods := inf.watched[0].Store().List()
 	if len(pods) != 2 {
 		t.Fatalf("pod cache holds %d pods", len(pods))
 	}
@@ -99,18 +99,18 @@ func TestInformersFake(t *testing.T) {
 			t.Errorf("pod %s lost what the snapshot needs: %+v", p.Name, p)
 		}
 	}
-	for _, obj := range inf.watched[3].informer.GetStore().List() {
+	for _, obj := range inf.watched[3].Store().List() {
 		if n := obj.(*corev1.Node); len(n.Status.Images) != 0 || len(n.Status.Addresses) != 1 {
 			t.Errorf("node not trimmed to its addresses: %+v", n)
 		}
 	}
-	for _, obj := range inf.watched[1].informer.GetStore().List() {
+	for _, obj := range inf.watched[1].Store().List() {
 		if s := obj.(*corev1.Service); s.Annotations != nil {
 			t.Errorf("service kept its annotations: %+v", s)
 		}
 	}
 	// Only the slices of a Service are watched.
-	if n := len(inf.watched[2].informer.GetStore().List()); n != 1 {
+	if n := len(inf.watched[2].Store().List()); n != 1 {
 		t.Errorf("slice cache holds %d slices, want 1", n)
 	}
 }

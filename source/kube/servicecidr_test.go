@@ -57,7 +57,7 @@ func TestInformersWithoutServiceCIDRAPI(t *testing.T) {
 	// Nothing is ever heard about a resource that is not served: that is
 	// not a stuck watch.
 	clk.advance(10 * time.Minute)
-	if err := inf.Stale(clk.now(), time.Minute); err != nil && strings.Contains(err.Error(), "servicecidrs") {
+	if err := inf.Stale(clk.now()); err != nil && strings.Contains(err.Error(), "servicecidrs") {
 		t.Errorf("Stale = %v", err)
 	}
 }

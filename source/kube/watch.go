@@ -13,9 +13,6 @@ import (
 	"github.com/ghostwatch/ghostwatch/source"
 )
 
-// DefaultStaleWindow is Watch.StaleWindow when it is zero.
-const DefaultStaleWindow = time.Minute
-
 // Watch is the cluster's objects as a long-running program keeps them
 // (source.Live): informers (scoped to a node for the agent), the pods
 // elsewhere that the rules ask about looked up by address (Holders), and
@@ -30,9 +27,6 @@ type Watch struct {
 	// Client reads afresh what a re-check names (Quorum); nil refuses
 	// every re-check.
 	Client kubernetes.Interface
-	// StaleWindow: a list or watch error this recent makes the caches
-	// untrusted. Default DefaultStaleWindow.
-	StaleWindow time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 
@@ -93,15 +87,9 @@ func (w *Watch) Start(ctx context.Context) error {
 }
 
 // Ready returns nil when every informer has listed its resource and keeps
-// it current (source.Live): no list or watch error within StaleWindow,
-// something heard on every watch within the silence allowed.
-func (w *Watch) Ready(now time.Time) error {
-	window := w.StaleWindow
-	if window <= 0 {
-		window = DefaultStaleWindow
-	}
-	return w.Informers.Stale(now, window)
-}
+// it current (source.Live): its last list or watch did not fail,
+// something was heard on its watch within the silence allowed.
+func (w *Watch) Ready(now time.Time) error { return w.Informers.Stale(now) }
 
 // Changes returns what changed since the last call (source.Live): the
 // addresses the changed Pods and EndpointSlices mention, every address
