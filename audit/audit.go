@@ -1,7 +1,6 @@
 package audit
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"net/netip"
@@ -125,16 +124,10 @@ func Sort(fs []finding.Finding) {
 		if a.Subject.Service != b.Subject.Service {
 			return a.Subject.Service < b.Subject.Service
 		}
-		// Flows compare by their addresses as the kernel holds them: the
-		// backend (the ghost IP), then the original tuple.
-		fa, aok := a.Target.(*finding.FlowTarget)
-		fb, bok := b.Target.(*finding.FlowTarget)
-		if aok && bok {
-			xf, yf := fa.Flows.First(), fb.Flows.First()
-			x, y := &xf, &yf
-			if c := cmp.Or(x.Reply.Src.Unmap().Compare(y.Reply.Src.Unmap()),
-				x.Orig.Src.Compare(y.Orig.Src), cmp.Compare(x.Orig.SrcPort, y.Orig.SrcPort),
-				x.Orig.Dst.Compare(y.Orig.Dst), cmp.Compare(x.Orig.DstPort, y.Orig.DstPort)); c != 0 {
+		// Targets that order themselves do (flows by their addresses as
+		// the kernel holds them); the others by their subject's address.
+		if o, ok := a.Target.(finding.Ordered); ok && b.Target != nil && a.Target.Kind() == b.Target.Kind() {
+			if c := o.Compare(b.Target); c != 0 {
 				return c < 0
 			}
 		} else if c := compareAddrs(a.Subject.IP, b.Subject.IP); c != 0 {

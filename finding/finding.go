@@ -1,9 +1,12 @@
 package finding
 
 import (
+	"cmp"
 	"fmt"
+	"iter"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
@@ -141,6 +144,30 @@ type Target interface {
 	String() string
 }
 
+// Listed is a target that stands for many entries of one kind, a ghost
+// backend's conntrack flows: a report counts them ("1 finding (12
+// flows)") and lists each under the finding, streamed one by one, so that
+// a finding of a million entries costs no memory to write.
+type Listed interface {
+	Target
+	// Noun names one entry and more: "flow", "flows". The plural also
+	// names the list in a report.
+	Noun() (one, many string)
+	// Entries yields each entry as a report lists it (a value that
+	// marshals to JSON) and the command that removes it by hand.
+	Entries() iter.Seq2[any, string]
+}
+
+// Ordered is a target that orders the findings it belongs to among those
+// of the same rule, severity and Service.
+type Ordered interface {
+	Target
+	// Compare is negative when the target's finding comes before the
+	// one of other, positive after, 0 when they tie or other is of
+	// another type.
+	Compare(other Target) int
+}
+
 // FlowKind is the Kind of a FlowTarget.
 const FlowKind = "conntrack-flow"
 
@@ -198,6 +225,58 @@ func (t *FlowTarget) String() string {
 		return fmt.Sprintf("%d flows to %s (e.g. %s)", n, t.Flows.Backend().Unmap(), one)
 	}
 	return one
+}
+
+// Noun returns "flow", "flows".
+func (t *FlowTarget) Noun() (one, many string) { return "flow", "flows" }
+
+// Entries yields each flow as a report lists it, with the command that
+// deletes it.
+func (t *FlowTarget) Entries() iter.Seq2[any, string] {
+	return func(yield func(any, string) bool) {
+		for f := range t.Flows.All() {
+			e := newFlowEntry(f)
+			if !yield(e, e.Remove) {
+				return
+			}
+		}
+	}
+}
+
+// Compare orders flow targets by their first flow's addresses as the
+// kernel holds them: the backend (the ghost IP), then the original tuple.
+func (t *FlowTarget) Compare(other Target) int {
+	o, ok := other.(*FlowTarget)
+	if !ok {
+		return 0
+	}
+	x, y := t.Flows.First(), o.Flows.First()
+	return cmp.Or(x.Reply.Src.Unmap().Compare(y.Reply.Src.Unmap()),
+		x.Orig.Src.Compare(y.Orig.Src), cmp.Compare(x.Orig.SrcPort, y.Orig.SrcPort),
+		x.Orig.Dst.Compare(y.Orig.Dst), cmp.Compare(x.Orig.DstPort, y.Orig.DstPort))
+}
+
+// flowEntry is a flow as a report lists it, on one line.
+type flowEntry struct {
+	Flow    string `json:"flow"`
+	Backend string `json:"backend"`
+	State   string `json:"state,omitempty"`
+	ID      uint32 `json:"conntrack_id,omitempty"`
+	Timeout uint32 `json:"timeout_seconds"`
+	Started string `json:"started,omitempty"`
+	Seen    string `json:"seen,omitempty"`
+	Remove  string `json:"remove"`
+}
+
+func newFlowEntry(f *snapshot.Flow) flowEntry {
+	l := flowEntry{Flow: f.String(), Backend: f.Backend().String(), State: f.State, ID: f.ID, Timeout: f.Timeout, Remove: f.DeleteCommand()}
+	if !f.Start.IsZero() {
+		l.Started = f.Start.UTC().Format(time.RFC3339)
+	}
+	if !f.Seen.IsZero() {
+		l.Seen = f.Seen.UTC().Format(time.RFC3339)
+	}
+	return l
 }
 
 // ReservationKind is the Kind of a ReservationTarget.

@@ -4,19 +4,18 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/ghostwatch/ghostwatch/internal/buildinfo"
-	"github.com/ghostwatch/ghostwatch/internal/text"
 	"io"
 	"maps"
 	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/internal/buildinfo"
+	"github.com/ghostwatch/ghostwatch/internal/text"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
@@ -57,22 +56,23 @@ func JSON(w io.Writer, r *finding.Report) error {
 			return err
 		}
 		ew.printf("\n    ")
-		ft, ok := r.Findings[i].Target.(*finding.FlowTarget)
+		lt, ok := r.Findings[i].Target.(finding.Listed)
 		if !ok {
 			ew.Write(b)
 			continue
 		}
-		// The finding's object, its closing brace left for the flows.
+		// The finding's object, its closing brace left for the list.
+		_, many := lt.Noun()
 		b = bytes.TrimSuffix(bytes.TrimRight(b, "\n "), []byte("}"))
 		ew.Write(bytes.TrimRight(b, "\n "))
-		ew.printf(",\n      \"flows\": [")
+		ew.printf(",\n      %q: [", many)
 		n := 0
-		for f := range ft.Flows.All() {
+		for e := range lt.Entries() {
 			if n > 0 {
 				ew.printf(",")
 			}
 			ew.printf("\n        ")
-			if err := writeFlow(ew, f); err != nil {
+			if err := writeEntry(ew, e); err != nil {
 				return err
 			}
 			n++
@@ -99,31 +99,10 @@ func JSON(w io.Writer, r *finding.Report) error {
 }
 
 // flowLine is one flow as the reports list it.
-type flowLine struct {
-	Flow    string `json:"flow"`
-	Backend string `json:"backend"`
-	State   string `json:"state,omitempty"`
-	ID      uint32 `json:"conntrack_id,omitempty"`
-	Timeout uint32 `json:"timeout_seconds"`
-	Started string `json:"started,omitempty"`
-	Seen    string `json:"seen,omitempty"`
-	Remove  string `json:"remove"`
-}
-
-func newFlowLine(f *snapshot.Flow) flowLine {
-	l := flowLine{Flow: f.String(), Backend: f.Backend().String(), State: f.State, ID: f.ID, Timeout: f.Timeout, Remove: f.DeleteCommand()}
-	if !f.Start.IsZero() {
-		l.Started = f.Start.UTC().Format(time.RFC3339)
-	}
-	if !f.Seen.IsZero() {
-		l.Seen = f.Seen.UTC().Format(time.RFC3339)
-	}
-	return l
-}
-
-// writeFlow writes one flow as one line of JSON (a YAML flow mapping too).
-func writeFlow(w io.Writer, f *snapshot.Flow) error {
-	b, err := marshal(newFlowLine(f), "", false)
+// writeEntry writes one entry of a listed target as one line of JSON (a
+// YAML flow mapping too).
+func writeEntry(w io.Writer, e any) error {
+	b, err := marshal(e, "", false)
 	if err != nil {
 		return err
 	}
@@ -169,14 +148,15 @@ func YAML(w io.Writer, r *finding.Report) error {
 				ew.printf("  %s\n", line)
 			}
 		}
-		ft, ok := r.Findings[i].Target.(*finding.FlowTarget)
+		lt, ok := r.Findings[i].Target.(finding.Listed)
 		if !ok {
 			continue
 		}
-		ew.printf("  flows:\n")
-		for f := range ft.Flows.All() {
+		_, many := lt.Noun()
+		ew.printf("  %s:\n", many)
+		for e := range lt.Entries() {
 			ew.printf("  - ")
-			if err := writeFlow(ew, f); err != nil {
+			if err := writeEntry(ew, e); err != nil {
 				return err
 			}
 			ew.printf("\n")
@@ -361,15 +341,16 @@ const maxRemoveLines = 10
 // hand: each flow's when there are few.
 func writeRemove(ew *errWriter, fs []finding.Finding) {
 	var cmds []string
-	more := false
+	more, noun := false, "entry"
 	for _, f := range fs {
-		if ft, ok := f.Target.(*finding.FlowTarget); ok {
-			for fl := range ft.Flows.All() {
+		if lt, ok := f.Target.(finding.Listed); ok {
+			noun, _ = lt.Noun()
+			for _, remove := range lt.Entries() {
 				if len(cmds) > maxRemoveLines {
 					more = true
 					break
 				}
-				cmds = append(cmds, fl.DeleteCommand())
+				cmds = append(cmds, remove)
 			}
 			continue
 		}
@@ -380,7 +361,7 @@ func writeRemove(ew *errWriter, fs []finding.Finding) {
 	switch {
 	case len(cmds) == 0:
 	case more || len(cmds) > maxRemoveLines:
-		ew.printf("\n  to remove one by hand: the \"remove\" of each flow in -o json, e.g.\n    %s\n", cmds[0])
+		ew.printf("\n  to remove one by hand: the \"remove\" of each %s in -o json, e.g.\n    %s\n", noun, cmds[0])
 	default:
 		ew.printf("\n  to remove by hand, exactly these entries:\n")
 		for _, c := range cmds {
@@ -400,15 +381,17 @@ func entries(f finding.Finding) int {
 // countFindings says how many findings a rule has, and how many flows
 // they hold when that is more: "1 finding (12 flows)".
 func countFindings(fs []finding.Finding) string {
-	n, flows := len(fs), 0
+	n, listed := len(fs), 0
+	var one, many string
 	for _, f := range fs {
-		if _, ok := f.Target.(*finding.FlowTarget); ok {
-			flows += entries(f)
+		if lt, ok := f.Target.(finding.Listed); ok {
+			listed += lt.Size()
+			one, many = lt.Noun()
 		}
 	}
 	s := text.Count(n, "finding", "findings")
-	if flows > n {
-		s += " (" + text.Count(flows, "flow", "flows") + ")"
+	if listed > n {
+		s += " (" + text.Count(listed, one, many) + ")"
 	}
 	return s
 }
@@ -493,24 +476,17 @@ func clients(g []finding.Finding) string {
 	var cs []string
 	total := 0
 	for _, f := range g {
-		ft, ok := f.Target.(*finding.FlowTarget)
+		listed, ok := f.Evidence["clients"].([]string)
 		if !ok {
 			return ""
 		}
-		if listed, ok := f.Evidence["clients"].([]string); ok {
-			for _, c := range listed {
-				if !slices.Contains(cs, c) {
-					cs = append(cs, c)
-				}
+		for _, c := range listed {
+			if !slices.Contains(cs, c) {
+				cs = append(cs, c)
 			}
-			if n, ok := f.Evidence["client_count"].(int); ok {
-				total += n
-			}
-			continue
 		}
-		if c := ft.Flows.First().Orig.Src.Unmap().String(); !slices.Contains(cs, c) {
-			cs = append(cs, c)
-			total++
+		if n, ok := f.Evidence["client_count"].(int); ok {
+			total += n
 		}
 	}
 	total = max(total, len(cs))
