@@ -416,7 +416,7 @@ func (a *Agent) recheck(r rule.Rule) remedy.Recheck {
 				return fail(err)
 			}
 		}
-		var q snapshot.KubeQuery
+		var q snapshot.Query
 		for _, f := range fs {
 			q.Add(rc.RecheckQuery(a.last, f))
 		}

@@ -117,7 +117,7 @@ func (c *Controller) recheck(r rule.Rule) remedy.Recheck {
 		if err := cl.pods.Ready(c.cfg.Now()); err != nil {
 			return fail(fmt.Errorf("the pod cache is not current: %w", err))
 		}
-		var q snapshot.KubeQuery
+		var q snapshot.Query
 		for _, f := range fs {
 			q.Add(rc.RecheckQuery(nil, f))
 		}

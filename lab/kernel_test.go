@@ -203,7 +203,7 @@ func quorumRecheck(t *testing.T, cl *Cluster, rules []rule.Rule, id string, s *s
 	r, _ := rule.Find(rules, id)
 	rc := r.(rule.Rechecker)
 	return func(ctx context.Context, fs []finding.Finding) []error {
-		var q snapshot.KubeQuery
+		var q snapshot.Query
 		for _, f := range fs {
 			q.Add(rc.RecheckQuery(s, f))
 		}

@@ -294,14 +294,14 @@ func ghostPodGone(g *snapshot.GossipMember, pods []*snapshot.Pod, ns string) err
 	return nil
 }
 
-// RecheckQuery names the pods to read afresh before forcing f's member
-// out: those at its address.
-func (*GossipGhostMember) RecheckQuery(_ *snapshot.Snapshot, f finding.Finding) snapshot.KubeQuery {
+// RecheckQuery names what to read afresh before forcing f's member out:
+// the pods at its address, and its cluster's member list.
+func (*GossipGhostMember) RecheckQuery(_ *snapshot.Snapshot, f finding.Finding) snapshot.Query {
 	t, ok := f.Target.(*finding.MemberTarget)
 	if !ok {
-		return snapshot.KubeQuery{}
+		return snapshot.Query{}
 	}
-	return snapshot.KubeQuery{PodIPs: []netip.Addr{t.Addr}}
+	return snapshot.Query{PodIPs: []netip.Addr{t.Addr}, Gossip: []snapshot.GossipCluster{{System: t.System, Cluster: t.Cluster}}}
 }
 
 // Recheck holds each finding's member against fresh: its cluster's view

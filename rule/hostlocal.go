@@ -202,12 +202,12 @@ const HostLocalReserveID = "hostlocal-reserve"
 
 // RecheckQuery names what proves the finding still holds: the pods that
 // hold its IP, and its node (rule.Rechecker).
-func (*IPAMUnbookedIP) RecheckQuery(s *snapshot.Snapshot, f finding.Finding) snapshot.KubeQuery {
+func (*IPAMUnbookedIP) RecheckQuery(s *snapshot.Snapshot, f finding.Finding) snapshot.Query {
 	t, ok := f.Target.(*finding.ReservationTarget)
 	if !ok {
-		return snapshot.KubeQuery{}
+		return snapshot.Query{}
 	}
-	return snapshot.KubeQuery{PodIPs: []netip.Addr{t.IP}, Nodes: []string{s.NodeName}}
+	return snapshot.Query{PodIPs: []netip.Addr{t.IP}, Nodes: []string{s.NodeName}}
 }
 
 // Recheck confirms on a quorum read that the pod the reservation is for

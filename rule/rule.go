@@ -22,7 +22,7 @@ type Rule interface {
 // the finding) and asks Recheck whether the findings still hold on them
 // alone. A rule that does not implement it cannot be remedied.
 type Rechecker interface {
-	RecheckQuery(s *snapshot.Snapshot, f finding.Finding) snapshot.KubeQuery
+	RecheckQuery(s *snapshot.Snapshot, f finding.Finding) snapshot.Query
 	// Recheck returns, for each finding, nil when it still holds in fresh
 	// and otherwise an error saying what changed.
 	Recheck(fresh *snapshot.Snapshot, fs []finding.Finding) []error

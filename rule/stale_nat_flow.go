@@ -232,8 +232,8 @@ func staleDetail(f finding.Finding) string {
 // with its EndpointSlices, the pods that hold the backend address, and the
 // node whose addresses are NodePort frontends (and the backend's node when
 // it is a node address).
-func (r *StaleNATFlow) RecheckQuery(s *snapshot.Snapshot, f finding.Finding) snapshot.KubeQuery {
-	var q snapshot.KubeQuery
+func (r *StaleNATFlow) RecheckQuery(s *snapshot.Snapshot, f finding.Finding) snapshot.Query {
+	var q snapshot.Query
 	fl, ok := flowOf(f)
 	if !ok {
 		return q

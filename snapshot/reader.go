@@ -57,11 +57,12 @@ type KindReader interface {
 	KubeKinds() []string
 }
 
-// KubeQuery names the cluster objects to read afresh from the source of
-// truth before a remedy acts: each Service with its EndpointSlices, the
-// pods that hold each address, and each Node. A re-check reads exactly
-// these, with quorum reads, and judges the finding on them alone.
-type KubeQuery struct {
+// Query names what to read afresh from its source of truth before a
+// remedy acts: each Service with its EndpointSlices, the pods that hold
+// each address, and each Node (quorum reads of the API server), and each
+// gossip cluster's member list (read again from one of its agents). A
+// re-check reads exactly these and judges the finding on them alone.
+type Query struct {
 	Services []ObjectRef
 	PodIPs   []netip.Addr
 	Nodes    []string
@@ -69,10 +70,16 @@ type KubeQuery struct {
 	// its EndpointSlices), together with the cluster's ServiceCIDRs: the
 	// proof that a Service was deleted is that none holds its address.
 	ServiceIPs []netip.Addr
+	// Gossip are the gossip clusters whose views are to be read again.
+	Gossip []GossipCluster
 }
 
+// GossipCluster names one gossip cluster: its system and, as the
+// controller names it, "namespace/name" (GossipView.Cluster).
+type GossipCluster struct{ System, Cluster string }
+
 // Add merges q2 into q, without duplicates.
-func (q *KubeQuery) Add(q2 KubeQuery) {
+func (q *Query) Add(q2 Query) {
 	for _, s := range q2.Services {
 		if !contains(q.Services, s) {
 			q.Services = append(q.Services, s)
@@ -93,12 +100,20 @@ func (q *KubeQuery) Add(q2 KubeQuery) {
 			q.ServiceIPs = append(q.ServiceIPs, a.Unmap())
 		}
 	}
+	for _, g := range q2.Gossip {
+		if !contains(q.Gossip, g) {
+			q.Gossip = append(q.Gossip, g)
+		}
+	}
+}
+
+// Kube reports whether q names cluster objects.
+func (q Query) Kube() bool {
+	return len(q.Services) > 0 || len(q.PodIPs) > 0 || len(q.Nodes) > 0 || len(q.ServiceIPs) > 0
 }
 
 // Empty reports whether q names nothing.
-func (q KubeQuery) Empty() bool {
-	return len(q.Services) == 0 && len(q.PodIPs) == 0 && len(q.Nodes) == 0 && len(q.ServiceIPs) == 0
-}
+func (q Query) Empty() bool { return !q.Kube() && len(q.Gossip) == 0 }
 
 func contains[T comparable](s []T, v T) bool {
 	for _, x := range s {

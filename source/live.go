@@ -18,7 +18,11 @@ import (
 type Live interface {
 	Source
 	// Start starts watching and returns once started, not once synced;
-	// watching ends when ctx does. It is called once, before Collect.
+	// watching ends when ctx does. It is called before Collect. A
+	// program that watches only at times (the controller, while it
+	// leads) calls it again once the ctx of the last call has ended: the
+	// source then starts afresh, its caches empty. One that cannot watch
+	// twice says so with an error.
 	Start(ctx context.Context) error
 	// Ready returns nil when what Collect reads is complete and current,
 	// and otherwise why not, naming what is missing ("pods: not listed
@@ -33,6 +37,24 @@ type Live interface {
 	// OnChange sets fn, which the source calls after each change, from
 	// any goroutine; fn must not block.
 	OnChange(fn func())
+}
+
+// Settler is a Live source that can say it has an answer: it is ready, or
+// it fails, or its ledger was found not to exist here; not while it waits
+// for its first (a list the API server has not answered yet). A program
+// waits for its sources to settle before its first pass, so that no rule
+// is reported skipped while the caches fill.
+type Settler interface {
+	Settled() bool
+}
+
+// Lender is a Live source whose Collect lends the program its own records
+// rather than copies of them (every pod of a large cluster, kept current
+// per event): they stay unchanged, and the source's events wait, until
+// the program calls Return, once the rules are done with them and before
+// it collects again. Return must be called after every Collect.
+type Lender interface {
+	Return()
 }
 
 // Changes is what changed in a ledger, or in several.
@@ -88,9 +110,10 @@ type Focuser interface {
 }
 
 // Fresher is a Source that reads afresh, from its source of truth (quorum
-// reads of the API server, never a cache), the objects a remedy's last
-// re-check names, into s: a copy of the snapshot the findings came from,
-// whose part of this source it replaces.
+// reads of the API server, a gossip cluster's own agent; never a cache),
+// what of its ledger a remedy's last re-check names, into s: a copy of the
+// snapshot the findings came from, whose part of this source it replaces.
+// When q names nothing of its ledger it leaves s as it is.
 type Fresher interface {
-	Fresh(ctx context.Context, q snapshot.KubeQuery, s *snapshot.Snapshot) error
+	Fresh(ctx context.Context, q snapshot.Query, s *snapshot.Snapshot) error
 }

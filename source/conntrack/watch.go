@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -76,8 +77,9 @@ type Watch struct {
 	Now func() time.Time
 
 	readers
-	index *flowIndex
-	once  sync.Once
+	index   *flowIndex
+	once    sync.Once
+	started atomic.Bool
 
 	// What the agent's loop sets and reads, in turn.
 	focus    source.Changes
@@ -170,6 +172,9 @@ func (w *Watch) Start(ctx context.Context) error {
 	w.init()
 	if w.Table == nil {
 		return errors.New("conntrack: no table to watch")
+	}
+	if !w.started.CompareAndSwap(false, true) {
+		return errors.New("conntrack: started already: the table's events are followed once, for the life of the process")
 	}
 	if w.Events == nil {
 		return nil

@@ -256,7 +256,7 @@ func TestQuorum(t *testing.T) {
 		return false, nil, nil
 	})
 	ctx := context.Background()
-	q := snapshot.KubeQuery{Services: []snapshot.ObjectRef{{Namespace: "ns", Name: "svc"}, {Namespace: "ns", Name: "gone"}},
+	q := snapshot.Query{Services: []snapshot.ObjectRef{{Namespace: "ns", Name: "svc"}, {Namespace: "ns", Name: "gone"}},
 		PodIPs: []netip.Addr{netip.MustParseAddr("10.244.0.5")}, Nodes: []string{"node-a", "node-gone"}}
 	k, err := Quorum(ctx, client, q)
 	if err != nil {

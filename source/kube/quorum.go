@@ -36,7 +36,7 @@ import (
 // family cannot be looked up. When a Node's pod CIDRs show that an address
 // is of the second family, Quorum fails rather than report that no pod
 // holds it.
-func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.KubeQuery) (*snapshot.Kube, error) {
+func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.Query) (*snapshot.Kube, error) {
 	// The reads are independent: they run at once, so that a re-check
 	// costs one round trip to the API server, not one per object.
 	var (
@@ -135,7 +135,7 @@ func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.KubeQue
 		return nil, err
 	}
 	// The Services the addresses are booked to are read as q.Services are.
-	var owners snapshot.KubeQuery
+	var owners snapshot.Query
 	for i, ip := range addrs {
 		if ip == nil {
 			continue

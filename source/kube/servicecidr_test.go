@@ -98,21 +98,21 @@ func TestQuorumServiceIPs(t *testing.T) {
 		ipAddr("10.96.7.9", &networkingv1.ParentReference{Group: "gateway.example.io", Resource: "gateways", Namespace: "gw", Name: "g"}),
 	)
 	ctx := context.Background()
-	k, err := Quorum(ctx, client, snapshot.KubeQuery{ServiceIPs: []netip.Addr{netip.MustParseAddr("10.96.7.7")}})
+	k, err := Quorum(ctx, client, snapshot.Query{ServiceIPs: []netip.Addr{netip.MustParseAddr("10.96.7.7")}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(k.Services) != 0 || len(k.ServiceCIDRs) != 1 || k.ServiceCIDRs[0].Name != "kubernetes" {
 		t.Fatalf("an address no Service holds: %+v", k)
 	}
-	k, err = Quorum(ctx, client, snapshot.KubeQuery{ServiceIPs: []netip.Addr{netip.MustParseAddr("10.96.7.8")}})
+	k, err = Quorum(ctx, client, snapshot.Query{ServiceIPs: []netip.Addr{netip.MustParseAddr("10.96.7.8")}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(k.Services) != 1 || k.Services[0].Name != "redis" || len(k.ServiceCIDRs) != 1 {
 		t.Fatalf("an address booked to cache/redis: %+v", k)
 	}
-	_, err = Quorum(ctx, client, snapshot.KubeQuery{ServiceIPs: []netip.Addr{netip.MustParseAddr("10.96.7.9")}})
+	_, err = Quorum(ctx, client, snapshot.Query{ServiceIPs: []netip.Addr{netip.MustParseAddr("10.96.7.9")}})
 	if err == nil || !strings.Contains(err.Error(), "10.96.7.9 is booked by IPAddress 10.96.7.9 to gateways.gateway.example.io gw/g, not to a Service") {
 		t.Errorf("an address booked to something else: %v", err)
 	}
@@ -120,7 +120,7 @@ func TestQuorumServiceIPs(t *testing.T) {
 	client.PrependReactor("list", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewNotFound(schema.GroupResource{Group: "networking.k8s.io", Resource: "ipaddresses"}, "")
 	})
-	_, err = Quorum(ctx, client, snapshot.KubeQuery{ServiceIPs: []netip.Addr{netip.MustParseAddr("10.96.7.7")}})
+	_, err = Quorum(ctx, client, snapshot.Query{ServiceIPs: []netip.Addr{netip.MustParseAddr("10.96.7.7")}})
 	if err == nil || !strings.Contains(err.Error(), "cannot prove that no Service holds 10.96.7.7") {
 		t.Errorf("no IPAddress API: %v", err)
 	}

@@ -32,8 +32,9 @@ type Watch struct {
 
 	api APISource
 
-	mu     sync.Mutex
-	notify func()
+	mu      sync.Mutex
+	started bool
+	notify  func()
 	// looked are the addresses the last pass looked up; expired those of
 	// them whose answers ran out since.
 	looked  []netip.Addr
@@ -71,6 +72,13 @@ func (w *Watch) poke() {
 func (w *Watch) Start(ctx context.Context) error {
 	if w.Informers == nil {
 		return errors.New("kube: no informers to watch the cluster with")
+	}
+	w.mu.Lock()
+	again := w.started
+	w.started = true
+	w.mu.Unlock()
+	if again {
+		return errors.New("kube: started already: a node's informers watch once, for the life of the process")
 	}
 	if err := w.Informers.OnChange(w.poke); err != nil {
 		return err
@@ -173,7 +181,7 @@ func (w *Watch) Describe(s *snapshot.Snapshot) string { return describeKube(s.Ku
 
 // Fresh reads with quorum reads what q names into s.Kube, for a remedy's
 // last re-check (source.Fresher).
-func (w *Watch) Fresh(ctx context.Context, q snapshot.KubeQuery, s *snapshot.Snapshot) error {
+func (w *Watch) Fresh(ctx context.Context, q snapshot.Query, s *snapshot.Snapshot) error {
 	if w.Client == nil {
 		return errors.New("no Kubernetes client to re-check against the API server")
 	}
