@@ -12,7 +12,6 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/ghostwatch/ghostwatch/audit"
-	"github.com/ghostwatch/ghostwatch/finding"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/sink"
@@ -391,52 +390,10 @@ func (a *Agent) logLedgers(sts []snapshot.SourceStatus, core []string) {
 	}
 }
 
-// recheck is the re-check of a remedy of rule r: every live source must
-// still be ready, and the rule's findings must still hold on what the
-// sources that can re-read afresh (source.Fresher: quorum reads of the API
-// server) read of the objects the rule names, the rest of the snapshot
-// being the audit's (the host's addresses name frontends, not holders: an
-// address removed since leaves a flow as stale as it was).
+// recheck is the re-check of a remedy of rule r (audit.Recheck), against
+// the last complete audit.
 func (a *Agent) recheck(r rule.Rule) remedy.Recheck {
-	rc, _ := r.(rule.Rechecker)
-	return func(ctx context.Context, fs []finding.Finding) []error {
-		fail := func(err error) []error {
-			errs := make([]error, len(fs))
-			for i := range errs {
-				errs[i] = err
-			}
-			return errs
-		}
-		if rc == nil {
-			return fail(errors.New("the rule cannot re-check its findings"))
-		}
-		now := a.cfg.Now()
-		for _, l := range a.live {
-			if err := l.Ready(now); err != nil {
-				return fail(err)
-			}
-		}
-		var q snapshot.Query
-		for _, f := range fs {
-			q.Add(rc.RecheckQuery(a.last, f))
-		}
-		fresh := *a.last
-		fresh.Taken = now
-		for _, src := range a.cfg.Sources {
-			if fr, ok := src.(source.Fresher); ok {
-				if err := fr.Fresh(ctx, q, &fresh); err != nil {
-					return fail(err)
-				}
-			}
-		}
-		errs := rc.Recheck(&fresh, fs)
-		for i, err := range errs {
-			if err != nil {
-				errs[i] = fmt.Errorf("in a quorum read of the API server: %w", err)
-			}
-		}
-		return errs
-	}
+	return audit.Recheck(r, slices.Concat(a.cfg.Sources, a.cfg.Ledgers), func() *snapshot.Snapshot { return a.last }, a.cfg.Now)
 }
 
 // degrade records that the agent will not act, and why: every remedy's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
+	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
 // One test per safety invariant of the remedy, each on the whole agent:
@@ -270,21 +272,21 @@ func TestActionsAreToldToConfig(t *testing.T) {
 	}
 }
 
-// lagging is a live source that falls behind when told: its Ready says so.
+// lagging is the cluster's watch, made to fall behind when told: its Ready
+// says so.
 type lagging struct {
+	*kube.Watch
 	mu     sync.Mutex
 	behind error
 }
 
-func (l *lagging) Name() string                                      { return "lagging" }
-func (l *lagging) Collect(context.Context, *snapshot.Snapshot) error { return nil }
-func (l *lagging) Start(context.Context) error                       { return nil }
-func (l *lagging) Changes() source.Changes                           { return source.Changes{} }
-func (l *lagging) OnChange(func())                                   {}
-func (l *lagging) Ready(time.Time) error {
+func (l *lagging) Ready(now time.Time) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.behind
+	if l.behind != nil {
+		return l.behind
+	}
+	return l.Watch.Ready(now)
 }
 
 // The last re-check also asks every watch whether it is still current: one
@@ -292,9 +294,11 @@ func (l *lagging) Ready(time.Time) error {
 // the table was read) stops the delete, even though the quorum read of the
 // API server would let it through.
 func TestRecheckRefusesWhenAWatchFallsBehind(t *testing.T) {
-	lag := &lagging{}
+	var lag *lagging
 	h := startWith(t, fake.NewClientset(cluster()...), graceRemedy(), func(h *harness, c *Config) {
-		c.Sources = []source.Source{h.kube, lag, h.ct}
+		lag = &lagging{Watch: h.kube}
+		c.Sources = slices.Clone(c.Sources)
+		c.Sources[slices.Index(c.Sources, source.Source(h.kube))] = lag
 	}, staleFlow())
 	waitFor(t, "the stale flow to be pending", func() bool { return h.actions(remedy.Pending) >= 1 })
 	var once sync.Once

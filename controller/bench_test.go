@@ -238,7 +238,7 @@ func BenchmarkControllerPass(b *testing.B) {
 	defer stop()
 	rules, _ := Rules(rule.All(rule.Config{}))
 	c := New(Config{Rules: rules, Metrics: NewMetrics(prometheus.NewRegistry(), rules), Now: func() time.Time { return now }})
-	judged := c.rulesOn(cl.idx)
+	judged := rules
 	b.Run("pass", func(b *testing.B) {
 		b.ReportAllocs()
 		cpu := cpuTime()
@@ -277,7 +277,7 @@ func BenchmarkControllerPass(b *testing.B) {
 			trimmed[i], _ = trimPod(benchPod(i, benchAddr(i/benchPerBlock, i%benchPerBlock), now))
 		}
 		build := func() *cluster {
-			x := &cluster{idx: rule.NewPodIPs(), changed: func() {}}
+			x := &cluster{idx: snapshot.NewPodIndex(), changed: func() {}}
 			for _, p := range trimmed {
 				x.setPod(p)
 			}

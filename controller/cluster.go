@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/ghostwatch/ghostwatch/finding"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
@@ -71,7 +70,7 @@ func Rules(rules []rule.Rule) (runs, others []rule.Rule) {
 type cluster struct {
 	// mu guards idx: pod events write it, a pass reads it.
 	mu  sync.Mutex
-	idx *rule.PodIPs
+	idx *snapshot.PodIndex
 
 	pods, nodes *informer.Informer
 
@@ -132,7 +131,7 @@ var trimPod = kube.TrimPodKeeping(sourcegossip.AnnotationPrefix)
 // newClusterOf is newCluster with the lists and watches of Pods and Nodes
 // given.
 func newClusterOf(pods, nodes informer.ListWatch, changed func(), run func(*informer.Informer), now func() time.Time) *cluster {
-	c := &cluster{idx: rule.NewPodIPs(), changed: changed, run: run, now: now}
+	c := &cluster{idx: snapshot.NewPodIndex(), changed: changed, run: run, now: now}
 	c.pods = informer.New("pods", pods, &corev1.Pod{}, informer.Options{Transform: trimPod, Now: now, Changed: changed})
 	c.nodes = informer.New("nodes", nodes, &corev1.Node{}, informer.Options{Transform: informer.Keep(func(obj any) (snapshot.Node, bool) {
 		n, ok := obj.(*corev1.Node)
@@ -315,7 +314,7 @@ func (c *cluster) snapshot(now time.Time) *snapshot.Snapshot {
 	} else {
 		pods := c.idx.Pods()
 		nodes := informer.Values[snapshot.Node](c.nodes)
-		s.Kube = &snapshot.Kube{Pods: pods, Nodes: nodes}
+		s.Kube = &snapshot.Kube{Pods: pods, Nodes: nodes, Index: c.idx}
 		st.Detail = fmt.Sprintf("%d pods, %d nodes", len(pods), len(nodes))
 	}
 	st.Duration = time.Since(start)
@@ -389,15 +388,3 @@ func calicoLedger(kinds []calicoKind) *snapshot.Calico {
 
 // oneLine joins a joined error's lines with "; ".
 func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
-
-// indexed is duplicate-pod-ip judged from the index of pod IPs the leader
-// keeps per event: the findings its Evaluate returns on the same pods, in
-// a time proportional to the duplicated IPs rather than to the pods.
-type indexed struct {
-	rule.Rule
-	idx *rule.PodIPs
-}
-
-// Evaluate returns the index's duplicates; the caller holds the index's
-// lock.
-func (r indexed) Evaluate(*snapshot.Snapshot) []finding.Finding { return r.idx.Duplicates() }

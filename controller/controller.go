@@ -314,7 +314,7 @@ func (c *Controller) lead(ctx context.Context) {
 	pods := len(cl.idx.Pods())
 	cl.mu.Unlock()
 	cfg.Log.Info("cluster listed", "pods", pods, "nodes", len(cl.nodes.Store().ListKeys()))
-	rules := c.rulesOn(cl.idx)
+	rules := c.cfg.Rules
 	for {
 		took, wait := c.judge(ctx, cl, rules)
 		// A finding waiting out a remedy's grace period is looked at
@@ -360,18 +360,6 @@ func until(ctx context.Context, cond func() bool) bool {
 		}
 	}
 	return true
-}
-
-// rulesOn returns the rules to run, duplicate-pod-ip judged from idx.
-func (c *Controller) rulesOn(idx *rule.PodIPs) []rule.Rule {
-	out := make([]rule.Rule, len(c.cfg.Rules))
-	for i, r := range c.cfg.Rules {
-		out[i] = r
-		if r.Info().ID == rule.DuplicatePodIPID {
-			out[i] = indexed{Rule: r, idx: idx}
-		}
-	}
-	return out
 }
 
 // judge runs one pass: a snapshot of what the leader knows, the rules on

@@ -60,10 +60,13 @@ func (*DuplicatePodIP) Info() Info {
 
 // Evaluate returns one finding per duplicated IP.
 func (r *DuplicatePodIP) Evaluate(s *snapshot.Snapshot) []finding.Finding {
-	if s.Kube == nil {
+	switch {
+	case s.Kube == nil:
 		return nil
+	case s.Kube.Index != nil:
+		return duplicatesOf(s.Kube.Index.Shared())
 	}
-	return DuplicatesOf(sharedIPs(s.Kube.Pods))
+	return duplicatesOf(sharedIPs(s.Kube.Pods))
 }
 
 // sharedIPs maps each pod-network IP that two or more pods report to those
@@ -131,14 +134,12 @@ func podsAt(pods []snapshot.Pod, only map[netip.Addr]bool) map[netip.Addr][]*sna
 	return by
 }
 
-// holdsPodIP reports whether p's IPs are its own, taken from the pod
-// network: a non-hostNetwork pod that has not finished.
-func holdsPodIP(p *snapshot.Pod) bool { return !p.HostNetwork && !p.Terminal() }
+// holdsPodIP reports whether p's IPs are its own (snapshot.Pod.HoldsPodIP).
+func holdsPodIP(p *snapshot.Pod) bool { return p.HoldsPodIP() }
 
-// DuplicatesOf returns the findings of duplicate-pod-ip for holders, the
-// pods of each IP (as a controller keeps them current between passes),
-// ordered by IP.
-func DuplicatesOf(holders map[netip.Addr][]*snapshot.Pod) []finding.Finding {
+// duplicatesOf returns the findings of duplicate-pod-ip for holders, the
+// pods of each IP, ordered by IP.
+func duplicatesOf(holders map[netip.Addr][]*snapshot.Pod) []finding.Finding {
 	var out []finding.Finding
 	for ip, ps := range holders {
 		if len(ps) > 1 {

@@ -3,11 +3,13 @@ package sink
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/ghostwatch/ghostwatch/finding"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
 )
@@ -50,6 +52,47 @@ func (e *Events) Action(info rule.Info, a remedy.Action) {
 		ref := &corev1.ObjectReference{Kind: o.Kind, APIVersion: "v1", Namespace: o.Namespace, Name: o.Name, UID: types.UID(o.UID)}
 		e.Recorder.Event(ref, typ, reason, msg)
 	}
+}
+
+// Finding records the Event of a finding on each object it concerns: a
+// Warning (Normal for an info finding) whose reason is the rule's
+// (EventReason) and whose message is the finding's. A program records it
+// when the finding first appears, not at every pass.
+func (e *Events) Finding(f finding.Finding) {
+	if e == nil || e.Recorder == nil {
+		return
+	}
+	typ := corev1.EventTypeWarning
+	if f.Severity == finding.Info {
+		typ = corev1.EventTypeNormal
+	}
+	msg := f.Message
+	if e.Node != "" {
+		msg = fmt.Sprintf("node %s: %s", e.Node, f.Message)
+	}
+	reason := EventReason(f.Rule)
+	for _, o := range f.Concerns {
+		ref := &corev1.ObjectReference{Kind: o.Kind, APIVersion: "v1", Namespace: o.Namespace, Name: o.Name, UID: types.UID(o.UID)}
+		e.Recorder.Event(ref, typ, reason, msg)
+	}
+}
+
+// EventReason is the Event reason of a rule's findings: its ID in
+// CamelCase, "IP" and "IPAM" kept upper case ("duplicate-pod-ip" is
+// "DuplicatePodIP").
+func EventReason(id string) string {
+	var b strings.Builder
+	for _, w := range strings.Split(id, "-") {
+		switch w {
+		case "ip", "ipam":
+			b.WriteString(strings.ToUpper(w))
+		default:
+			if w != "" {
+				b.WriteString(strings.ToUpper(w[:1]) + w[1:])
+			}
+		}
+	}
+	return b.String()
 }
 
 // Reason returns the Event type and reason of an action, or "" when it

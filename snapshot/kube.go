@@ -23,6 +23,11 @@ type Kube struct {
 	// ServiceCIDRs (before Kubernetes 1.33).
 	NoServiceCIDRAPI bool
 
+	// Index, when set, is the index Pods are the records of, kept
+	// current per event by a watcher of every pod: it knows the pods
+	// that share an IP without a pass over every pod.
+	Index *PodIndex
+
 	// PodsPartial is true when Pods does not hold every pod of the
 	// cluster: a node agent watches the pods of its own node (PodNode)
 	// only, and asks the API server for the pods at the few addresses a
@@ -123,6 +128,11 @@ func (p *Pod) Since() time.Time {
 	}
 	return p.Created
 }
+
+// HoldsPodIP reports whether the pod's IPs are its own, taken from the pod
+// network: it is not hostNetwork (which reports the node's address) and
+// has not finished (its sandbox, and its IP, are gone).
+func (p *Pod) HoldsPodIP() bool { return !p.HostNetwork && !p.Terminal() }
 
 // HasIP reports whether ip is one of the pod's IPs.
 func (p *Pod) HasIP(ip netip.Addr) bool {

@@ -182,13 +182,5 @@ func (w *Watch) Describe(s *snapshot.Snapshot) string { return describeKube(s.Ku
 // Fresh reads with quorum reads what q names into s.Kube, for a remedy's
 // last re-check (source.Fresher).
 func (w *Watch) Fresh(ctx context.Context, q snapshot.Query, s *snapshot.Snapshot) error {
-	if w.Client == nil {
-		return errors.New("no Kubernetes client to re-check against the API server")
-	}
-	k, err := Quorum(ctx, w.Client, q)
-	if err != nil {
-		return err
-	}
-	s.Kube = k
-	return nil
+	return fresh(ctx, w.Client, q, s)
 }

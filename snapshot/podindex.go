@@ -1,22 +1,20 @@
-package rule
+package snapshot
 
 import (
 	"net/netip"
 	"slices"
-
-	"github.com/ghostwatch/ghostwatch/finding"
-	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
-// PodIPs keeps, as pod events arrive, the record of every pod and which
-// pods hold each pod-network IP, so that a long-running watcher of every
-// pod (the controller) knows the duplicated IPs after each event without a
-// pass over every pod, and hands the other rules the pods without a copy
-// (Pods). Pods are keyed by UID. It is not safe for concurrent use.
-type PodIPs struct {
+// PodIndex keeps, as pod events arrive, the record of every pod and which
+// pods hold each pod-network IP (Pod.HoldsPodIP), so that a long-running
+// watcher of every pod (the controller) knows the shared IPs after each
+// event without a pass over every pod, and hands the rules the pods
+// without a copy (Pods). Pods are keyed by UID. It is not safe for
+// concurrent use.
+type PodIndex struct {
 	// pods are the records, in no order and without gaps: a deleted
 	// pod's place takes the last one.
-	pods []snapshot.Pod
+	pods []Pod
 	// at is each pod's place in pods, by UID.
 	at map[string]int32
 	// first is, for each pod-network IP (its 16-byte form), the place of
@@ -29,22 +27,22 @@ type PodIPs struct {
 	holding int
 }
 
-// NewPodIPs returns an empty index.
-func NewPodIPs() *PodIPs {
-	return &PodIPs{at: map[string]int32{}, first: map[[16]byte]int32{}, more: map[[16]byte][]int32{}}
+// NewPodIndex returns an empty index.
+func NewPodIndex() *PodIndex {
+	return &PodIndex{at: map[string]int32{}, first: map[[16]byte]int32{}, more: map[[16]byte][]int32{}}
 }
 
 // Len is the number of pods that hold pod-network IPs.
-func (x *PodIPs) Len() int { return x.holding }
+func (x *PodIndex) Len() int { return x.holding }
 
 // Pods returns the record of every pod set and not deleted, whether it
 // holds a pod-network IP or not, in no particular order. The slice is the
 // index's own: it is valid, and must not be changed, until the next Set
 // or Delete.
-func (x *PodIPs) Pods() []snapshot.Pod { return x.pods }
+func (x *PodIndex) Pods() []Pod { return x.pods }
 
 // Holders returns how many pods hold ip.
-func (x *PodIPs) Holders(ip netip.Addr) int {
+func (x *PodIndex) Holders(ip netip.Addr) int {
 	k := ip.Unmap().As16()
 	if _, ok := x.first[k]; !ok {
 		return 0
@@ -55,7 +53,7 @@ func (x *PodIPs) Holders(ip netip.Addr) int {
 // Set records a copy of p, added or changed. A pod that holds no
 // pod-network IP (finished, hostNetwork, or not given one yet) is kept
 // among Pods but holds no IP in the index.
-func (x *PodIPs) Set(p *snapshot.Pod) {
+func (x *PodIndex) Set(p *Pod) {
 	if i, ok := x.at[p.UID]; ok {
 		x.unindex(i)
 		x.pods[i] = *p
@@ -69,7 +67,7 @@ func (x *PodIPs) Set(p *snapshot.Pod) {
 }
 
 // Delete removes the pod with the given UID.
-func (x *PodIPs) Delete(uid string) {
+func (x *PodIndex) Delete(uid string) {
 	i, ok := x.at[uid]
 	if !ok {
 		return
@@ -83,14 +81,14 @@ func (x *PodIPs) Delete(uid string) {
 		x.at[x.pods[i].UID] = i
 		x.index(i)
 	}
-	x.pods[last] = snapshot.Pod{} // its strings are no longer kept
+	x.pods[last] = Pod{} // its strings are no longer kept
 	x.pods = x.pods[:last]
 }
 
 // index records that the pod at place i holds its IPs.
-func (x *PodIPs) index(i int32) {
+func (x *PodIndex) index(i int32) {
 	p := &x.pods[i]
-	if !holdsPodIP(p) || len(p.IPs) == 0 {
+	if !p.HoldsPodIP() || len(p.IPs) == 0 {
 		return
 	}
 	x.holding++
@@ -104,9 +102,9 @@ func (x *PodIPs) index(i int32) {
 }
 
 // unindex forgets that the pod at place i holds its IPs.
-func (x *PodIPs) unindex(i int32) {
+func (x *PodIndex) unindex(i int32) {
 	p := &x.pods[i]
-	if !holdsPodIP(p) || len(p.IPs) == 0 {
+	if !p.HoldsPodIP() || len(p.IPs) == 0 {
 		return
 	}
 	x.holding--
@@ -131,7 +129,7 @@ func (x *PodIPs) unindex(i int32) {
 }
 
 // eachIP calls fn with each of p's IPs, unmapped, once.
-func eachIP(p *snapshot.Pod, fn func(k [16]byte)) {
+func eachIP(p *Pod, fn func(k [16]byte)) {
 	for i, a := range p.IPs {
 		a = a.Unmap()
 		if i > 0 && slices.ContainsFunc(p.IPs[:i], func(b netip.Addr) bool { return b.Unmap() == a }) {
@@ -141,17 +139,18 @@ func eachIP(p *snapshot.Pod, fn func(k [16]byte)) {
 	}
 }
 
-// Duplicates returns the findings of duplicate-pod-ip, as Evaluate would
-// on the same pods, in a time proportional to the duplicated IPs.
-func (x *PodIPs) Duplicates() []finding.Finding {
-	m := make(map[netip.Addr][]*snapshot.Pod, len(x.more))
+// Shared returns the pods of each pod-network IP that two or more pods
+// hold, in a time proportional to the shared IPs. The pods are the
+// index's own records, valid until the next Set or Delete.
+func (x *PodIndex) Shared() map[netip.Addr][]*Pod {
+	m := make(map[netip.Addr][]*Pod, len(x.more))
 	for k, rest := range x.more {
-		ps := make([]*snapshot.Pod, 0, 1+len(rest))
+		ps := make([]*Pod, 0, 1+len(rest))
 		ps = append(ps, &x.pods[x.first[k]])
 		for _, j := range rest {
 			ps = append(ps, &x.pods[j])
 		}
 		m[netip.AddrFrom16(k).Unmap()] = ps
 	}
-	return DuplicatesOf(m)
+	return m
 }

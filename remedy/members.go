@@ -1,0 +1,75 @@
+package remedy
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/snapshot"
+)
+
+// ClusterReader reads a gossip cluster's member list afresh from one of
+// its members' agents (the gossip source's watch does).
+type ClusterReader interface {
+	// ReadCluster returns the view read now, and how to force a member
+	// out through the agent that gave it: nil when that agent cannot.
+	ReadCluster(ctx context.Context, c snapshot.GossipCluster) (v *snapshot.GossipView, leave func(ctx context.Context, member string) error, err error)
+}
+
+// Members forces gone members out of their gossip cluster: a
+// finding.MemberTarget, read again from the cluster right before, forced
+// out through the agent that answered.
+type Members struct{ Clusters ClusterReader }
+
+// Kind returns finding.MemberKind.
+func (*Members) Kind() string { return finding.MemberKind }
+
+// Verify reads the member's cluster again: the member must be listed,
+// gone, at the same address and port.
+func (a *Members) Verify(ctx context.Context, t finding.Target) error {
+	mt, v, _, err := a.read(ctx, t)
+	if err != nil {
+		return err
+	}
+	for _, m := range v.Members {
+		if m.Name != mt.Name {
+			continue
+		}
+		switch {
+		case !m.Gone():
+			return fmt.Errorf("%s lists %s %s again", v.From, m.Name, m.Status)
+		case m.Addr != mt.Addr || m.Port != mt.Port:
+			return fmt.Errorf("%s lists %s at another address now", v.From, m.Name)
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: %s no longer lists %s", ErrGone, v.From, mt.Name)
+}
+
+// Act forces the member out, through the agent that answered a read of
+// its cluster made now.
+func (a *Members) Act(ctx context.Context, t finding.Target) error {
+	mt, _, leave, err := a.read(ctx, t)
+	if err != nil {
+		return err
+	}
+	if leave == nil {
+		return fmt.Errorf("%s has no force-leave", mt.System)
+	}
+	return leave(ctx, mt.Name)
+}
+
+func (a *Members) read(ctx context.Context, t finding.Target) (*finding.MemberTarget, *snapshot.GossipView, func(context.Context, string) error, error) {
+	mt, ok := t.(*finding.MemberTarget)
+	if !ok {
+		return nil, nil, nil, fmt.Errorf("not a gossip member: %v", t)
+	}
+	if a.Clusters == nil {
+		return nil, nil, nil, fmt.Errorf("no reader of the %s cluster %s", mt.System, mt.Cluster)
+	}
+	v, leave, err := a.Clusters.ReadCluster(ctx, snapshot.GossipCluster{System: mt.System, Cluster: mt.Cluster})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return mt, v, leave, nil
+}

@@ -1,0 +1,83 @@
+package remedy
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/snapshot"
+)
+
+// clusterReader answers one view, and records who was forced out.
+type clusterReader struct {
+	view   *snapshot.GossipView
+	err    error
+	noKick bool
+	asked  []snapshot.GossipCluster
+	left   []string
+}
+
+func (r *clusterReader) ReadCluster(_ context.Context, c snapshot.GossipCluster) (*snapshot.GossipView, func(context.Context, string) error, error) {
+	r.asked = append(r.asked, c)
+	if r.err != nil {
+		return nil, nil, r.err
+	}
+	if r.noKick {
+		return r.view, nil, nil
+	}
+	return r.view, func(_ context.Context, m string) error { r.left = append(r.left, m); return nil }, nil
+}
+
+// A gone member is forced out only while its cluster, read again, lists
+// it gone at the address and port judged.
+func TestMembersVerifyAndAct(t *testing.T) {
+	addr := netip.MustParseAddr("10.244.1.5")
+	target := &finding.MemberTarget{System: "consul", Cluster: "ns/consul", Name: "consul-0", Addr: addr, Port: 8301, Status: "failed"}
+	view := func(status string, a netip.Addr, port uint16) *snapshot.GossipView {
+		return &snapshot.GossipView{System: "consul", Cluster: "ns/consul", From: "pod ns/consul-1",
+			Members: []snapshot.GossipMember{{Name: "consul-0", Addr: a, Port: port, Status: status}}}
+	}
+	for _, c := range []struct {
+		name string
+		r    *clusterReader
+		want string // "" when Verify passes; "gone" when it wraps ErrGone
+	}{
+		{"still gone", &clusterReader{view: view("failed", addr, 8301)}, ""},
+		{"alive again", &clusterReader{view: view("alive", addr, 8301)}, "lists consul-0 alive again"},
+		{"moved", &clusterReader{view: view("failed", netip.MustParseAddr("10.244.1.6"), 8301)}, "at another address now"},
+		{"another port", &clusterReader{view: view("failed", addr, 8302)}, "at another address now"},
+		{"no longer listed", &clusterReader{view: &snapshot.GossipView{System: "consul", From: "pod ns/consul-1"}}, "gone"},
+		{"unreadable", &clusterReader{err: errors.New("gossip cluster ns/consul (consul): no pod to ask")}, "no pod to ask"},
+	} {
+		m := &Members{Clusters: c.r}
+		err := m.Verify(context.Background(), target)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: Verify = %v", c.name, err)
+		case c.want == "gone" && !errors.Is(err, ErrGone):
+			t.Errorf("%s: Verify = %v, want ErrGone", c.name, err)
+		case c.want != "" && c.want != "gone" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: Verify = %v, want %q", c.name, err, c.want)
+		}
+		if len(c.r.asked) != 1 || c.r.asked[0] != (snapshot.GossipCluster{System: "consul", Cluster: "ns/consul"}) {
+			t.Errorf("%s: asked %v", c.name, c.r.asked)
+		}
+	}
+	r := &clusterReader{view: view("failed", addr, 8301)}
+	if err := (&Members{Clusters: r}).Act(context.Background(), target); err != nil || len(r.left) != 1 || r.left[0] != "consul-0" {
+		t.Errorf("Act = %v, forced out %v", err, r.left)
+	}
+	r = &clusterReader{view: view("failed", addr, 8301), noKick: true}
+	if err := (&Members{Clusters: r}).Act(context.Background(), target); err == nil || !strings.Contains(err.Error(), "consul has no force-leave") {
+		t.Errorf("Act through an agent without force-leave = %v", err)
+	}
+	if err := (&Members{Clusters: r}).Verify(context.Background(), &finding.ReservationTarget{}); err == nil {
+		t.Error("Verify of a reservation passed")
+	}
+	if err := (&Members{}).Act(context.Background(), target); err == nil {
+		t.Error("Act without a reader passed")
+	}
+}

@@ -1,0 +1,326 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/ghostwatch/ghostwatch/internal/text"
+	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source"
+	"github.com/ghostwatch/ghostwatch/source/informer"
+)
+
+// ClusterWatched lists the resources a ClusterWatch lists and watches, as
+// RBAC rules name them: every Pod and every Node.
+func ClusterWatched() []schema.GroupResource {
+	return []schema.GroupResource{{Resource: resPods}, {Resource: resNodes}}
+}
+
+// ClusterWatch is every Pod and every Node of the cluster as the
+// leader-elected controller keeps them (source.Live): one informer of each,
+// the pods also in an index of who holds each pod IP, kept per event
+// (snapshot.PodIndex), so that a pass over a large cluster neither copies
+// the pods nor indexes them again. Collect lends the index's records
+// (source.Lender): pod events wait until Return. It is started again each
+// time the controller leads, with empty caches.
+type ClusterWatch struct {
+	// Client lists and watches the Pods and Nodes, and reads afresh what
+	// a re-check names (Quorum).
+	Client kubernetes.Interface
+	// KeepAnnotations are the prefixes of the pod annotations the
+	// informer keeps for OnPod's handlers (the gossip annotations); none
+	// is kept otherwise.
+	KeepAnnotations []string
+	// Pods and Nodes, when set, list and watch in place of Client (tests,
+	// benchmarks).
+	Pods, Nodes *informer.ListWatch
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+
+	mu      sync.Mutex
+	term    *clusterTerm
+	notify  func()
+	changed bool
+	onPod   []func(p *corev1.Pod, deleted bool)
+
+	// lent is the term whose index the last Collect lent, until Return;
+	// only the program's pass touches it.
+	lent *clusterTerm
+}
+
+// clusterTerm is what one Start watches, until its ctx ends.
+type clusterTerm struct {
+	ctx         context.Context
+	pods, nodes *informer.Informer
+
+	// mu guards idx: pod events write it; a pass holds it from Collect
+	// to Return.
+	mu  sync.Mutex
+	idx *snapshot.PodIndex
+}
+
+// Name returns "kube".
+func (w *ClusterWatch) Name() string { return Name }
+
+func (w *ClusterWatch) now() time.Time {
+	if w.Now == nil {
+		return time.Now()
+	}
+	return w.Now()
+}
+
+// OnChange sets the function called after each change (source.Live).
+func (w *ClusterWatch) OnChange(fn func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.notify = fn
+}
+
+// OnPod registers fn, called with each pod as the informer keeps it (with
+// the annotations KeepAnnotations names) once it is added or changed, and
+// with deleted true once it is gone. Register before Start.
+func (w *ClusterWatch) OnPod(fn func(p *corev1.Pod, deleted bool)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.onPod = append(w.onPod, fn)
+}
+
+// poke records a change and says so.
+func (w *ClusterWatch) poke() {
+	w.mu.Lock()
+	w.changed = true
+	fn := w.notify
+	w.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
+}
+
+// current returns the term being watched, nil before Start.
+func (w *ClusterWatch) current() *clusterTerm {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.term
+}
+
+// Start starts the informers of Pods and Nodes, afresh, until ctx ends
+// (source.Live). It refuses while the last Start's ctx has not ended.
+func (w *ClusterWatch) Start(ctx context.Context) error {
+	if w.Client == nil && (w.Pods == nil || w.Nodes == nil) {
+		return errors.New("kube: no client to watch the cluster with")
+	}
+	w.mu.Lock()
+	if w.term != nil && w.term.ctx.Err() == nil {
+		w.mu.Unlock()
+		return errors.New("kube: the cluster is being watched already")
+	}
+	handlers := slices.Clone(w.onPod)
+	w.mu.Unlock()
+
+	t := &clusterTerm{ctx: ctx, idx: snapshot.NewPodIndex()}
+	pods, nodes := w.Pods, w.Nodes
+	if pods == nil {
+		core := w.Client.CoreV1()
+		pods = &informer.ListWatch{
+			List: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return core.Pods("").List(ctx, o)
+			},
+			Watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return core.Pods("").Watch(ctx, o)
+			},
+		}
+	}
+	if nodes == nil {
+		core := w.Client.CoreV1()
+		nodes = &informer.ListWatch{
+			List: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return core.Nodes().List(ctx, o)
+			},
+			Watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return core.Nodes().Watch(ctx, o)
+			},
+		}
+	}
+	t.pods = informer.New(resPods, *pods, &corev1.Pod{}, informer.Options{
+		Transform: TrimPodKeeping(w.KeepAnnotations...), Now: w.Now, Changed: w.poke})
+	t.nodes = informer.New(resNodes, *nodes, &corev1.Node{}, informer.Options{
+		Transform: informer.Keep(func(obj any) (snapshot.Node, bool) {
+			n, ok := obj.(*corev1.Node)
+			if !ok {
+				return snapshot.Node{}, false
+			}
+			return Node(n), true
+		}), Now: w.Now, Changed: w.poke})
+	set := func(obj any) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok {
+			return
+		}
+		sp := Pod(p)
+		t.mu.Lock()
+		t.idx.Set(&sp)
+		t.mu.Unlock()
+		for _, fn := range handlers {
+			fn(p, false)
+		}
+		w.poke()
+	}
+	if err := t.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    set,
+		UpdateFunc: func(_, obj any) { set(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			p, ok := obj.(*corev1.Pod)
+			if !ok {
+				return
+			}
+			t.mu.Lock()
+			t.idx.Delete(string(p.UID))
+			t.mu.Unlock()
+			for _, fn := range handlers {
+				fn(p, true)
+			}
+			w.poke()
+		},
+	}); err != nil {
+		return fmt.Errorf("kube: watching pods: %w", err)
+	}
+	changed := func(any) { w.poke() }
+	if err := t.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: changed, UpdateFunc: func(_, o any) { changed(o) }, DeleteFunc: changed,
+	}); err != nil {
+		return fmt.Errorf("kube: watching nodes: %w", err)
+	}
+	w.mu.Lock()
+	w.term = t
+	w.mu.Unlock()
+	for _, i := range []*informer.Informer{t.pods, t.nodes} {
+		go i.Run(ctx)
+		// A resource listed empty has no event to announce it.
+		go func() {
+			if cache.WaitForCacheSync(ctx.Done(), i.HasSynced) {
+				w.poke()
+			}
+		}()
+	}
+	return nil
+}
+
+// Ready returns nil when both informers have listed their resource and
+// keep it current (source.Live).
+func (w *ClusterWatch) Ready(now time.Time) error {
+	t := w.current()
+	if t == nil {
+		return errors.New("kube: not watching the cluster")
+	}
+	return errors.Join(t.pods.Ready(now), t.nodes.Ready(now))
+}
+
+// Settled reports whether both informers have listed their resource
+// (source.Settler): their failures, if any, are then reported by Ready.
+func (w *ClusterWatch) Settled() bool {
+	t := w.current()
+	return t != nil && t.pods.HasSynced() && t.nodes.HasSynced()
+}
+
+// Listed reports whether every pod has been listed once.
+func (w *ClusterWatch) Listed() bool {
+	t := w.current()
+	return t != nil && t.pods.HasSynced()
+}
+
+// Holders returns how many pods hold a as a pod-network IP now.
+func (w *ClusterWatch) Holders(a netip.Addr) int {
+	t := w.current()
+	if t == nil {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.idx.Holders(a)
+}
+
+// Changes returns whether anything changed since the last call
+// (source.Live): a cluster-wide pass judges every address again.
+func (w *ClusterWatch) Changes() source.Changes {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.changed {
+		return source.Changes{}
+	}
+	w.changed = false
+	return source.Changes{All: true, Why: "cluster"}
+}
+
+// Collect sets s.Kube to every Pod and Node the informers hold
+// (source.Source), the pods being the index's own records: they stay as
+// they are, and pod events wait, until Return.
+func (w *ClusterWatch) Collect(_ context.Context, s *snapshot.Snapshot) error {
+	t := w.current()
+	if t == nil {
+		return errors.New("not watching the cluster")
+	}
+	if err := errors.Join(t.pods.Ready(s.Taken), t.nodes.Ready(s.Taken)); err != nil {
+		return errors.New(strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	nodes := informer.Values[snapshot.Node](t.nodes)
+	t.mu.Lock()
+	w.lent = t
+	s.Kube = &snapshot.Kube{Pods: t.idx.Pods(), Nodes: nodes, Index: t.idx}
+	return nil
+}
+
+// Return ends the loan of the pods the last Collect lent (source.Lender).
+func (w *ClusterWatch) Return() {
+	if t := w.lent; t != nil {
+		w.lent = nil
+		t.mu.Unlock()
+	}
+}
+
+// Describe says how many Pods and Nodes the informers hold.
+func (w *ClusterWatch) Describe(s *snapshot.Snapshot) string {
+	if s.Kube == nil {
+		return ""
+	}
+	return text.Count(len(s.Kube.Pods), "pod", "pods") + ", " + text.Count(len(s.Kube.Nodes), "node", "nodes")
+}
+
+// Fresh reads with quorum reads the cluster objects q names into s.Kube,
+// for a remedy's last re-check (source.Fresher); it leaves s as it is when
+// q names none.
+func (w *ClusterWatch) Fresh(ctx context.Context, q snapshot.Query, s *snapshot.Snapshot) error {
+	if !q.Kube() {
+		return nil
+	}
+	return fresh(ctx, w.Client, q, s)
+}
+
+// fresh sets s.Kube to what Quorum reads of q.
+func fresh(ctx context.Context, client kubernetes.Interface, q snapshot.Query, s *snapshot.Snapshot) error {
+	if client == nil {
+		return errors.New("no Kubernetes client to re-check against the API server")
+	}
+	k, err := Quorum(ctx, client, q)
+	if err != nil {
+		return err
+	}
+	s.Kube = k
+	return nil
+}
