@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/memberlist"
 
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	sourcegossip "github.com/ghostwatch/ghostwatch/source/gossip"
 )
@@ -36,7 +37,7 @@ func TestHandler(t *testing.T) {
 	})
 	b := startNode(t, "cache-b", "127.0.0.22", 0, testLabel, nil)
 	b.join(t, a)
-	eventually(t, 10*time.Second, "cache-b alive in cache-a's list", stateOf(t, a, "cache-b", StateAlive))
+	poll.UntilNoted(t, 10*time.Second, "cache-b alive in cache-a's list", stateOf(t, a, "cache-b", StateAlive))
 
 	t.Run("GET: the member list, version 1", func(t *testing.T) {
 		resp, err := http.Get(a.url + Path)
@@ -171,7 +172,7 @@ func TestReadEncrypted(t *testing.T) {
 	a := startNode(t, "cache-a", "127.0.0.23", 0, testLabel, keys)
 	b := startNode(t, "cache-b", "127.0.0.24", 0, testLabel, keys)
 	b.join(t, a)
-	eventually(t, 10*time.Second, "cache-b alive in cache-a's list", stateOf(t, a, "cache-b", StateAlive))
+	poll.UntilNoted(t, 10*time.Second, "cache-b alive in cache-a's list", stateOf(t, a, "cache-b", StateAlive))
 	if lines := a.log.Lines("Stream connection"); len(lines) == 0 {
 		t.Errorf("cache-a logged no stream connection: the list was not read over memberlist's push/pull")
 	}
@@ -199,7 +200,7 @@ func TestReadEncrypted(t *testing.T) {
 			if l, err := v.Read(ctx, a.ml); err == nil {
 				t.Fatalf("read %v", l)
 			}
-			eventually(t, 5*time.Second, "cache-a refusing the read", func() (bool, string) {
+			poll.UntilNoted(t, 5*time.Second, "cache-a refusing the read", func() (bool, string) {
 				return len(a.log.Lines(tc.want)) > 0, a.log.String()
 			})
 		})
