@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/memberlist"
 
+	"github.com/ghostwatch/ghostwatch/internal/fakeclock"
 	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	sourcegossip "github.com/ghostwatch/ghostwatch/source/gossip"
@@ -242,7 +243,7 @@ func TestReadPushPullRefusals(t *testing.T) {
 // times GossipToTheDeadTime, ten minutes at least, however long nobody
 // reads it; live members' joins stay.
 func TestViewForgetsGone(t *testing.T) {
-	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	clk := fakeclock.New(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
 	for _, tc := range []struct {
 		deadTime time.Duration
 		keep     time.Duration
@@ -252,17 +253,16 @@ func TestViewForgetsGone(t *testing.T) {
 	} {
 		c := &memberlist.Config{GossipToTheDeadTime: tc.deadTime}
 		v := Watch(c)
-		v.now = func() time.Time { return now }
+		v.now = clk.Now
 		v.NotifyJoin(&memberlist.Node{Name: "live"})
 		v.NotifyJoin(&memberlist.Node{Name: "gone"})
 		v.NotifyLeave(&memberlist.Node{Name: "gone"})
-		start := now
-		now = start.Add(tc.keep)
+		clk.Advance(tc.keep)
 		v.NotifyJoin(&memberlist.Node{Name: "other"})
 		if _, ok := v.events["gone"]; !ok {
 			t.Errorf("GossipToTheDeadTime %v: forgot a member gone %v ago", tc.deadTime, tc.keep)
 		}
-		now = start.Add(tc.keep + time.Second)
+		clk.Advance(time.Second)
 		v.NotifyJoin(&memberlist.Node{Name: "other"})
 		if _, ok := v.events["gone"]; ok {
 			t.Errorf("GossipToTheDeadTime %v: still remembers a member gone %v ago", tc.deadTime, tc.keep+time.Second)
