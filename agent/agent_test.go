@@ -26,6 +26,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/ghostwatch/ghostwatch/internal/eventstest"
+	"github.com/ghostwatch/ghostwatch/internal/fakeclock"
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/sink"
@@ -174,30 +176,11 @@ func cluster() []runtime.Object {
 	}
 }
 
-// clock is a manual clock: grace periods pass only when a test says so,
-// however slow the machine.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 type harness struct {
 	agent  *Agent
 	kube   *kube.Watch
 	ct     *conntrack.Watch
-	clock  *clock
+	clock  *fakeclock.Clock // grace periods pass only when a test says so, however slow the machine
 	tab    *table
 	reg    *prometheus.Registry
 	events *eventstest.Recorder
@@ -220,7 +203,7 @@ func start(t *testing.T, client kubernetes.Interface, st *remedy.Settings, flows
 // startWith is start with a last say on the configuration.
 func startWith(t *testing.T, client kubernetes.Interface, st *remedy.Settings, configure func(*harness, *Config), flows ...snapshot.Flow) *harness {
 	t.Helper()
-	h := &harness{tab: &table{flows: flows}, clock: &clock{t: time.Now()}, reg: prometheus.NewRegistry(), events: &eventstest.Recorder{},
+	h := &harness{tab: &table{flows: flows}, clock: fakeclock.New(time.Now()), reg: prometheus.NewRegistry(), events: &eventstest.Recorder{},
 		logs: &syncBuffer{}, done: make(chan struct{})}
 	rules := rule.InScope(rule.All(rule.Config{}), rule.ScopeNode)
 	var rems []*remedy.Remedy
@@ -228,21 +211,21 @@ func startWith(t *testing.T, client kubernetes.Interface, st *remedy.Settings, c
 		if st == nil {
 			st = &remedy.Settings{Budget: 10, BudgetInterval: time.Minute}
 		}
-		st.Now = h.clock.now
+		st.Now = h.clock.Now
 		var err error
 		if rems, err = remedy.Build(rules, []string{rule.StaleNATFlowID}, *st, &remedy.Flows{Table: h.tab}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	h.ct = &conntrack.Watch{Table: h.tab, Now: h.clock.now, Metrics: conntrack.NewMetrics(h.reg, sink.Namespace)}
+	h.ct = &conntrack.Watch{Table: h.tab, Now: h.clock.Now, Metrics: conntrack.NewMetrics(h.reg, sink.Namespace)}
 	h.kube = &kube.Watch{
 		// As the agent runs: its node's pods, and the others looked up.
 		// Watches over a fake API server send no bookmarks: a silence is
 		// only a sign of trouble in the test that says so.
-		Informers: kube.NewInformers(client, kube.InformerOptions{Node: "node-a", Now: h.clock.now, Silence: 24 * time.Hour}),
-		Holders:   &kube.Holders{Client: client, Now: h.clock.now},
+		Informers: kube.NewInformers(client, kube.InformerOptions{Node: "node-a", Now: h.clock.Now, Silence: 24 * time.Hour}),
+		Holders:   &kube.Holders{Client: client, Now: h.clock.Now},
 		Client:    client,
-		Now:       h.clock.now,
+		Now:       h.clock.Now,
 	}
 	for _, r := range rems {
 		r.Actuator = &remedy.Flows{Table: h.ct}
@@ -256,7 +239,7 @@ func startWith(t *testing.T, client kubernetes.Interface, st *remedy.Settings, c
 		Metrics:       NewMetrics(h.reg, rules),
 		Events:        h.events,
 		Log:           slog.New(slog.NewTextHandler(h.logs, nil)),
-		Now:           h.clock.now,
+		Now:           h.clock.Now,
 	}
 	if configure != nil {
 		configure(h, &cfg)
@@ -320,31 +303,23 @@ func (h *harness) audits(outcome string) float64 {
 func (h *harness) settle(t *testing.T, n float64) {
 	t.Helper()
 	target := h.audits("complete") + n
-	waitFor(t, fmt.Sprintf("%v more audits", n), func() bool { return h.audits("complete") >= target })
+	poll.Until(t, patience, fmt.Sprintf("%v more audits", n), func() bool { return h.audits("complete") >= target })
 }
 
 // waitDegraded waits until n more degraded audits have run.
 func (h *harness) waitDegraded(t *testing.T, n float64) {
 	t.Helper()
 	target := h.audits("degraded") + n
-	waitFor(t, fmt.Sprintf("%v more degraded audits", n), func() bool { return h.audits("degraded") >= target })
+	poll.Until(t, patience, fmt.Sprintf("%v more degraded audits", n), func() bool { return h.audits("degraded") >= target })
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// patience is how long a test waits for the agent's goroutines to do what
+// it expects of them: milliseconds, unless the machine is very busy.
+const patience = 10 * time.Second
 
 func TestDeletesAStaleFlowAndReportsIt(t *testing.T) {
 	h := start(t, fake.NewClientset(cluster()...), nil, staleFlow())
-	waitFor(t, "the stale flow to be deleted", func() bool { return h.tab.count() == 1 })
+	poll.Until(t, patience, "the stale flow to be deleted", func() bool { return h.tab.count() == 1 })
 	h.settle(t, 2)
 	got := h.tab.deletedFlows()
 	if len(got) == 1 {
@@ -384,7 +359,7 @@ func TestAPIServerUnreachableAtStartDeletesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := start(t, client, nil, staleFlow())
-	waitFor(t, "a degraded audit", func() bool { return h.agent.Status().Degraded != "" })
+	poll.Until(t, patience, "a degraded audit", func() bool { return h.agent.Status().Degraded != "" })
 	h.stop()
 	if n := h.tab.count(); n != 0 {
 		t.Fatalf("deleted %d flows without the API server", n)
@@ -416,7 +391,7 @@ func TestAFailingLedgerLeavesTheRestOfTheAudit(t *testing.T) {
 	h := startWith(t, fake.NewClientset(cluster()...), nil, func(_ *harness, c *Config) {
 		c.Ledgers = []source.Source{failingLedger{}}
 	}, staleFlow())
-	waitFor(t, "the stale flow to be deleted", func() bool { return h.tab.count() == 1 })
+	poll.Until(t, patience, "the stale flow to be deleted", func() bool { return h.tab.count() == 1 })
 	if logs := h.logs.String(); strings.Contains(logs, "reason="+reasonSourceError) {
 		t.Errorf("an audit was incomplete for a ledger the conntrack rules do not read:\n%s", logs)
 	}

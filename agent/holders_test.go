@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ghostwatch/ghostwatch/internal/kubefake"
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/source/kube"
 )
@@ -42,7 +43,7 @@ func TestAHolderElsewhereIsFoundWithoutAWatchedChange(t *testing.T) {
 	findings := func(id, sev string) float64 {
 		return testutil.ToFloat64(h.agent.cfg.Metrics.Findings.WithLabelValues(id, sev))
 	}
-	waitFor(t, "the stale flow's finding", func() bool { return findings(rule.StaleNATFlowID, "warning") == 1 })
+	poll.Until(t, patience, "the stale flow's finding", func() bool { return findings(rule.StaleNATFlowID, "warning") == 1 })
 	if n := holders.Lookups(); n == 0 {
 		t.Fatal("the stale flow's backend was judged without asking who holds it")
 	}
@@ -53,7 +54,7 @@ func TestAHolderElsewhereIsFoundWithoutAWatchedChange(t *testing.T) {
 	if _, err := client.CoreV1().Pods("other").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the misdelivered flow's finding", func() bool { return findings(rule.MisdeliveredFlowID, "critical") == 1 })
+	poll.Until(t, patience, "the misdelivered flow's finding", func() bool { return findings(rule.MisdeliveredFlowID, "critical") == 1 })
 	if took := time.Since(created); took > time.Second {
 		t.Errorf("found after %s: want within the longest answer time (300ms) and an audit", took)
 	}

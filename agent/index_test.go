@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
@@ -79,14 +80,14 @@ func TestBackendDeathIsJudgedFromTheIndex(t *testing.T) {
 	if err := client.CoreV1().Pods("ns").Delete(context.Background(), "old", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the stale flow to be deleted", func() bool { return h.tab.count() == 1 })
+	poll.Until(t, patience, "the stale flow to be deleted", func() bool { return h.tab.count() == 1 })
 	if d := h.tab.dumps(); d != 1 {
 		t.Errorf("%d dumps: a change read the whole table", d)
 	}
 	if got := h.tab.deletedFlows()[0]; got.Orig != staleFlow().Orig {
 		t.Errorf("deleted %v", got)
 	}
-	waitFor(t, "the index to forget the deleted flow", func() bool {
+	poll.Until(t, patience, "the index to forget the deleted flow", func() bool {
 		return testutil.ToFloat64(h.ct.Metrics.IndexFlows) == 1
 	})
 }
@@ -113,19 +114,19 @@ func TestAgentsSightingProvesMisdelivery(t *testing.T) {
 
 	// A minute later the pod dies and its IP goes to a new replica, which
 	// the EndpointSlice then lists in its place.
-	h.clock.advance(time.Minute)
+	h.clock.Advance(time.Minute)
 	ctx := context.Background()
 	if err := client.CoreV1().Pods("ns").Delete(ctx, "old", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	next := old.DeepCopy()
 	next.Name, next.UID = "next", "u2"
-	next.Status.StartTime = &metav1.Time{Time: h.clock.now()}
+	next.Status.StartTime = &metav1.Time{Time: h.clock.Now()}
 	if _, err := client.CoreV1().Pods("ns").Create(ctx, next, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	update(t, client, slice("svc-1", endpoint("10.244.0.5", true, false), endpointOf(next)))
-	waitFor(t, "the misdelivered flow to be reported", func() bool { return critical() == 1 })
+	poll.Until(t, patience, "the misdelivered flow to be reported", func() bool { return critical() == 1 })
 	if d := h.tab.dumps(); d != 1 {
 		t.Errorf("%d dumps: want the flow judged from the index", d)
 	}
@@ -169,7 +170,7 @@ func TestAnAddressAddedToTheNodeIsANodePortFrontend(t *testing.T) {
 	if _, err := client.CoreV1().Pods("ns").Create(context.Background(), other, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the flow through the new address to be deleted", func() bool { return h.tab.count() == 1 })
+	poll.Until(t, patience, "the flow through the new address to be deleted", func() bool { return h.tab.count() == 1 })
 	if d := h.tab.dumps(); d != 1 {
 		t.Errorf("%d dumps: want the flow judged from the index", d)
 	}
@@ -187,7 +188,7 @@ func TestNewFlowToADeadBackendIsJudged(t *testing.T) {
 	late := flowTo("10.244.0.9", 42000)
 	h.tab.add(late)
 	ev.ch <- conntrack.Event{Type: conntrack.EventNew, Flow: late}
-	waitFor(t, "the new stale flow to be deleted", func() bool { return h.tab.count() == 1 })
+	poll.Until(t, patience, "the new stale flow to be deleted", func() bool { return h.tab.count() == 1 })
 	if d := h.tab.dumps(); d != 1 {
 		t.Errorf("%d dumps: a new flow read the whole table", d)
 	}
@@ -204,8 +205,8 @@ func TestLostEventsMakeTheNextAuditReadTheTable(t *testing.T) {
 	ev.lose <- struct{}{}
 	// At least one: an audit for another cause (an informer's re-list)
 	// may also read the table while the index is invalid.
-	waitFor(t, "a full audit", func() bool { return h.tab.dumps() >= 2 })
-	waitFor(t, "the flow to be reported", func() bool { return h.findings(finding.Warning) == 1 })
+	poll.Until(t, patience, "a full audit", func() bool { return h.tab.dumps() >= 2 })
+	poll.Until(t, patience, "the flow to be reported", func() bool { return h.findings(finding.Warning) == 1 })
 	if v := testutil.ToFloat64(h.ct.Metrics.EventsLost); v != 1 {
 		t.Errorf("conntrack_events_lost_total = %v", v)
 	}

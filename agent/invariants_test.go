@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -75,7 +76,7 @@ func update(t *testing.T, client *fake.Clientset, s *discoveryv1.EndpointSlice) 
 
 func TestRemedyIsOffUnlessConfigured(t *testing.T) {
 	h := start(t, fake.NewClientset(cluster()...), reportOnly, staleFlow())
-	waitFor(t, "the stale flow to be reported", func() bool { return h.findings(finding.Warning) == 1 })
+	poll.Until(t, patience, "the stale flow to be reported", func() bool { return h.findings(finding.Warning) == 1 })
 	h.settle(t, 3)
 	if n := h.tab.count(); n != 0 {
 		t.Fatalf("deleted %d flows without a remedy configured", n)
@@ -87,13 +88,13 @@ func TestRemedyIsOffUnlessConfigured(t *testing.T) {
 
 func TestGracePeriodBeforeDeleting(t *testing.T) {
 	h := start(t, fake.NewClientset(cluster()...), graceRemedy(), staleFlow())
-	waitFor(t, "the stale flow to be pending", func() bool { return h.actions(remedy.Pending) >= 1 })
+	poll.Until(t, patience, "the stale flow to be pending", func() bool { return h.actions(remedy.Pending) >= 1 })
 	h.settle(t, 3)
 	if n := h.tab.count(); n != 0 {
 		t.Fatalf("deleted %d flows before the grace period passed", n)
 	}
-	h.clock.advance(grace)
-	waitFor(t, "the deletion after the grace period", func() bool { return h.tab.count() == 1 })
+	h.clock.Advance(grace)
+	poll.Until(t, patience, "the deletion after the grace period", func() bool { return h.tab.count() == 1 })
 }
 
 // An endpoint that is not a pod (a hand-made EndpointSlice) leaves one slice
@@ -110,11 +111,11 @@ func TestBackendMovingBetweenSlicesKeepsItsFlows(t *testing.T) {
 	}
 
 	update(t, client, slice("svc-a", endpoint("10.244.0.5", true, false)))
-	waitFor(t, "the gap to be seen", func() bool { return h.actions(remedy.Pending) >= 1 })
+	poll.Until(t, patience, "the gap to be seen", func() bool { return h.actions(remedy.Pending) >= 1 })
 	update(t, client, slice("svc-b", endpoint("10.0.5.5", true, false)))
-	waitFor(t, "the move to be seen", func() bool { return h.findings(finding.Warning) == 0 })
+	poll.Until(t, patience, "the move to be seen", func() bool { return h.findings(finding.Warning) == 0 })
 
-	h.clock.advance(2 * grace)
+	h.clock.Advance(2 * grace)
 	h.settle(t, 3)
 	if n := h.tab.count(); n != 0 {
 		t.Fatalf("deleted %d flows of a backend that only moved between slices", n)
@@ -139,7 +140,7 @@ func TestDrainingBackendKeepsItsFlows(t *testing.T) {
 			objs := append(cluster()[:3], tc.slice, old)
 			h := start(t, fake.NewClientset(objs...), graceRemedy(), staleFlow())
 			h.settle(t, 2)
-			h.clock.advance(2 * grace)
+			h.clock.Advance(2 * grace)
 			h.settle(t, 3)
 			if n := h.tab.count(); n != 0 {
 				t.Fatalf("deleted %d flows of a draining backend", n)
@@ -159,7 +160,7 @@ func TestRecheckRightBeforeDeleting(t *testing.T) {
 	objs = append(objs[:3], slice("svc-1", endpoint("10.244.0.5", true, false)))
 	client := fake.NewClientset(objs...)
 	h := start(t, client, graceRemedy(), flowTo("10.0.5.5", 41000))
-	waitFor(t, "the stale flow to be pending", func() bool { return h.actions(remedy.Pending) >= 1 })
+	poll.Until(t, patience, "the stale flow to be pending", func() bool { return h.actions(remedy.Pending) >= 1 })
 
 	// The next audit reads the cluster first and the table second; while
 	// it reads the table, the grace period ends and the backend comes
@@ -167,9 +168,9 @@ func TestRecheckRightBeforeDeleting(t *testing.T) {
 	var once sync.Once
 	h.tab.setOnCollect(func() {
 		once.Do(func() {
-			h.clock.advance(grace)
+			h.clock.Advance(grace)
 			update(t, client, slice("svc-1", endpoint("10.244.0.5", true, false), endpoint("10.0.5.5", true, false)))
-			waitFor(t, "the informer to see the backend back", func() bool {
+			poll.Until(t, patience, "the informer to see the backend back", func() bool {
 				for _, ep := range h.kube.Informers.Snapshot().Endpoints {
 					if ep.Address == netip.MustParseAddr("10.0.5.5") {
 						return true
@@ -179,7 +180,7 @@ func TestRecheckRightBeforeDeleting(t *testing.T) {
 			})
 		})
 	})
-	waitFor(t, "the re-check to refuse", func() bool { return h.actions(remedy.Refused) >= 1 })
+	poll.Until(t, patience, "the re-check to refuse", func() bool { return h.actions(remedy.Refused) >= 1 })
 	if n := h.tab.count(); n != 0 {
 		t.Fatalf("deleted %d flows whose backend came back", n)
 	}
@@ -193,7 +194,7 @@ func TestBudgetExceededRefusesTheWholeBatch(t *testing.T) {
 	rem := &remedy.Settings{Budget: 2, BudgetInterval: time.Hour}
 	h := start(t, fake.NewClientset(cluster()...), rem,
 		flowTo("10.244.0.9", 41000), flowTo("10.244.0.10", 41001), flowTo("10.244.0.11", 41002))
-	waitFor(t, "the batch to be refused", func() bool { return h.actions(remedy.Refused) >= 3 })
+	poll.Until(t, patience, "the batch to be refused", func() bool { return h.actions(remedy.Refused) >= 3 })
 	h.settle(t, 2)
 	if n := h.tab.count(); n != 0 {
 		t.Fatalf("deleted %d of a batch larger than the budget", n)
@@ -210,7 +211,7 @@ func TestBudgetExceededRefusesTheWholeBatch(t *testing.T) {
 func TestDryRunDeletesNothing(t *testing.T) {
 	rem := &remedy.Settings{DryRun: true, Budget: 10, BudgetInterval: time.Minute}
 	h := start(t, fake.NewClientset(cluster()...), rem, staleFlow())
-	waitFor(t, "a dry-run action", func() bool { return h.actions(remedy.DryRun) >= 1 })
+	poll.Until(t, patience, "a dry-run action", func() bool { return h.actions(remedy.DryRun) >= 1 })
 	h.settle(t, 2)
 	if n := h.tab.count(); n != 0 {
 		t.Fatalf("dry run deleted %d flows", n)
@@ -230,7 +231,7 @@ func TestWatchStaleMidRunDeletesNothing(t *testing.T) {
 	h.settle(t, 2)
 
 	api.begin()
-	waitFor(t, "the agent to notice", func() bool { return strings.Contains(h.agent.Status().Degraded, "connection refused") })
+	poll.Until(t, patience, "the agent to notice", func() bool { return strings.Contains(h.agent.Status().Degraded, "connection refused") })
 	h.tab.add(staleFlow())
 	h.waitDegraded(t, 3)
 	if n := h.tab.count(); n != 0 {
@@ -256,14 +257,14 @@ func TestActionsAreToldToConfig(t *testing.T) {
 			got = append(got, a)
 		}
 	}, staleFlow())
-	waitFor(t, "the stale flow to be pending", func() bool { return h.actions(remedy.Pending) >= 1 })
+	poll.Until(t, patience, "the stale flow to be pending", func() bool { return h.actions(remedy.Pending) >= 1 })
 	mu.Lock()
 	if len(got) != 0 {
 		t.Errorf("told of %d actions while the flow was pending", len(got))
 	}
 	mu.Unlock()
-	h.clock.advance(grace)
-	waitFor(t, "the stale flow to be deleted", func() bool { return h.tab.count() == 1 })
+	h.clock.Advance(grace)
+	poll.Until(t, patience, "the stale flow to be deleted", func() bool { return h.tab.count() == 1 })
 	h.stop()
 	flow := staleFlow()
 	if len(got) != 1 || got[0].Result != remedy.Done || got[0].Rule != rule.StaleNATFlowID ||
@@ -300,17 +301,17 @@ func TestRecheckRefusesWhenAWatchFallsBehind(t *testing.T) {
 		c.Sources = slices.Clone(c.Sources)
 		c.Sources[slices.Index(c.Sources, source.Source(h.kube))] = lag
 	}, staleFlow())
-	waitFor(t, "the stale flow to be pending", func() bool { return h.actions(remedy.Pending) >= 1 })
+	poll.Until(t, patience, "the stale flow to be pending", func() bool { return h.actions(remedy.Pending) >= 1 })
 	var once sync.Once
 	h.tab.setOnCollect(func() {
 		once.Do(func() {
-			h.clock.advance(grace)
+			h.clock.Advance(grace)
 			lag.mu.Lock()
 			lag.behind = errors.New("endpointslices: watch failed: connection reset by peer (0s ago)")
 			lag.mu.Unlock()
 		})
 	})
-	waitFor(t, "the re-check to refuse", func() bool { return h.actions(remedy.Refused) >= 1 })
+	poll.Until(t, patience, "the re-check to refuse", func() bool { return h.actions(remedy.Refused) >= 1 })
 	if n := h.tab.count(); n != 0 {
 		t.Fatalf("deleted %d flows while a watch had fallen behind", n)
 	}

@@ -17,6 +17,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/internal/fakeclock"
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source/kube"
@@ -31,11 +33,11 @@ import (
 // there. Evidence must hold through complete passes only.
 func TestFailedDumpResetsGrace(t *testing.T) {
 	h := start(t, fake.NewClientset(cluster()...), graceRemedy(), staleFlow())
-	waitFor(t, "the stale flow to be pending", func() bool { return h.actions(remedy.Pending) >= 1 })
+	poll.Until(t, patience, "the stale flow to be pending", func() bool { return h.actions(remedy.Pending) >= 1 })
 
 	h.tab.setFail(errors.New("dump cut short: no buffer space available"))
 	h.waitDegraded(t, 1)
-	h.clock.advance(2 * grace)
+	h.clock.Advance(2 * grace)
 	h.waitDegraded(t, 2)
 	if n := h.tab.count(); n != 0 {
 		t.Fatalf("deleted %d flows while the table could not be read", n)
@@ -49,13 +51,13 @@ func TestFailedDumpResetsGrace(t *testing.T) {
 
 	pending := h.actions(remedy.Pending)
 	h.tab.setFail(nil)
-	waitFor(t, "a complete audit after the failure", func() bool { return h.actions(remedy.Pending) > pending })
+	poll.Until(t, patience, "a complete audit after the failure", func() bool { return h.actions(remedy.Pending) > pending })
 	h.settle(t, 2)
 	if n := h.tab.count(); n != 0 {
 		t.Fatalf("deleted %d flows on the first complete audit after a failure: the grace period did not start over", n)
 	}
-	h.clock.advance(grace)
-	waitFor(t, "the deletion a grace period later", func() bool { return h.tab.count() == 1 })
+	h.clock.Advance(grace)
+	poll.Until(t, patience, "the deletion a grace period later", func() bool { return h.tab.count() == 1 })
 }
 
 // outage makes a fake API server go away and come back: every watch ends
@@ -106,25 +108,25 @@ func TestAPIOutageResetsGrace(t *testing.T) {
 	client := fake.NewClientset(cluster()...)
 	api := newOutage(client)
 	h := start(t, client, graceRemedy(), staleFlow())
-	waitFor(t, "the stale flow to be pending", func() bool { return h.actions(remedy.Pending) >= 1 })
+	poll.Until(t, patience, "the stale flow to be pending", func() bool { return h.actions(remedy.Pending) >= 1 })
 
 	api.begin()
-	waitFor(t, "the agent to notice", func() bool { return strings.Contains(h.agent.Status().Degraded, "connection refused") })
-	h.clock.advance(2 * grace)
+	poll.Until(t, patience, "the agent to notice", func() bool { return strings.Contains(h.agent.Status().Degraded, "connection refused") })
+	h.clock.Advance(2 * grace)
 	h.waitDegraded(t, 2)
 
 	api.end()
 	// Once the errors are older than the window, the caches are trusted
 	// again.
-	h.clock.advance(time.Minute + time.Second)
+	h.clock.Advance(time.Minute + time.Second)
 	pending := h.actions(remedy.Pending)
-	waitFor(t, "a complete audit after the outage", func() bool { return h.actions(remedy.Pending) > pending })
+	poll.Until(t, patience, "a complete audit after the outage", func() bool { return h.actions(remedy.Pending) > pending })
 	h.settle(t, 2)
 	if n := h.tab.count(); n != 0 {
 		t.Fatalf("deleted %d flows on the first complete audit after an outage: the grace period did not start over", n)
 	}
-	h.clock.advance(grace)
-	waitFor(t, "the deletion a grace period later", func() bool { return h.tab.count() == 1 })
+	h.clock.Advance(grace)
+	poll.Until(t, patience, "the deletion a grace period later", func() bool { return h.tab.count() == 1 })
 }
 
 // The budget counts dead backends, not flows: one busy backend with more
@@ -137,7 +139,7 @@ func TestBusyBackendFitsTheDefaultBudget(t *testing.T) {
 	}
 	st := &remedy.Settings{Budget: remedy.DefaultBudget, BudgetInterval: remedy.DefaultBudgetInterval, MaxPerGroup: remedy.DefaultMaxPerGroup}
 	h := start(t, fake.NewClientset(cluster()...), st, flows...)
-	waitFor(t, "all 266 flows deleted", func() bool { return h.tab.count() == 266 })
+	poll.Until(t, patience, "all 266 flows deleted", func() bool { return h.tab.count() == 266 })
 	if v := h.actions(remedy.Refused); v != 0 {
 		t.Errorf("%v refusals", v)
 	}
@@ -155,15 +157,15 @@ func TestRecheckReadsTheAPIServer(t *testing.T) {
 	// Nor does the audit ask again who holds the address before the
 	// re-check: its answer stands longer than the grace period.
 	h := startWith(t, client, graceRemedy(), func(h *harness, _ *Config) { h.kube.Holders.TTL, h.kube.Holders.MaxTTL = 24*time.Hour, 24*time.Hour }, staleFlow())
-	waitFor(t, "the stale flow to be pending", func() bool { return h.actions(remedy.Pending) >= 1 })
+	poll.Until(t, patience, "the stale flow to be pending", func() bool { return h.actions(remedy.Pending) >= 1 })
 
 	heir := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "heir", UID: "u9"},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.0.9", PodIPs: []corev1.PodIP{{IP: "10.244.0.9"}}}}
 	if err := client.Tracker().Add(heir); err != nil {
 		t.Fatal(err)
 	}
-	h.clock.advance(grace)
-	waitFor(t, "the re-check to refuse", func() bool { return h.actions(remedy.Refused) >= 1 })
+	h.clock.Advance(grace)
+	poll.Until(t, patience, "the re-check to refuse", func() bool { return h.actions(remedy.Refused) >= 1 })
 	if n := h.tab.count(); n != 0 {
 		t.Fatalf("deleted %d flows whose backend IP a pod holds", n)
 	}
@@ -177,7 +179,7 @@ func TestRecheckReadsTheAPIServer(t *testing.T) {
 // tuple: an entry that changed since it was judged is not deleted.
 func TestChangedEntryIsNotDeleted(t *testing.T) {
 	h := start(t, fake.NewClientset(cluster()...), graceRemedy(), staleFlow())
-	waitFor(t, "the stale flow to be pending", func() bool { return h.actions(remedy.Pending) >= 1 })
+	poll.Until(t, patience, "the stale flow to be pending", func() bool { return h.actions(remedy.Pending) >= 1 })
 	// Between the audit and the delete, the connection ends and a new one
 	// reuses the tuple.
 	reborn := staleFlow()
@@ -185,8 +187,8 @@ func TestChangedEntryIsNotDeleted(t *testing.T) {
 	h.tab.mu.Lock()
 	h.tab.beforeGet = func(t *table) { t.replaceLocked(reborn) }
 	h.tab.mu.Unlock()
-	h.clock.advance(grace)
-	waitFor(t, "the read-back to refuse", func() bool { return h.actions(remedy.Refused) >= 1 })
+	h.clock.Advance(grace)
+	poll.Until(t, patience, "the read-back to refuse", func() bool { return h.actions(remedy.Refused) >= 1 })
 	if n := h.tab.count(); n != 0 {
 		t.Fatalf("deleted %d flows", n)
 	}
@@ -199,25 +201,25 @@ func TestChangedEntryIsNotDeleted(t *testing.T) {
 // noticed on the agent's clock: the agent degrades and acts on nothing.
 func TestSilentWatchDegrades(t *testing.T) {
 	client := fake.NewClientset(cluster()...)
-	var clk *clock
+	var clk *fakeclock.Clock
 	h := startWith(t, client, graceRemedy(), func(h *harness, c *Config) {
-		clk = &clock{t: c.Now()}
-		c.Now, h.kube.Now, h.ct.Now = clk.now, clk.now, clk.now
-		h.kube.Informers = kube.NewInformers(client, kube.InformerOptions{Node: "node-a", Now: clk.now})
-		h.kube.Holders.Now = clk.now
-		c.Remedies[0].Now = clk.now
+		clk = fakeclock.New(c.Now())
+		c.Now, h.kube.Now, h.ct.Now = clk.Now, clk.Now, clk.Now
+		h.kube.Informers = kube.NewInformers(client, kube.InformerOptions{Node: "node-a", Now: clk.Now})
+		h.kube.Holders.Now = clk.Now
+		c.Remedies[0].Now = clk.Now
 	})
 	h.clock = clk
 	h.settle(t, 2)
 	h.tab.add(staleFlow())
-	h.clock.advance(kube.DefaultSilence + time.Second)
-	waitFor(t, "the agent to notice the silence", func() bool {
+	h.clock.Advance(kube.DefaultSilence + time.Second)
+	poll.Until(t, patience, "the agent to notice the silence", func() bool {
 		return strings.Contains(h.agent.Status().Degraded, "nothing heard from the API server")
 	})
 	if v := testutil.ToFloat64(h.agent.cfg.Metrics.Degraded.WithLabelValues("cache-stale")); v != 1 {
 		t.Errorf("degraded{cache-stale} = %v", v)
 	}
-	h.clock.advance(2 * grace)
+	h.clock.Advance(2 * grace)
 	h.waitDegraded(t, 2)
 	if n := h.tab.count(); n != 0 {
 		t.Fatalf("deleted %d flows on a silent watch", n)
@@ -250,9 +252,9 @@ func TestDegradedKeepsMetricsAndSaysWhy(t *testing.T) {
 	client := fake.NewClientset(cluster()...)
 	api := newOutage(client)
 	h := start(t, client, reportOnly, staleFlow())
-	waitFor(t, "the stale flow to be reported", func() bool { return h.findings(finding.Warning) == 1 })
+	poll.Until(t, patience, "the stale flow to be reported", func() bool { return h.findings(finding.Warning) == 1 })
 	api.begin()
-	waitFor(t, "the agent to degrade", func() bool { return h.agent.Status().Degraded != "" })
+	poll.Until(t, patience, "the agent to degrade", func() bool { return h.agent.Status().Degraded != "" })
 	h.waitDegraded(t, 1)
 	if v := h.findings(finding.Warning); v != 1 {
 		t.Errorf("findings gauge = %v while degraded, want the last complete audit's 1", v)
@@ -288,7 +290,7 @@ func TestEventsNameTheClientPodOnlyWhenProven(t *testing.T) {
 			f := staleFlow()
 			f.Start = tc.flowAt
 			h := start(t, fake.NewClientset(objs...), nil, f)
-			waitFor(t, "the deletion", func() bool { return h.tab.count() == 1 })
+			poll.Until(t, patience, "the deletion", func() bool { return h.tab.count() == 1 })
 			// The audit that deleted records its Events before it counts
 			// itself complete.
 			h.settle(t, 1)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/ghostwatch/ghostwatch/deploy"
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/internal/testenv"
 )
 
@@ -122,20 +124,10 @@ func TestAgentOnlyNetAdminAndSIGTERM(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		end := time.Now().Add(30 * time.Second)
-		for !cond() {
-			if time.Now().After(end) {
-				t.Fatalf("timed out waiting for %s; logs:\n%s", what, logs.String())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	waitFor("/readyz to say degraded", func() bool {
+	poll.UntilNoted(t, 30*time.Second, "/readyz to say degraded", func() (bool, string) {
 		code, body := get("/readyz")
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "degraded") && strings.Contains(body, "not listed yet") &&
-			strings.Contains(body, "connection refused")
+			strings.Contains(body, "connection refused"), fmt.Sprintf("%d %q; logs:\n%s", code, body, logs.String())
 	})
 	if code, body := get("/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz = %d %q while the loop runs", code, body)

@@ -2,7 +2,6 @@ package gossip
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -142,30 +141,7 @@ func (l *MemberList) String() string {
 	return "[" + strings.TrimSpace(b.String()) + "]"
 }
 
-// eventually polls cond every 50ms until it holds, and fails the test
-// when it does not within limit; it returns how long it took. cond
-// returns whether it holds and what it saw, for the failure message.
-func eventually(t *testing.T, limit time.Duration, what string, cond func() (bool, string)) time.Duration {
-	t.Helper()
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, saw := cond()
-		if ok {
-			return time.Since(start)
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: not within %v; last seen: %s", what, limit, saw)
-		case <-tick.C:
-		}
-	}
-}
-
-// stateOf is cond for eventually: name is in state in n's member list.
+// stateOf is cond for poll.UntilNoted: name is in state in n's member list.
 func stateOf(t *testing.T, n *testNode, name string, state string) func() (bool, string) {
 	return func() (bool, string) {
 		l, _ := n.members(t)

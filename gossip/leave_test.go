@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 )
 
 func TestLeaveOnDone(t *testing.T) {
@@ -18,7 +20,7 @@ func TestLeaveOnDone(t *testing.T) {
 	b.join(t, a)
 	c.join(t, a)
 	for _, n := range []*testNode{a, b} {
-		eventually(t, 10*time.Second, "cache-c alive in "+n.name+"'s list", stateOf(t, n, "cache-c", StateAlive))
+		poll.UntilNoted(t, 10*time.Second, "cache-c alive in "+n.name+"'s list", stateOf(t, n, "cache-c", StateAlive))
 	}
 
 	ctx, stop := context.WithCancel(context.Background())
@@ -50,7 +52,7 @@ func TestLeaveOnDone(t *testing.T) {
 	// leave may still fail and log "Suspect cache-c has failed", which
 	// changes nothing: memberlist suspects only live members.)
 	for _, n := range []*testNode{a, b} {
-		eventually(t, 5*time.Second, "cache-c left in "+n.name+"'s list", stateOf(t, n, "cache-c", StateLeft))
+		poll.UntilNoted(t, 5*time.Second, "cache-c left in "+n.name+"'s list", stateOf(t, n, "cache-c", StateLeft))
 		l, _ := n.members(t)
 		if m := l.member("cache-c"); m.Since == "" {
 			t.Errorf("%s's list gives no time for cache-c's leave: %+v", n.name, m)
@@ -79,7 +81,7 @@ func TestLeaveOnDoneTimeout(t *testing.T) {
 		c.ProbeInterval = time.Hour
 	})
 	mute.join(t, a)
-	eventually(t, 10*time.Second, "cache-mute alive in cache-a's list", stateOf(t, a, "cache-mute", StateAlive))
+	poll.UntilNoted(t, 10*time.Second, "cache-mute alive in cache-a's list", stateOf(t, a, "cache-mute", StateAlive))
 
 	ctx, stop := context.WithCancel(context.Background())
 	stop()

@@ -16,6 +16,8 @@ import (
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/memberlist"
 
+	"github.com/ghostwatch/ghostwatch/internal/fakeclock"
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	sourcegossip "github.com/ghostwatch/ghostwatch/source/gossip"
 )
@@ -36,7 +38,7 @@ func TestHandler(t *testing.T) {
 	})
 	b := startNode(t, "cache-b", "127.0.0.22", 0, testLabel, nil)
 	b.join(t, a)
-	eventually(t, 10*time.Second, "cache-b alive in cache-a's list", stateOf(t, a, "cache-b", StateAlive))
+	poll.UntilNoted(t, 10*time.Second, "cache-b alive in cache-a's list", stateOf(t, a, "cache-b", StateAlive))
 
 	t.Run("GET: the member list, version 1", func(t *testing.T) {
 		resp, err := http.Get(a.url + Path)
@@ -171,7 +173,7 @@ func TestReadEncrypted(t *testing.T) {
 	a := startNode(t, "cache-a", "127.0.0.23", 0, testLabel, keys)
 	b := startNode(t, "cache-b", "127.0.0.24", 0, testLabel, keys)
 	b.join(t, a)
-	eventually(t, 10*time.Second, "cache-b alive in cache-a's list", stateOf(t, a, "cache-b", StateAlive))
+	poll.UntilNoted(t, 10*time.Second, "cache-b alive in cache-a's list", stateOf(t, a, "cache-b", StateAlive))
 	if lines := a.log.Lines("Stream connection"); len(lines) == 0 {
 		t.Errorf("cache-a logged no stream connection: the list was not read over memberlist's push/pull")
 	}
@@ -199,7 +201,7 @@ func TestReadEncrypted(t *testing.T) {
 			if l, err := v.Read(ctx, a.ml); err == nil {
 				t.Fatalf("read %v", l)
 			}
-			eventually(t, 5*time.Second, "cache-a refusing the read", func() (bool, string) {
+			poll.UntilNoted(t, 5*time.Second, "cache-a refusing the read", func() (bool, string) {
 				return len(a.log.Lines(tc.want)) > 0, a.log.String()
 			})
 		})
@@ -241,7 +243,7 @@ func TestReadPushPullRefusals(t *testing.T) {
 // times GossipToTheDeadTime, ten minutes at least, however long nobody
 // reads it; live members' joins stay.
 func TestViewForgetsGone(t *testing.T) {
-	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	clk := fakeclock.New(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
 	for _, tc := range []struct {
 		deadTime time.Duration
 		keep     time.Duration
@@ -251,17 +253,16 @@ func TestViewForgetsGone(t *testing.T) {
 	} {
 		c := &memberlist.Config{GossipToTheDeadTime: tc.deadTime}
 		v := Watch(c)
-		v.now = func() time.Time { return now }
+		v.now = clk.Now
 		v.NotifyJoin(&memberlist.Node{Name: "live"})
 		v.NotifyJoin(&memberlist.Node{Name: "gone"})
 		v.NotifyLeave(&memberlist.Node{Name: "gone"})
-		start := now
-		now = start.Add(tc.keep)
+		clk.Advance(tc.keep)
 		v.NotifyJoin(&memberlist.Node{Name: "other"})
 		if _, ok := v.events["gone"]; !ok {
 			t.Errorf("GossipToTheDeadTime %v: forgot a member gone %v ago", tc.deadTime, tc.keep)
 		}
-		now = start.Add(tc.keep + time.Second)
+		clk.Advance(time.Second)
 		v.NotifyJoin(&memberlist.Node{Name: "other"})
 		if _, ok := v.events["gone"]; ok {
 			t.Errorf("GossipToTheDeadTime %v: still remembers a member gone %v ago", tc.deadTime, tc.keep+time.Second)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	sourcegossip "github.com/ghostwatch/ghostwatch/source/gossip"
@@ -44,7 +45,7 @@ func joinAndWait(t *testing.T, n *testNode, seeds []*testNode) {
 	t.Helper()
 	n.join(t, seeds[0])
 	for _, s := range seeds {
-		eventually(t, 10*time.Second, n.name+" alive in "+s.name+"'s list", stateOf(t, s, n.name, StateAlive))
+		poll.UntilNoted(t, 10*time.Second, n.name+" alive in "+s.name+"'s list", stateOf(t, s, n.name, StateAlive))
 	}
 }
 
@@ -105,7 +106,7 @@ func TestSeed000NewName(t *testing.T) {
 	t.Logf("%s crashed; %s started on %s:%d and joined %v later", a.name, b.name, addr, port, time.Since(crashed).Round(time.Millisecond))
 	// cache-s1 merges the new member's state once it has answered the
 	// join with its own.
-	eventually(t, 5*time.Second, b.name+" in cache-s1's list", func() (bool, string) {
+	poll.UntilNoted(t, 5*time.Second, b.name+" in cache-s1's list", func() (bool, string) {
 		l, _ := seeds[0].members(t)
 		return l.member(b.name) != nil, l.String()
 	})
@@ -114,7 +115,7 @@ func TestSeed000NewName(t *testing.T) {
 	timing := TimingOf(seeds[0].cfg, 5)
 	first := map[string]time.Duration{}
 	var shared *MemberList
-	eventually(t, timing.SuspectMax+timing.DeadMax+5*time.Second, a.name+" forgotten by cache-s1", func() (bool, string) {
+	poll.UntilNoted(t, timing.SuspectMax+timing.DeadMax+5*time.Second, a.name+" forgotten by cache-s1", func() (bool, string) {
 		l, _ := seeds[0].members(t)
 		// Listed all along: never shunned. (On a busy machine a live
 		// member may turn suspect for a moment, and refute it.)
@@ -189,7 +190,7 @@ func TestSeed000NewNameFindings(t *testing.T) {
 	crash(t, a)
 	b := startNode(t, "cache-7f3c9e1a", addr, port, testLabel, nil)
 	joinAndWait(t, b, seeds)
-	eventually(t, 10*time.Second, a.name+" dead in cache-s1's list", stateOf(t, seeds[0], a.name, StateDead))
+	poll.UntilNoted(t, 10*time.Second, a.name+" dead in cache-s1's list", stateOf(t, seeds[0], a.name, StateDead))
 
 	var ghost, ipID *finding.Finding
 	fs := ghostFindings(t, seeds[0], append(seeds, b)...)
@@ -227,7 +228,7 @@ func TestSeed000SameName(t *testing.T) {
 	joinAndWait(t, a, seeds)
 	port := a.port()
 	crash(t, a)
-	eventually(t, 10*time.Second, a.name+" dead in cache-s1's list", stateOf(t, seeds[0], a.name, StateDead))
+	poll.UntilNoted(t, 10*time.Second, a.name+" dead in cache-s1's list", stateOf(t, seeds[0], a.name, StateDead))
 	dead, _ := seeds[0].members(t)
 	incA := dead.member(a.name).Incarnation
 
@@ -236,7 +237,7 @@ func TestSeed000SameName(t *testing.T) {
 	if _, err := b.ml.Join([]string{seeds[0].address()}); err != nil {
 		t.Fatalf("the new member's join: %v", err)
 	}
-	took := eventually(t, 10*time.Second, a.name+" alive again in cache-s1's list", stateOf(t, seeds[0], a.name, StateAlive))
+	took := poll.UntilNoted(t, 10*time.Second, a.name+" alive again in cache-s1's list", stateOf(t, seeds[0], a.name, StateAlive))
 	l, _ := seeds[0].members(t)
 	m := l.member(a.name)
 	if m.Incarnation <= incA || m.Addr != addr || int(m.Port) != port {
@@ -285,7 +286,7 @@ func TestSeed000NameMoved(t *testing.T) {
 	}
 	timing := TimingOf(seeds[0].cfg, 5)
 	var sawOld bool
-	eventually(t, timing.SuspectMax+timing.DeadMax+seeds[0].cfg.PushPullInterval+5*time.Second, "cache-0 at "+newAddr+" in cache-s1's list", func() (bool, string) {
+	poll.UntilNoted(t, timing.SuspectMax+timing.DeadMax+seeds[0].cfg.PushPullInterval+5*time.Second, "cache-0 at "+newAddr+" in cache-s1's list", func() (bool, string) {
 		l, _ := seeds[0].members(t)
 		m := l.member("cache-0")
 		if m != nil && m.Addr == oldAddr {
@@ -338,7 +339,7 @@ func TestSeed000Prevented(t *testing.T) {
 	// before it has ended: a probe lasts at most ProbeInterval
 	// (state.go:339). The test lets twice that pass.
 	for _, s := range seeds {
-		eventually(t, 5*time.Second, a.name+" left in "+s.name+"'s list", stateOf(t, s, a.name, StateLeft))
+		poll.UntilNoted(t, 5*time.Second, a.name+" left in "+s.name+"'s list", stateOf(t, s, a.name, StateLeft))
 	}
 	time.Sleep(2 * seeds[0].cfg.ProbeInterval)
 	b := startNode(t, nameOf("9e8d7c6b-5a4f-4e3d-8c2b-1a0f9e8d7c6b"), addr, port, testLabel, nil)
@@ -357,7 +358,7 @@ func TestSeed000Prevented(t *testing.T) {
 		}
 	}
 	timing := TimingOf(seeds[0].cfg, 5)
-	eventually(t, timing.DeadMax+5*time.Second, a.name+" forgotten by every member", func() (bool, string) {
+	poll.UntilNoted(t, timing.DeadMax+5*time.Second, a.name+" forgotten by every member", func() (bool, string) {
 		var all []string
 		gone := true
 		for _, s := range seeds {
@@ -414,7 +415,7 @@ func TestForeignLabel(t *testing.T) {
 		t.Error("a member of the cluster joined the foreign member at the reused address")
 	}
 	timing := TimingOf(seeds[0].cfg, 4)
-	eventually(t, timing.SuspectMax+timing.DeadMax+5*time.Second, a.name+" forgotten by every member", func() (bool, string) {
+	poll.UntilNoted(t, timing.SuspectMax+timing.DeadMax+5*time.Second, a.name+" forgotten by every member", func() (bool, string) {
 		var all []string
 		gone := true
 		for _, s := range seeds {
@@ -467,9 +468,9 @@ func TestForeignNoLabel(t *testing.T) {
 		t.Fatalf("the foreign member's join: %v", err)
 	}
 	for _, s := range seeds {
-		eventually(t, 10*time.Second, "the foreign member alive in "+s.name+"'s list", stateOf(t, s, f.name, StateAlive))
+		poll.UntilNoted(t, 10*time.Second, "the foreign member alive in "+s.name+"'s list", stateOf(t, s, f.name, StateAlive))
 	}
-	eventually(t, 10*time.Second, "the cluster in the foreign member's list", func() (bool, string) {
+	poll.UntilNoted(t, 10*time.Second, "the cluster in the foreign member's list", func() (bool, string) {
 		l, _ := f.members(t)
 		return l.member("cache-s1") != nil && l.member("cache-s3") != nil, l.String()
 	})

@@ -27,11 +27,11 @@ func TestAgentActionsInTheResult(t *testing.T) {
 		return remedy.Action{Remedy: "stale-nat-flow", Rule: rule.StaleNATFlowID, Result: r, Reason: reason,
 			Finding: finding.Finding{Rule: rule.StaleNATFlowID, Subject: finding.Subject{IP: "10.244.1.100", Flow: flow}}}
 	}
-	clock.advance(4200*time.Millisecond + 300*time.Microsecond)
+	clock.Advance(4200*time.Millisecond + 300*time.Microsecond)
 	l.add(info, act(remedy.Refused, "re-check: in a quorum read of the API server: 10.244.1.100 is a backend again"))
-	clock.advance(250 * time.Millisecond)
+	clock.Advance(250 * time.Millisecond)
 	l.add(info, act(remedy.Done, "deleted "+flow))
-	clock.advance(time.Second)
+	clock.Advance(time.Second)
 	l.add(info, act(remedy.Failed, "operation not permitted"))
 
 	b, err := json.Marshal([]Run{{Agent: false}, {Agent: true, AgentActions: l.list()}})

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ghostwatch/ghostwatch/agent"
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 	"github.com/ghostwatch/ghostwatch/remedy"
@@ -186,13 +187,10 @@ func BenchmarkBackendDeath(b *testing.B) {
 	del := newTimedDeleter(conn)
 	_, m := benchAgent(b, node, cl, agent.Config{Debounce: time.Millisecond, AuditInterval: time.Hour}, del)
 	// The flows to the pods deleted before the agent started go first.
-	deadline := time.Now().Add(5 * time.Minute)
-	for del.total() < initialStale {
-		if time.Now().After(deadline) {
-			b.Fatalf("the agent deleted %d of the %d stale flows present at start", del.total(), initialStale)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.UntilNoted(b, 5*time.Minute, fmt.Sprintf("the agent to delete the %d stale flows present at start", initialStale), func() (bool, string) {
+		n := del.total()
+		return n >= initialStale, fmt.Sprintf("%d deleted", n)
+	})
 
 	// The backends that have flows, in the order they are killed.
 	type backend struct{ s, p int }

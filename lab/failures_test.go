@@ -51,8 +51,8 @@ func TestFailureLogShowsEachKindAndCountsRepeats(t *testing.T) {
 	printed := 0
 	step := func(err error, want ...string) {
 		t.Helper()
-		clock.advance(100 * time.Millisecond)
-		log.add(Outcome{Sent: clock.now(), At: clock.now(), Err: err})
+		clock.Advance(100 * time.Millisecond)
+		log.add(Outcome{Sent: clock.Now(), At: clock.Now(), Err: err})
 		got := w.lines[printed:]
 		printed = len(w.lines)
 		if strings.Join(got, "") != strings.Join(want, "") {
@@ -75,7 +75,7 @@ func TestFailureLogShowsEachKindAndCountsRepeats(t *testing.T) {
 	step(errTimeout, "[  1.20s] client:   request failed: timeout (read tcp: i/o timeout)\n")
 	step(errTimeout)
 	step(errTimeout)
-	clock.advance(time.Second)
+	clock.Advance(time.Second)
 	log.stop()
 	if got, want := w.lines[printed:], "[  2.40s] client:   2 more requests failed the same way (timeout), the last one sent at 1.40s\n"; strings.Join(got, "") != want {
 		t.Errorf("stop printed %q, want %q", got, want)

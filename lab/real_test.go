@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ghostwatch/ghostwatch/deploy"
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
@@ -298,20 +299,19 @@ func (e *realEnv) gone(t *testing.T, ns, name string) {
 	})
 }
 
-// eventually polls cond every 20ms until it holds or the deadline passes;
-// it also fails fast when a control-plane process dies.
+// eventually waits with poll.Until for cond to hold within deadline, and
+// fails fast when a control-plane or node process dies meanwhile.
 func (e *realEnv) eventually(t *testing.T, deadline time.Duration, what string, cond func() bool) {
 	t.Helper()
-	end := time.Now().Add(deadline)
-	for !cond() {
+	poll.Until(t, deadline, what, func() bool {
+		if cond() {
+			return true
+		}
 		if err := errors.Join(e.cp.Check(), e.node.Check()); err != nil {
 			t.Fatalf("waiting for %s: %v", what, err)
 		}
-		if time.Now().After(end) {
-			t.Fatalf("no %s after %s", what, deadline)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	})
 }
 
 // flowsTo returns the node's conntrack entries translated to backend.

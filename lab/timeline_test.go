@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ghostwatch/ghostwatch/internal/fakeclock"
 )
 
 // brokenWriter accepts ok writes, then fails every write with err, as
@@ -26,16 +28,12 @@ func (w *brokenWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// fakeClock is a clock tests move by hand.
-type fakeClock struct{ t time.Time }
-
-func (c *fakeClock) now() time.Time          { return c.t }
-func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
-
-func newTestTimeline(w *brokenWriter) (*timeline, *fakeClock) {
-	c := &fakeClock{t: time.Date(2026, 11, 22, 14, 5, 0, 0, time.UTC)}
-	tl := newTimeline(w, c.t)
-	tl.now = c.now
+// newTestTimeline returns a timeline writing to w and the clock it reads,
+// which tests move by hand.
+func newTestTimeline(w *brokenWriter) (*timeline, *fakeclock.Clock) {
+	c := fakeclock.New(time.Date(2026, 11, 22, 14, 5, 0, 0, time.UTC))
+	tl := newTimeline(w, c.Now())
+	tl.now = c.Now
 	return tl, c
 }
 
@@ -47,7 +45,7 @@ func TestTimelineReportsAFailedWriteOnce(t *testing.T) {
 	var failures []error
 	tl.failed = func(err error) { failures = append(failures, err) }
 	tl.section("rollout")
-	clock.advance(1500 * time.Millisecond)
+	clock.Advance(1500 * time.Millisecond)
 	tl.logf("api", "pod %s terminating", "web/api-v1")
 	tl.logf("kubelet", "pod deleted")
 	tl.logf("client", "request failed")

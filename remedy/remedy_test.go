@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/internal/fakeclock"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
@@ -53,10 +54,6 @@ func (t *fakeTable) Delete(f *snapshot.Flow) error {
 	return nil
 }
 
-type clock struct{ t time.Time }
-
-func (c *clock) now() time.Time { return c.t }
-
 func ready() *snapshot.Snapshot {
 	return &snapshot.Snapshot{Sources: []snapshot.SourceStatus{
 		{Name: "kube", Status: snapshot.StatusOK}, {Name: "conntrack", Status: snapshot.StatusOK}}}
@@ -86,9 +83,9 @@ func firstFlow(f finding.Finding) snapshot.Flow { return f.Target.(*finding.Flow
 
 var info = rule.NewStaleNATFlow(rule.ConntrackConfig{}).Info()
 
-func newRemedy(c *clock, tab *fakeTable) *Remedy {
+func newRemedy(c *fakeclock.Clock, tab *fakeTable) *Remedy {
 	return &Remedy{Rule: info, Grace: 10 * time.Second, Budget: &Budget{Max: 2, Interval: time.Minute}, Actuator: &Flows{Table: tab},
-		Recheck: func(_ context.Context, fs []finding.Finding) []error { return make([]error, len(fs)) }, Now: c.now}
+		Recheck: func(_ context.Context, fs []finding.Finding) []error { return make([]error, len(fs)) }, Now: c.Now}
 }
 
 func results(as []Action) string {
@@ -99,7 +96,7 @@ func results(as []Action) string {
 	return strings.Join(out, ",")
 }
 
-func t0() *clock { return &clock{time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
+func t0() *fakeclock.Clock { return fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) }
 
 func TestGracePeriodMustHoldContinuously(t *testing.T) {
 	c := t0()
@@ -110,16 +107,16 @@ func TestGracePeriodMustHoldContinuously(t *testing.T) {
 	if as, err := r.Apply(ctx, ready(), []finding.Finding{f}); err != nil || results(as) != "pending" {
 		t.Fatalf("first sight: %s, %v", results(as), err)
 	}
-	c.t = c.t.Add(5 * time.Second)
+	c.Advance(5 * time.Second)
 	// One pass without the finding: the grace period starts over.
 	if as, _ := r.Apply(ctx, ready(), nil); len(as) != 0 {
 		t.Fatalf("actions without findings: %v", as)
 	}
-	c.t = c.t.Add(6 * time.Second)
+	c.Advance(6 * time.Second)
 	if as, _ := r.Apply(ctx, ready(), []finding.Finding{f}); results(as) != "pending" {
 		t.Fatalf("after a gap the grace period must restart: %s", results(as))
 	}
-	c.t = c.t.Add(10 * time.Second)
+	c.Advance(10 * time.Second)
 	as, err := r.Apply(ctx, ready(), []finding.Finding{f})
 	if err != nil || results(as) != "done" || len(tab.deleted) != 1 || tab.deleted[0] != firstFlow(f) {
 		t.Fatalf("after the grace period: %s, %v, deleted %v", results(as), err, tab.deleted)
@@ -130,14 +127,14 @@ func TestGracePeriodMustHoldContinuously(t *testing.T) {
 // looks again then, not a whole grace period after the latest finding.
 func TestPendingActionsSayWhenTheyAreDue(t *testing.T) {
 	c := t0()
-	start := c.t
+	start := c.Now()
 	a, b := staleFinding("10.244.3.47", 1000), staleFinding("10.244.3.48", 1001)
 	r := newRemedy(c, newTable(a, b))
 	ctx := context.Background()
 	if _, err := r.Apply(ctx, ready(), []finding.Finding{a}); err != nil {
 		t.Fatal(err)
 	}
-	c.t = c.t.Add(4 * time.Second)
+	c.Advance(4 * time.Second)
 	as, err := r.Apply(ctx, ready(), []finding.Finding{a, b})
 	if err != nil || results(as) != "pending,pending" {
 		t.Fatalf("%s, %v", results(as), err)
@@ -145,7 +142,7 @@ func TestPendingActionsSayWhenTheyAreDue(t *testing.T) {
 	if want := start.Add(r.Grace); !as[0].Due.Equal(want) {
 		t.Errorf("first finding due %s, want %s (first seen + grace)", as[0].Due, want)
 	}
-	if want := c.t.Add(r.Grace); !as[1].Due.Equal(want) {
+	if want := c.Now().Add(r.Grace); !as[1].Due.Equal(want) {
 		t.Errorf("second finding due %s, want %s", as[1].Due, want)
 	}
 }
@@ -170,7 +167,7 @@ func TestIncompleteEvidenceAndResetRestartGrace(t *testing.T) {
 			tab := newTable(f)
 			r := newRemedy(c, tab)
 			r.Apply(ctx, ready(), []finding.Finding{f})
-			c.t = c.t.Add(20 * time.Second)
+			c.Advance(20 * time.Second)
 			if s, err := tc.breakIt(r); s != nil && !errors.Is(err, ErrIncompleteEvidence) {
 				t.Fatalf("with a source down: %v", err)
 			}
@@ -273,7 +270,7 @@ func TestBudgetCountsGhostIPs(t *testing.T) {
 		t.Errorf("action limit = %v", as[0].Limit)
 	}
 	// A minute later the window is free again.
-	c.t = c.t.Add(time.Minute)
+	c.Advance(time.Minute)
 	if as, err = r.Apply(ctx, ready(), []finding.Finding{other, third}); err != nil || results(as) != "done,done" {
 		t.Fatalf("after the interval: %s %v", results(as), err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
@@ -187,22 +188,19 @@ func waitForWaiter(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 	suffix := fmt.Sprintf(":%d", st.Ino)
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
+	poll.Until(t, time.Minute, "a process blocked on the flock of "+path, func() bool {
 		f, err := os.Open("/proc/locks")
 		if err != nil {
 			t.Skipf("no /proc/locks: %v", err)
 		}
+		defer f.Close()
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
 			fields := strings.Fields(sc.Text())
 			if len(fields) > 6 && fields[1] == "->" && fields[2] == "FLOCK" && strings.HasSuffix(fields[6], suffix) {
-				f.Close()
-				return
+				return true
 			}
 		}
-		f.Close()
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatal("no process waited for the lock")
+		return false
+	})
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/audit"
 	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
 	"github.com/ghostwatch/ghostwatch/rule"
@@ -147,19 +148,6 @@ func (e *env) handleExists(t *testing.T, id string) bool {
 	return ok
 }
 
-// eventually polls cond every 100ms until it holds, failing after deadline.
-func eventually(t *testing.T, deadline time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > deadline {
-			t.Fatalf("not %s after %s", what, deadline)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 // TestStaleNodenameAllocationCollected reproduces Calico issue #12257
 // (seed 002) with Calico's own binaries: calico-ipam books a pod's address
 // under the stale node name its nodename file holds (node-a) while the pod
@@ -239,7 +227,7 @@ func TestStaleNodenameAllocationCollected(t *testing.T) {
 
 	// One grace period after the first scan, plus up to a scan interval
 	// (grace/2), plus the start of the process; bounded well above that.
-	eventually(t, 3*grace+30*time.Second, "the misbooked allocation freed", func() bool {
+	poll.Until(t, 3*grace+30*time.Second, "the misbooked allocation freed", func() bool {
 		if err := kc.Check(); err != nil {
 			t.Fatal(err)
 		}

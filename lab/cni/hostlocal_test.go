@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"golang.org/x/sys/unix"
 )
@@ -547,18 +548,14 @@ func whileLocked(t *testing.T, store Store, call func() error, held func(*Locked
 	done := make(chan error, 1)
 	go func() { done <- call() }()
 	lockFile := filepath.Join(store.Dir, LockFile)
-	deadline := time.After(time.Minute)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !flockWaiter(t, lockFile) {
+	poll.Until(t, time.Minute, "a process blocked on the lock", func() bool {
 		select {
 		case err := <-done:
 			t.Fatalf("the call returned while the lock was held: %v", err)
-		case <-deadline:
-			t.Fatal("no process waits for the lock after a minute")
-		case <-tick.C:
+		default:
 		}
-	}
+		return flockWaiter(t, lockFile)
+	})
 	held(l)
 	select {
 	case err := <-done:

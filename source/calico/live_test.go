@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/cli-runtime/pkg/printers"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	labcalico "github.com/ghostwatch/ghostwatch/lab/calico"
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
@@ -147,24 +149,20 @@ func TestLiveLedgerIsTheSavedOne(t *testing.T) {
 	// Until the collector has freed the misbooked address, and reported
 	// what it runs with.
 	var got *snapshot.Calico
-	deadline := time.Now().Add(3*grace + time.Minute)
-	for {
+	poll.UntilNoted(t, 3*grace+time.Minute, "the collector to free "+misbooked.String(), func() (bool, string) {
 		s := &snapshot.Snapshot{}
 		if err := live.Collect(ctx, s); err != nil {
 			t.Fatal(err)
 		}
 		got = s.Calico
 		if allocated(got, misbooked) == nil && got.LeakGC != nil && strings.HasPrefix(got.LeakGC.From, "status.") {
-			break
+			return true, ""
 		}
 		if err := kc.Check(); err != nil {
 			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the collector did not free %s: %+v", misbooked, got)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("%+v", got)
+	})
 	// Nothing writes the ledger from here on.
 	kc.Stop(10 * time.Second)
 	s := &snapshot.Snapshot{}

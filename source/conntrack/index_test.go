@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ghostwatch/ghostwatch/internal/fakeclock"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
@@ -85,8 +86,8 @@ func TestIndexReplaysEventsThatArriveDuringTheSeed(t *testing.T) {
 // never gives it to another entry of the same tuple.
 func TestIndexRemembersWhenItFirstSawAFlow(t *testing.T) {
 	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
-	now := t0
-	ix := newFlowIndex(func() time.Time { return now })
+	clk := fakeclock.New(t0)
+	ix := newFlowIndex(clk.Now)
 	backend := []netip.Addr{netip.MustParseAddr("10.244.0.9")}
 	seenOf := func(sport uint16) time.Time {
 		t.Helper()
@@ -114,7 +115,7 @@ func TestIndexRemembersWhenItFirstSawAFlow(t *testing.T) {
 
 	// The next seed finds the same entry: it keeps the first sighting, and
 	// passes it on to the rules.
-	now = t0.Add(time.Minute)
+	clk.Set(t0.Add(time.Minute))
 	again := flowTo("10.244.0.9", 1)
 	ix.beginSeed()
 	ix.seed(&again)
@@ -124,33 +125,33 @@ func TestIndexRemembersWhenItFirstSawAFlow(t *testing.T) {
 	}
 
 	// Another entry of the same tuple (another kernel ID) is new.
-	now = t0.Add(2 * time.Minute)
+	clk.Set(t0.Add(2 * time.Minute))
 	other := flowTo("10.244.0.9", 1)
 	other.ID = 4242
 	ix.beginSeed()
 	ix.seed(&other)
 	ix.endSeed(true)
-	if !other.Seen.Equal(now) {
-		t.Errorf("another entry of the same tuple took the old sighting: %v, want %v", other.Seen, now)
+	if !other.Seen.Equal(clk.Now()) {
+		t.Errorf("another entry of the same tuple took the old sighting: %v, want %v", other.Seen, clk.Now())
 	}
 
 	// A new entry from an event is stamped when the event arrives.
-	now = t0.Add(3 * time.Minute)
+	clk.Set(t0.Add(3 * time.Minute))
 	ix.apply(Event{Type: EventNew, Flow: flowTo("10.244.0.9", 3)})
-	if !seenOf(3).Equal(now) {
-		t.Errorf("new event: seen %v, want %v", seenOf(3), now)
+	if !seenOf(3).Equal(clk.Now()) {
+		t.Errorf("new event: seen %v, want %v", seenOf(3), clk.Now())
 	}
 
 	// After lost events nothing is carried: the tuple may since belong to
 	// another entry the index never heard of.
-	now = t0.Add(4 * time.Minute)
+	clk.Set(t0.Add(4 * time.Minute))
 	ix.invalidate()
 	lost := other
 	ix.beginSeed()
 	ix.seed(&lost)
 	ix.endSeed(true)
-	if !lost.Seen.Equal(now) {
-		t.Errorf("after lost events the sighting was carried: %v, want %v", lost.Seen, now)
+	if !lost.Seen.Equal(clk.Now()) {
+		t.Errorf("after lost events the sighting was carried: %v, want %v", lost.Seen, clk.Now())
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/serf/serf"
 
 	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/internal/serftest"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -38,33 +39,25 @@ var (
 // fails the test at the deadline with the last view.
 func waitView(t *testing.T, agent *gossip.Serf, within time.Duration, what string, ok func(*snapshot.GossipView) bool) *snapshot.GossipView {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		v, err := agent.Members(context.Background())
-		if err == nil && ok(v) {
-			return v
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s, %s: not yet (members %s, error %v)", within, what, show(v), err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var v *snapshot.GossipView
+	poll.UntilNoted(t, within, what, func() (bool, string) {
+		var err error
+		v, err = agent.Members(context.Background())
+		return err == nil && ok(v), fmt.Sprintf("members %s, error %v", show(v), err)
+	})
+	return v
 }
 
 // waitLog waits until the log holds at least n lines with s after the
 // mark, and returns them.
 func waitLog(t *testing.T, a *serftest.Agent, from, n int, within time.Duration, s string) []string {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		if lines := a.Log.Lines(from, s); len(lines) >= n {
-			return lines
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s, %s logged %q %d times, want %d", within, a.Name, s, len(a.Log.Lines(from, s)), n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var lines []string
+	poll.UntilNoted(t, within, fmt.Sprintf("%s to log %q %d times", a.Name, s, n), func() (bool, string) {
+		lines = a.Log.Lines(from, s)
+		return len(lines) >= n, fmt.Sprintf("logged %d times", len(lines))
+	})
+	return lines
 }
 
 func status(v *snapshot.GossipView, name string) (snapshot.GossipMember, bool) {

@@ -18,26 +18,10 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/ghostwatch/ghostwatch/internal/fakeclock"
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
-
-// manual is a clock that moves only when told.
-type manual struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *manual) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *manual) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 func startSynced(t *testing.T, inf *Informers) {
 	t.Helper()
@@ -51,21 +35,10 @@ func startSynced(t *testing.T, inf *Informers) {
 	}
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // A watch the API server refuses makes the caches stale, named and dated
 // by the informers' clock, until a watch runs again.
 func TestStaleOnErrorsByTheInjectedClock(t *testing.T) {
-	clk := &manual{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	client := fake.NewClientset()
 	var (
 		mu      sync.Mutex
@@ -81,13 +54,13 @@ func TestStaleOnErrorsByTheInjectedClock(t *testing.T) {
 		current = watch.NewFake()
 		return true, current, nil
 	})
-	inf := NewInformers(client, InformerOptions{Now: clk.now})
-	if err := inf.Stale(clk.now()); err == nil || !strings.Contains(err.Error(), "not listed yet") {
+	inf := NewInformers(client, InformerOptions{Now: clk.Now})
+	if err := inf.Stale(clk.Now()); err == nil || !strings.Contains(err.Error(), "not listed yet") {
 		t.Fatalf("before start: %v, want not listed yet", err)
 	}
 	startSynced(t, inf)
-	waitUntil(t, "the pods' watch", func() bool { mu.Lock(); defer mu.Unlock(); return current != nil })
-	if err := inf.Stale(clk.now()); err != nil {
+	poll.Until(t, 10*time.Second, "the pods' watch", func() bool { mu.Lock(); defer mu.Unlock(); return current != nil })
+	if err := inf.Stale(clk.Now()); err != nil {
 		t.Fatalf("after sync: %v", err)
 	}
 	// The watch ends, and the API server refuses the next.
@@ -95,15 +68,15 @@ func TestStaleOnErrorsByTheInjectedClock(t *testing.T) {
 	refuse = true
 	current.Stop()
 	mu.Unlock()
-	waitUntil(t, "the refused watch", func() bool { return inf.watched[0].Err() != nil })
-	clk.advance(30 * time.Second)
-	if err := inf.Stale(clk.now()); err == nil || !strings.Contains(err.Error(), "pods: dial tcp 127.0.0.1:6443: connect: connection refused (30s ago)") {
+	poll.Until(t, 10*time.Second, "the refused watch", func() bool { return inf.watched[0].Err() != nil })
+	clk.Advance(30 * time.Second)
+	if err := inf.Stale(clk.Now()); err == nil || !strings.Contains(err.Error(), "pods: dial tcp 127.0.0.1:6443: connect: connection refused (30s ago)") {
 		t.Fatalf("after a refused watch: %v", err)
 	}
 	mu.Lock()
 	refuse = false
 	mu.Unlock()
-	waitUntil(t, "a watch again", func() bool { return inf.Stale(clk.now()) == nil })
+	poll.Until(t, 10*time.Second, "a watch again", func() bool { return inf.Stale(clk.Now()) == nil })
 }
 
 // Before the first list succeeds, Stale says why it has not: the error of
@@ -117,7 +90,7 @@ func TestStaleSaysWhyNotListed(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	inf.Start(ctx)
-	waitUntil(t, "the list error", func() bool { return inf.watched[0].Err() != nil })
+	poll.Until(t, 10*time.Second, "the list error", func() bool { return inf.watched[0].Err() != nil })
 	err := inf.Stale(time.Now())
 	// The other watches may or may not have listed by now: only the pods'
 	// part is certain.
@@ -130,7 +103,7 @@ func TestStaleSaysWhyNotListed(t *testing.T) {
 // ever leaves it without a bookmark is stuck: the caches are not trusted.
 // Any event of the watch, a bookmark included, is a sign of life.
 func TestStaleWhenTheWatchFallsSilent(t *testing.T) {
-	clk := &manual{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	client := fake.NewClientset()
 	var mu sync.Mutex
 	watches := map[string]*watch.FakeWatcher{}
@@ -141,11 +114,11 @@ func TestStaleWhenTheWatchFallsSilent(t *testing.T) {
 		mu.Unlock()
 		return true, w, nil
 	})
-	inf := NewInformers(client, InformerOptions{Now: clk.now, Silence: 2 * time.Minute})
+	inf := NewInformers(client, InformerOptions{Now: clk.Now, Silence: 2 * time.Minute})
 	startSynced(t, inf)
-	waitUntil(t, "five watches", func() bool { mu.Lock(); defer mu.Unlock(); return len(watches) == 5 })
-	clk.advance(90 * time.Second)
-	if err := inf.Stale(clk.now()); err != nil {
+	poll.Until(t, 10*time.Second, "five watches", func() bool { mu.Lock(); defer mu.Unlock(); return len(watches) == 5 })
+	clk.Advance(90 * time.Second)
+	if err := inf.Stale(clk.Now()); err != nil {
 		t.Fatalf("90s of quiet is normal: %v", err)
 	}
 	// Bookmarks on every watch but the nodes'.
@@ -156,16 +129,16 @@ func TestStaleWhenTheWatchFallsSilent(t *testing.T) {
 	watches["endpointslices"].Action(watch.Bookmark, &discoveryv1.EndpointSlice{ObjectMeta: bookmark})
 	watches["servicecidrs"].Action(watch.Bookmark, &networkingv1.ServiceCIDR{ObjectMeta: bookmark})
 	mu.Unlock()
-	waitUntil(t, "the bookmarks", func() bool {
+	poll.Until(t, 10*time.Second, "the bookmarks", func() bool {
 		for _, w := range inf.watched {
-			if w.Resource != "nodes" && !w.Heard().Equal(clk.now()) {
+			if w.Resource != "nodes" && !w.Heard().Equal(clk.Now()) {
 				return false
 			}
 		}
 		return true
 	})
-	clk.advance(60 * time.Second)
-	err := inf.Stale(clk.now())
+	clk.Advance(60 * time.Second)
+	err := inf.Stale(clk.Now())
 	if err == nil || !strings.Contains(err.Error(), "nodes: nothing heard from the API server for 2m30s") || strings.Contains(err.Error(), "pods:") {
 		t.Fatalf("after 150s without a word on the nodes' watch: %v", err)
 	}
@@ -189,7 +162,7 @@ func TestChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	startSynced(t, inf)
-	waitUntil(t, "the initial pod", func() bool { return len(inf.TakeChanges().Addrs) > 0 })
+	poll.Until(t, 10*time.Second, "the initial pod", func() bool { return len(inf.TakeChanges().Addrs) > 0 })
 	inf.TakeChanges()
 
 	ctx := context.Background()
@@ -208,7 +181,7 @@ func TestChanges(t *testing.T) {
 		want[netip.MustParseAddr(a)] = struct{}{}
 	}
 	got := map[netip.Addr]struct{}{}
-	waitUntil(t, "both changes", func() bool {
+	poll.Until(t, 10*time.Second, "both changes", func() bool {
 		for a := range inf.TakeChanges().Addrs {
 			got[a] = struct{}{}
 		}
@@ -223,7 +196,7 @@ func TestChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	frontends := false
-	waitUntil(t, "the service change", func() bool { frontends = frontends || inf.TakeChanges().Frontends; return frontends })
+	poll.Until(t, 10*time.Second, "the service change", func() bool { frontends = frontends || inf.TakeChanges().Frontends; return frontends })
 	select {
 	case <-changed:
 	default:

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 )
@@ -75,7 +76,7 @@ func startCluster(t *testing.T, w *ClusterWatch) context.CancelFunc {
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "pods and nodes listed", w.Settled)
+	poll.Until(t, 10*time.Second, "pods and nodes listed", w.Settled)
 	return cancel
 }
 
@@ -128,7 +129,7 @@ func TestClusterWatchHoldsEveryPodAndNode(t *testing.T) {
 	if err := client.CoreV1().Pods("ns").Delete(context.Background(), "b", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the deletion seen", func() bool { return events.has("b deleted") })
+	poll.Until(t, 10*time.Second, "the deletion seen", func() bool { return events.has("b deleted") })
 	if got := w.Holders(netip.MustParseAddr("10.244.1.5")); got != 1 {
 		t.Errorf("Holders after the deletion = %d, want 1", got)
 	}
@@ -151,7 +152,7 @@ func TestClusterWatchLendsUntilReturn(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The informer has the new pod; its handler waits for the loan.
-	waitUntil(t, "the informer to hold pod b", func() bool {
+	poll.Until(t, 10*time.Second, "the informer to hold pod b", func() bool {
 		_, ok, _ := w.current().pods.Store().GetByKey("ns/b")
 		return ok
 	})
@@ -159,7 +160,7 @@ func TestClusterWatchLendsUntilReturn(t *testing.T) {
 		t.Fatalf("the lent pods changed: %+v, handler saw %q", lent, events.seen)
 	}
 	w.Return()
-	waitUntil(t, "pod b indexed after the loan", func() bool { return events.has("b") && w.Holders(netip.MustParseAddr("10.244.1.6")) == 1 })
+	poll.Until(t, 10*time.Second, "pod b indexed after the loan", func() bool { return events.has("b") && w.Holders(netip.MustParseAddr("10.244.1.6")) == 1 })
 	w.Return() // a second Return is harmless
 }
 
@@ -199,7 +200,7 @@ func TestClusterWatchNotReadyWhenRefused(t *testing.T) {
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the refusal seen", func() bool {
+	poll.Until(t, 10*time.Second, "the refusal seen", func() bool {
 		err := w.Ready(time.Now())
 		return err != nil && strings.Contains(err.Error(), "nodes: not listed yet: ") && apierrors.IsForbidden(err)
 	})

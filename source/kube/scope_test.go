@@ -16,7 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clienttesting "k8s.io/client-go/testing"
 
+	"github.com/ghostwatch/ghostwatch/internal/fakeclock"
 	"github.com/ghostwatch/ghostwatch/internal/kubefake"
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
@@ -72,9 +74,9 @@ func twoNodes(t0 time.Time) []runtime.Object {
 // cluster IP, and its own Node by name), and the pods bound to the node:
 // the snapshot says its pods are partial.
 func TestNodeInformersAskWhatKubeProxyAsks(t *testing.T) {
-	clk := &manual{t: time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)}
-	client := kubefake.NewClientset(twoNodes(clk.t.Add(-time.Hour))...)
-	inf := NewInformers(client, InformerOptions{Node: "node-a", Now: clk.now})
+	clk := fakeclock.New(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC))
+	client := kubefake.NewClientset(twoNodes(clk.Now().Add(-time.Hour))...)
+	inf := NewInformers(client, InformerOptions{Node: "node-a", Now: clk.Now})
 	startSynced(t, inf)
 
 	asked := map[string]string{}
@@ -124,7 +126,7 @@ func TestNodeInformersAskWhatKubeProxyAsks(t *testing.T) {
 		t.Fatalf("endpoints %+v", k.Endpoints)
 	}
 	for _, e := range k.Endpoints {
-		if e.PodUID == "" || e.Since.IsZero() || e.Since.After(clk.t) {
+		if e.PodUID == "" || e.Since.IsZero() || e.Since.After(clk.Now()) {
 			t.Errorf("endpoint %+v: want its pod's uid and when it was first seen", e)
 		}
 	}
@@ -138,12 +140,12 @@ func TestNodeInformersAskWhatKubeProxyAsks(t *testing.T) {
 // The time an address was first seen listed for its pod holds while the
 // slice lists it for that pod, and starts over when it lists another.
 func TestEndpointSinceFollowsThePod(t *testing.T) {
-	clk := &manual{t: time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)}
-	objs := twoNodes(clk.t.Add(-time.Hour))
+	clk := fakeclock.New(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC))
+	objs := twoNodes(clk.Now().Add(-time.Hour))
 	client := kubefake.NewClientset(objs...)
-	inf := NewInformers(client, InformerOptions{Node: "node-a", Now: clk.now})
+	inf := NewInformers(client, InformerOptions{Node: "node-a", Now: clk.Now})
 	startSynced(t, inf)
-	first := clk.t
+	first := clk.Now()
 	sinceOf := func(addr string) time.Time {
 		for _, e := range inf.Snapshot().Endpoints {
 			if e.Address.String() == addr {
@@ -152,17 +154,17 @@ func TestEndpointSinceFollowsThePod(t *testing.T) {
 		}
 		return time.Time{}
 	}
-	clk.advance(time.Minute)
+	clk.Advance(time.Minute)
 	if got := sinceOf("10.244.2.7"); !got.Equal(first) {
 		t.Errorf("a minute later, since %v, want %v", got, first)
 	}
 	// Pod b is replaced by c at the same address.
-	c := runningPod("web", "c", "uid-c", "node-b", clk.t, "10.244.2.7")
+	c := runningPod("web", "c", "uid-c", "node-b", clk.Now(), "10.244.2.7")
 	es := slice("web", "api", "api-1", objs[3].(*corev1.Pod), c)
 	if _, err := client.DiscoveryV1().EndpointSlices("web").Update(context.Background(), es, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the new pod's endpoint", func() bool { return sinceOf("10.244.2.7").Equal(clk.t) })
+	poll.Until(t, 10*time.Second, "the new pod's endpoint", func() bool { return sinceOf("10.244.2.7").Equal(clk.Now()) })
 	if got := sinceOf("10.244.1.5"); !got.Equal(first) {
 		t.Errorf("the unchanged endpoint's since moved to %v", got)
 	}
@@ -170,11 +172,11 @@ func TestEndpointSinceFollowsThePod(t *testing.T) {
 
 // lookupAPI is a fake API server whose pods are looked up by address, with
 // every list of pods recorded.
-func lookupAPI(t *testing.T, objs ...runtime.Object) (*Holders, *manual, func() []string) {
+func lookupAPI(t *testing.T, objs ...runtime.Object) (*Holders, *fakeclock.Clock, func() []string) {
 	t.Helper()
 	client := kubefake.NewClientset(objs...)
-	c := &manual{t: time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)}
-	h := &Holders{Client: client, Now: c.now, TTL: 30 * time.Second, MaxTTL: 4 * time.Minute}
+	c := fakeclock.New(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC))
+	h := &Holders{Client: client, Now: c.Now, TTL: 30 * time.Second, MaxTTL: 4 * time.Minute}
 	asked := func() []string {
 		var out []string
 		for _, a := range client.Actions() {
@@ -223,7 +225,7 @@ func TestHoldersKeepAnswersForAWhile(t *testing.T) {
 	}
 	n := len(asked())
 	for i, st := range steps {
-		clk.advance(st.after)
+		clk.Advance(st.after)
 		if _, err := h.Lookup(ctx, []netip.Addr{gone}); err != nil {
 			t.Fatal(err)
 		}

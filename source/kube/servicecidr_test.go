@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/ghostwatch/ghostwatch/internal/fakeclock"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
@@ -44,8 +45,8 @@ func TestInformersWithoutServiceCIDRAPI(t *testing.T) {
 	client.PrependReactor("list", "servicecidrs", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewNotFound(schema.GroupResource{Group: "networking.k8s.io", Resource: "servicecidrs"}, "")
 	})
-	clk := &manual{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	inf := NewInformers(client, InformerOptions{Now: clk.now})
+	clk := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	inf := NewInformers(client, InformerOptions{Now: clk.Now})
 	startSynced(t, inf)
 	k := inf.Snapshot()
 	if !k.NoServiceCIDRAPI || len(k.ServiceCIDRs) != 0 || len(k.Pods) != 1 {
@@ -56,8 +57,8 @@ func TestInformersWithoutServiceCIDRAPI(t *testing.T) {
 	}
 	// Nothing is ever heard about a resource that is not served: that is
 	// not a stuck watch.
-	clk.advance(10 * time.Minute)
-	if err := inf.Stale(clk.now()); err != nil && strings.Contains(err.Error(), "servicecidrs") {
+	clk.Advance(10 * time.Minute)
+	if err := inf.Stale(clk.Now()); err != nil && strings.Contains(err.Error(), "servicecidrs") {
 		t.Errorf("Stale = %v", err)
 	}
 }
