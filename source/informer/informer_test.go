@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -19,30 +18,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/ghostwatch/ghostwatch/internal/fakeclock"
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 )
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 var refused = &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
 
@@ -63,7 +42,7 @@ func emptyNodes() (runtime.Object, error) {
 func TestReadiness(t *testing.T) {
 	var refuse atomic.Bool
 	refuse.Store(true)
-	c := &clock{t: time.Date(2026, 11, 22, 15, 0, 0, 0, time.UTC)}
+	c := fakeclock.New(time.Date(2026, 11, 22, 15, 0, 0, 0, time.UTC))
 	var changes atomic.Int32
 	i := New("nodes", nodes(emptyNodes, func() (watch.Interface, error) {
 		if refuse.Load() {
@@ -77,7 +56,7 @@ func TestReadiness(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go i.Run(ctx)
-	waitFor(t, "the refused watch seen", func() bool {
+	poll.Until(t, 30*time.Second, "the refused watch seen", func() bool {
 		err := i.Ready(c.Now())
 		return err != nil && strings.Contains(err.Error(), "connection refused")
 	})
@@ -96,7 +75,7 @@ func TestReadiness(t *testing.T) {
 		t.Errorf("an error's age: %v", err)
 	}
 	refuse.Store(false)
-	waitFor(t, "the watch running", func() bool { return i.Ready(c.Now()) == nil })
+	poll.Until(t, 30*time.Second, "the watch running", func() bool { return i.Ready(c.Now()) == nil })
 	if i.Err() != nil {
 		t.Errorf("the error outlived the watch: %v", i.Err())
 	}
@@ -109,7 +88,7 @@ func TestReadiness(t *testing.T) {
 // A list that fails leaves the informer not listed, with the failure; a
 // watch that merely ends or expires is no failure.
 func TestListFailureAndHarmlessEnds(t *testing.T) {
-	c := &clock{t: time.Date(2026, 11, 22, 15, 0, 0, 0, time.UTC)}
+	c := fakeclock.New(time.Date(2026, 11, 22, 15, 0, 0, 0, time.UTC))
 	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "", errors.New("no RBAC"))
 	var fail atomic.Bool
 	fail.Store(true)
@@ -122,7 +101,7 @@ func TestListFailureAndHarmlessEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go i.Run(ctx)
-	waitFor(t, "the refused list", func() bool { return i.Err() != nil })
+	poll.Until(t, 30*time.Second, "the refused list", func() bool { return i.Err() != nil })
 	err := i.Ready(c.Now())
 	if err == nil || !strings.HasPrefix(err.Error(), "nodes: not listed yet: ") || !apierrors.IsForbidden(err) {
 		t.Errorf("a refused list reads %v", err)
@@ -135,7 +114,7 @@ func TestListFailureAndHarmlessEnds(t *testing.T) {
 		}
 	}
 	fail.Store(false)
-	waitFor(t, "the list", func() bool { return i.Ready(c.Now()) == nil })
+	poll.Until(t, 30*time.Second, "the list", func() bool { return i.Ready(c.Now()) == nil })
 	for _, end := range []error{
 		apierrors.NewResourceExpired("too old resource version"),
 		apierrors.NewGone("gone"),
@@ -161,7 +140,7 @@ func TestOptionalUnserved(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go i.Run(ctx)
-	waitFor(t, "the list", i.HasSynced)
+	poll.Until(t, 30*time.Second, "the list", i.HasSynced)
 	if !i.Unserved() {
 		t.Error("not unserved")
 	}
