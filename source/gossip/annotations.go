@@ -41,7 +41,20 @@ const (
 // defaultPort are the ports of the agents' APIs by default.
 var defaultPort = map[string]uint16{"consul": 8500, "serf": 7373}
 
-// annotated is a running pod annotated as a member of a gossip cluster.
+// Member is a running pod annotated as a member of a gossip cluster, as
+// Watch.Agent is given it.
+type Member struct {
+	Namespace, Name, UID string
+	// System is consul, serf or memberlist; Cluster "namespace/name".
+	System, Cluster string
+	// Addr is the agent's API: the pod's IP and annotated port.
+	Addr netip.AddrPort
+	// Scheme is http or https.
+	Scheme string
+}
+
+// annotated is a running pod annotated as a member of a gossip cluster,
+// as the Watch keeps it.
 type annotated struct {
 	uid, namespace, name string
 	ip                   netip.Addr
@@ -56,6 +69,11 @@ type annotated struct {
 }
 
 func (p annotated) ref() string { return p.namespace + "/" + p.name }
+
+func (p annotated) member() Member {
+	return Member{Namespace: p.namespace, Name: p.name, UID: p.uid, System: p.key.System, Cluster: p.key.Cluster,
+		Addr: netip.AddrPortFrom(p.ip, p.port), Scheme: p.scheme}
+}
 
 // annotatedPod returns the gossip member p is annotated as, and false when
 // it is not annotated, or not running with an IP (nothing to ask).

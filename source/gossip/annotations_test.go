@@ -49,6 +49,9 @@ func TestAnnotatedPod(t *testing.T) {
 	if !ok || g.err != "" || g.key != (snapshot.GossipCluster{System: "consul", Cluster: "shop/mesh"}) || g.port != 8500 || g.scheme != "https" || g.ip != netip.MustParseAddr("10.244.1.5") {
 		t.Errorf("%+v %v", g, ok)
 	}
+	if m := g.member(); m != (Member{Namespace: "shop", Name: "consul-0", UID: "u1", System: "consul", Cluster: "shop/mesh", Addr: netip.MustParseAddrPort("10.244.1.5:8500"), Scheme: "https"}) {
+		t.Errorf("member %+v", m)
+	}
 	if g, _ := annotatedPod(gossipPod("serf-0", "u2", "10.244.1.6", "serf", 0, time.Now())); g.port != 7373 || g.err != "" || g.key.Cluster != "shop/serf" {
 		t.Errorf("serf's default port: %+v", g)
 	}
