@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/dynamic"
@@ -24,10 +26,13 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/ghostwatch/ghostwatch/controller"
+	"github.com/ghostwatch/ghostwatch/finding"
 	"github.com/ghostwatch/ghostwatch/internal/cmdline"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/calico"
+	"github.com/ghostwatch/ghostwatch/source/gossip"
 	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
@@ -50,12 +55,12 @@ type controllerOptions struct {
 // defaultControllerGrace is how long a gossip ghost must hold before the
 // controller forces it out: two reads of its cluster's member list, at
 // the default interval, agree on it.
-const defaultControllerGrace = 2 * controller.DefaultGossipInterval
+const defaultControllerGrace = 2 * gossip.DefaultInterval
 
 func newControllerCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	o := &controllerOptions{kubeFlags: genericclioptions.NewConfigFlags(true)}
 	o.kubeFlags.Namespace = nil
-	rules, others := controller.Rules(rule.All(rule.Config{}))
+	rules, others := ControllerRules(rule.All(rule.Config{}))
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Watch the whole cluster (one leader of a Deployment) and report its ghosts continuously",
@@ -103,7 +108,7 @@ source is not ready.
 
 It only reports unless --remedy names a remedy:
 
-` + remedyList(controller.Remedies(rules)) + `
+` + remedyList(controllerRemedies(rules)) + `
 A remedy acts on a finding only when it has held in every pass for --grace,
 the ghost IPs due fit in the --budget, and right before acting a quorum read of
 the pods at the ghost's address and a new read of its cluster's member list
@@ -131,8 +136,8 @@ leader once it has listed every Pod and Node.`,
 	f.StringVar(&o.listen, "listen", ":9809", "address serving /metrics, /healthz and /readyz (empty: none)")
 	f.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	f.DurationVar(&o.gossipInterval, "gossip-interval", controller.DefaultGossipInterval, "how often the leader reads the member list of each gossip cluster (one request per cluster)")
-	ids := rule.RemedyIDs(controller.Remedies(rules))
+	f.DurationVar(&o.gossipInterval, "gossip-interval", gossip.DefaultInterval, "how often the leader reads the member list of each gossip cluster (one request per cluster)")
+	ids := rule.RemedyIDs(controllerRemedies(rules))
 	f.StringSliceVar(&o.remedies, "remedy", nil, "remedies to turn on: "+strings.Join(ids, ", ")+" (default none: report only)")
 	f.BoolVar(&o.dryRun, "dry-run", false, "with --remedy, say what would be done (Events and metrics) and do nothing")
 	f.DurationVar(&o.grace, "grace", defaultControllerGrace, "how long a finding must hold in every pass before a remedy acts on it")
@@ -143,7 +148,7 @@ leader once it has listed every Pod and Node.`,
 
 // validate checks the remedy flags.
 func (o *controllerOptions) validate(rules []rule.Rule) error {
-	ids := rule.RemedyIDs(controller.Remedies(rules))
+	ids := rule.RemedyIDs(controllerRemedies(rules))
 	for _, r := range o.remedies {
 		if !slices.Contains(ids, r) {
 			return fmt.Errorf("--remedy %q: the controller's remedies are %s", r, strings.Join(ids, ", "))
@@ -206,18 +211,20 @@ func (o *controllerOptions) run(ctx context.Context, streams genericiooptions.IO
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
-	c := controller.New(controller.Config{
-		Client: client, Dynamic: dyn, Identity: identity, LeaseNamespace: ns, LeaseName: o.leaseName,
-		Rules: rules, Metrics: controller.NewMetrics(reg, rules),
-		Events:         broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "ghostwatch-controller"}),
-		Log:            log,
-		GossipInterval: o.gossipInterval,
-	})
+	sources, clusters := controllerSources(client, dyn, o.gossipInterval, log)
+	var rems []*remedy.Remedy
 	if len(o.remedies) > 0 {
-		if err := c.EnableRemedies(o.remedies, remedy.Settings{Grace: o.grace, DryRun: o.dryRun, Budget: o.budget, BudgetInterval: o.budgetInterval}); err != nil {
+		st := remedy.Settings{Grace: o.grace, DryRun: o.dryRun, Budget: o.budget, BudgetInterval: o.budgetInterval}
+		if rems, err = remedy.Build(rules, o.remedies, st, &remedy.Members{Clusters: clusters}); err != nil {
 			return cmdline.WithCode(ExitError, err)
 		}
 	}
+	c := controller.New(controller.Config{
+		Client: client, Identity: identity, LeaseNamespace: ns, LeaseName: o.leaseName,
+		Sources: sources, Rules: rules, Remedies: rems, Metrics: controller.NewMetrics(reg, rules),
+		Events: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "ghostwatch-controller"}),
+		Log:    log,
+	})
 	stopServing, err := serveHTTP(o.listen, c.Handler(reg), log)
 	if err != nil {
 		return cmdline.WithCode(ExitError, err)
@@ -232,11 +239,67 @@ func (o *controllerOptions) run(ctx context.Context, streams genericiooptions.IO
 	return nil
 }
 
+// controllerSources are the sources the leader reads, in order: every Pod
+// and Node (kube), Calico's IPAM ledger where the API server serves it
+// (calico), and the member lists of the gossip clusters whose pods are
+// annotated (gossip), which learns of those pods from kube's informer. The
+// gossip watch also reads a cluster again for the remedy.
+func controllerSources(client kubernetes.Interface, dyn dynamic.Interface, gossipInterval time.Duration, log *slog.Logger) ([]source.Source, *gossip.Watch) {
+	pods := &kube.ClusterWatch{Client: client, KeepAnnotations: []string{gossip.AnnotationPrefix}}
+	ledger := &calico.Watch{Discovery: client.Discovery(), Dynamic: dyn, Log: log}
+	views := &gossip.Watch{Pods: pods, Interval: gossipInterval}
+	return []source.Source{pods, ledger, views}, views
+}
+
+// controllerSourceNames are the names of controllerSources, in order.
+var controllerSourceNames = []string{kube.Name, calico.Name, gossip.Name}
+
+// ControllerWatched lists the resources the leader lists and watches, as
+// RBAC rules name them: Pods and Nodes, and Calico's ledger when the API
+// server serves it. The controller's ClusterRole must grant list and
+// watch on each, and nothing more of them.
+func ControllerWatched() []schema.GroupResource {
+	return append(kube.ClusterWatched(), calico.Listed()...)
+}
+
+// ControllerRules splits the cluster rules of rules into those the
+// controller runs, whose sources it reads (for a rule with Ledgers: its
+// Sources and one of its cluster ledgers), and the others, which need a
+// source it does not read; ghostwatch scan runs those.
+func ControllerRules(rules []rule.Rule) (runs, others []rule.Rule) {
+	reads := func(s string) bool { return slices.Contains(controllerSourceNames, s) }
+	for _, r := range rule.InScope(rules, rule.ScopeCluster) {
+		info := r.Info()
+		ok := !slices.ContainsFunc(info.Sources, func(s string) bool { return !reads(s) })
+		if len(info.Ledgers) > 0 {
+			ok = ok && slices.ContainsFunc(info.Ledgers, func(l rule.Ledger) bool { return l.Scope == rule.ScopeCluster && reads(l.Source) })
+		}
+		if ok {
+			runs = append(runs, r)
+		} else {
+			others = append(others, r)
+		}
+	}
+	return runs, others
+}
+
+// controllerRemedies returns the rules of rules whose remedy the
+// controller can run: those that act on gossip members.
+func controllerRemedies(rules []rule.Rule) []rule.Rule {
+	var out []rule.Rule
+	for _, r := range rules {
+		if rem := r.Info().Remedy; rem != nil && rem.Target == finding.MemberKind {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // watchedList lists what the leader watches, for the help: the cluster's
 // objects, then Calico's.
 func watchedList() string {
 	var core, ledger []string
-	for _, gr := range controller.Watched() {
+	for _, gr := range ControllerWatched() {
 		if gr.Group == calico.Group {
 			ledger = append(ledger, gr.String())
 		} else {
@@ -245,7 +308,7 @@ func watchedList() string {
 	}
 	return wrap(strings.Join(core, ", ")+" (source kube)", "  ", 80) +
 		wrap(strings.Join(ledger, ", ")+" (source calico, Calico's IPAM ledger: when discovery says the API server serves it; asked again every minute until it does)", "  ", 80) +
-		wrap("the member lists of the gossip clusters whose pods are annotated "+controller.AnnotationGossip+" (source gossip, below)", "  ", 80)
+		wrap("the member lists of the gossip clusters whose pods are annotated "+gossip.AnnotationGossip+" (source gossip, below)", "  ", 80)
 }
 
 // controllerRuleList lists the rules with the sources each reads in the
@@ -283,7 +346,7 @@ func othersList(others []rule.Rule) string {
 	for _, r := range others {
 		var missing []string
 		for _, s := range r.Info().Sources {
-			if !slices.Contains(controller.Sources, s) {
+			if !slices.Contains(controllerSourceNames, s) {
 				missing = append(missing, s)
 			}
 		}

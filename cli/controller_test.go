@@ -2,14 +2,18 @@ package cli
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/ghostwatch/ghostwatch/controller"
 	"github.com/ghostwatch/ghostwatch/deploy"
 	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/source/gossip"
 )
 
 // The Deployment ships args the controller accepts.
@@ -46,12 +50,12 @@ func TestControllerHelpListsWhatItRuns(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	flat := strings.Join(strings.Fields(out), " ")
-	for _, gr := range controller.Watched() {
+	for _, gr := range ControllerWatched() {
 		if !strings.Contains(flat, gr.String()) {
 			t.Errorf("the help does not name %s", gr)
 		}
 	}
-	runs, others := controller.Rules(rule.All(rule.Config{}))
+	runs, others := ControllerRules(rule.All(rule.Config{}))
 	for _, r := range runs {
 		if !strings.Contains(out, "  "+r.Info().ID+" (reads ") {
 			t.Errorf("the help does not list %s with what it reads", r.Info().ID)
@@ -83,5 +87,39 @@ func TestControllerRemedyFlags(t *testing.T) {
 		if code != ExitError || !strings.Contains(errOut, tc.want) || strings.Contains(errOut, "127.0.0.1:1") {
 			t.Errorf("%v: exit %d, stderr %q; want %q before reaching the API server", tc.args, code, errOut, tc.want)
 		}
+	}
+}
+
+// The controller runs the cluster rules whose sources it reads, Calico's
+// and the gossip clusters' included, and leaves those that need another
+// source to scan.
+func TestControllerRulesAreThoseOfWhatItReads(t *testing.T) {
+	all := rule.All(rule.Config{})
+	runs, others := ControllerRules(all)
+	want := []string{rule.DuplicatePodIPID, rule.IPAMUnbookedIPID, rule.IPAMLeakedIPID, rule.IPAMMisbookedID, "ipam-ledger-corrupt",
+		rule.GossipGhostMemberID, rule.GossipIPIdentityID}
+	if got := rule.IDs(runs); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
+		t.Errorf("runs %v, want %v", got, want)
+	}
+	if len(runs)+len(others) != len(rule.InScope(all, rule.ScopeCluster)) {
+		t.Errorf("runs %v and others %v are not the cluster rules", rule.IDs(runs), rule.IDs(others))
+	}
+	for _, r := range others {
+		info := r.Info()
+		if !slices.ContainsFunc(info.Sources, func(s string) bool { return !slices.Contains(controllerSourceNames, s) }) {
+			t.Errorf("%s reads %v, all of which the controller reads, and does not run", info.ID, info.Sources)
+		}
+	}
+	sources, _ := controllerSources(fake.NewClientset(), nil, time.Minute, nil)
+	var names []string
+	for _, s := range sources {
+		names = append(names, s.Name())
+	}
+	if !slices.Equal(names, controllerSourceNames) {
+		t.Errorf("the controller's sources are %v, named %v", names, controllerSourceNames)
+	}
+	// The controller's gossip series follow the gossip source by name.
+	if controller.GossipSource != gossip.Name {
+		t.Errorf("controller.GossipSource = %q, the gossip source is %q", controller.GossipSource, gossip.Name)
 	}
 }

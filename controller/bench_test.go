@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"runtime"
 	"slices"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,12 +19,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/calico"
 	sourcegossip "github.com/ghostwatch/ghostwatch/source/gossip"
 	"github.com/ghostwatch/ghostwatch/source/informer"
+	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
 // The cluster of BenchmarkControllerPass: 150,000 pods on 2,500 nodes, each
@@ -85,9 +86,9 @@ func benchPod(i int, ip netip.Addr, started time.Time) *corev1.Pod {
 	}
 }
 
-// benchCluster builds the cluster's objects and returns them listed by a
-// leader's informers, synced, with the heap it keeps.
-func benchCluster(b *testing.B, now time.Time) (cl *cluster, heap benchHeap, stop func()) {
+// benchCluster builds the cluster's objects and returns the leader's
+// sources, started and settled on them, with the heap they keep.
+func benchCluster(b *testing.B, now time.Time) (sources []source.Source, heap benchHeap, stop func()) {
 	b.Helper()
 	started := now.Add(-time.Hour)
 	pods := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}
@@ -125,7 +126,7 @@ func benchCluster(b *testing.B, now time.Time) (cl *cluster, heap benchHeap, sto
 			i := blk*benchPerBlock + ord
 			pods.Items = append(pods.Items, *benchPod(i, benchAddr(blk, ord), started))
 			if i < benchMembers {
-				pods.Items[i].Annotations = map[string]string{AnnotationGossip: "consul"}
+				pods.Items[i].Annotations = map[string]string{sourcegossip.AnnotationGossip: "consul"}
 			}
 			booked := node
 			if blk < benchMisbooked && ord == 0 {
@@ -149,49 +150,44 @@ func benchCluster(b *testing.B, now time.Time) (cl *cluster, heap benchHeap, sto
 			"node": node, "state": "confirmed", "deleted": "false"})
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
 	clock := func() time.Time { return now }
-	run := func(w *informer.Informer) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.Run(ctx)
-		}()
-	}
-	lw := func(list apiruntime.Object) informer.ListWatch {
-		return informer.ListWatch{
+	lw := func(list apiruntime.Object) *informer.ListWatch {
+		return &informer.ListWatch{
 			List:  func(context.Context, metav1.ListOptions) (apiruntime.Object, error) { return list, nil },
 			Watch: func(context.Context, metav1.ListOptions) (watch.Interface, error) { return watch.NewFake(), nil },
 		}
 	}
+	settle := func(ss ...source.Settler) {
+		for _, s := range ss {
+			for !s.Settled() {
+				time.Sleep(10 * time.Millisecond) // the informers list once, at start
+			}
+		}
+	}
 	// The lists stay alive (the list functions hold them): the
-	// differences of the heap are what the informers keep.
+	// differences of the heap are what the sources keep.
 	base := heapNow()
-	cl = newClusterOf(lw(pods), lw(nodes), func() {}, run, clock)
-	if err := cl.start(); err != nil {
-		b.Fatal(err)
-	}
-	for !cl.pods.HasSynced() || !cl.nodes.HasSynced() {
-		time.Sleep(10 * time.Millisecond) // the informers list once, at start
-	}
+	kw := &kube.ClusterWatch{Pods: lw(pods), Nodes: lw(nodes), KeepAnnotations: []string{sourcegossip.AnnotationPrefix}, Now: clock}
 	// A Consul cluster of the first benchMembers pods, read as the
 	// leader reads it, from an agent that answers a fixed view.
-	cl.reader = newGossipReader(cl, func(gossipPod) (sourcegossip.Agent, error) { return benchAgentOf(pods), nil }, clock)
-	cl.reader.round(ctx)
-	h1 := heapNow()
-	var rs []calico.Resource
-	for plural, kind := range calicoPlurals {
-		rs = append(rs, calico.Resource{GroupVersionResource: calicoGVR(plural), Kind: kind})
+	gw := &sourcegossip.Watch{Pods: kw, Interval: time.Hour, Now: clock,
+		Agent: func(sourcegossip.Member) (sourcegossip.Agent, error) { return benchAgentOf(pods), nil }}
+	discovery := fake.NewClientset()
+	servingCalico(discovery)
+	cw := &calico.Watch{Discovery: discovery.Discovery(), Dynamic: benchLedger{lists: lists}, Now: clock}
+	for _, l := range []source.Live{gw, kw} {
+		if err := l.Start(ctx); err != nil {
+			b.Fatal(err)
+		}
 	}
-	if err := cl.watchCalico(rs, benchLedger{lists: lists}); err != nil {
+	settle(kw, gw)
+	h1 := heapNow()
+	if err := cw.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
-	for !cl.settled() {
-		time.Sleep(10 * time.Millisecond) // the informers list once, at start
-	}
+	settle(cw)
 	h2 := heapNow()
-	return cl, benchHeap{perPod: (float64(h2) - float64(base)) / benchPods, ledgerPerPod: (float64(h2) - float64(h1)) / benchPods},
-		func() { cancel(); wg.Wait() }
+	return []source.Source{kw, cw, gw}, benchHeap{perPod: (float64(h2) - float64(base)) / benchPods, ledgerPerPod: (float64(h2) - float64(h1)) / benchPods}, cancel
 }
 
 // benchAgent is a Consul agent whose view lists the first benchMembers
@@ -224,75 +220,33 @@ func benchAgentOf(pods *corev1.PodList) sourcegossip.Agent {
 type benchHeap struct{ perPod, ledgerPerPod float64 }
 
 // BenchmarkControllerPass measures the leader on 150,000 pods and 2,500
-// Calico blocks: one full pass (the snapshot assembled from the informers
-// and every cluster rule run on it, duplicate-pod-ip from its index), and
-// one pod event (a pod's IP changes: the informer's trimmed Pod converted
-// and the index updated). index builds the index from every pod; its
-// B/pod is the heap the index keeps per pod beyond the informer cache (its
-// record of the pod, with its address, and its maps). heap-B/pod is
-// everything the leader keeps, the informers' caches of Pods and Nodes and
-// the converted Calico ledger included; calico-B/pod the ledger's part.
+// Calico blocks: one full pass (the sources collected into a snapshot,
+// the pods lent by the cluster's watch, and every cluster rule run on it,
+// duplicate-pod-ip from the pod index). heap-B/pod is everything the
+// leader's sources keep, the informers' caches of Pods and Nodes, the pod
+// index and the converted Calico ledger included; calico-B/pod the
+// ledger's part. What one pod event costs, and what the pod index keeps,
+// is source/kube's BenchmarkClusterWatch.
 func BenchmarkControllerPass(b *testing.B) {
 	now := time.Date(2026, 11, 22, 15, 0, 0, 0, time.UTC)
-	cl, heap, stop := benchCluster(b, now)
+	sources, heap, stop := benchCluster(b, now)
 	defer stop()
-	rules, _ := Rules(rule.All(rule.Config{}))
-	c := New(Config{Rules: rules, Metrics: NewMetrics(prometheus.NewRegistry(), rules), Now: func() time.Time { return now }})
-	judged := rules
-	b.Run("pass", func(b *testing.B) {
-		b.ReportAllocs()
-		cpu := cpuTime()
-		for b.Loop() {
-			c.judge(context.Background(), cl, judged)
-		}
-		// The process's CPU time, the garbage collector's included: on
-		// shared cores the wall time also counts the waits for them.
-		b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
-		st := c.Status()
-		if len(st.Skipped) != 0 || st.Findings != benchMisbooked+benchLeaked+benchGhosts {
-			b.Fatalf("%d findings, skipped %+v; want %d", st.Findings, st.Skipped, benchMisbooked+benchLeaked+benchGhosts)
-		}
-		b.ReportMetric(heap.perPod, "heap-B/pod")
-		b.ReportMetric(heap.ledgerPerPod, "calico-B/pod")
-	})
-	b.Run("event", func(b *testing.B) {
-		// What the informer hands the handler: its trimmed Pod.
-		var moved [2]any
-		for i := range moved {
-			p, _ := trimPod(benchPod(77, netip.AddrFrom4([4]byte{10, 200, 0, byte(i)}), now))
-			moved[i] = p
-		}
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			cl.setPod(moved[i%2])
-			i++
-		}
-	})
-	b.Run("index", func(b *testing.B) {
-		// The index alone, built from the informer's trimmed Pods (kept
-		// outside the measure, as the informer keeps them).
-		trimmed := make([]any, benchPods)
-		for i := range trimmed {
-			trimmed[i], _ = trimPod(benchPod(i, benchAddr(i/benchPerBlock, i%benchPerBlock), now))
-		}
-		build := func() *cluster {
-			x := &cluster{idx: snapshot.NewPodIndex(), changed: func() {}}
-			for _, p := range trimmed {
-				x.setPod(p)
-			}
-			return x
-		}
-		b.ReportAllocs()
-		for b.Loop() {
-			build()
-		}
-		before := heapNow()
-		x := build()
-		b.ReportMetric((float64(heapNow())-float64(before))/benchPods, "B/pod")
-		runtime.KeepAlive(x)
-		runtime.KeepAlive(trimmed)
-	})
+	rules := clusterRules()
+	c := New(Config{Sources: sources, Rules: rules, Metrics: NewMetrics(prometheus.NewRegistry(), rules), Now: func() time.Time { return now }})
+	b.ReportAllocs()
+	cpu := cpuTime()
+	for b.Loop() {
+		c.judge(context.Background())
+	}
+	// The process's CPU time, the garbage collector's included: on
+	// shared cores the wall time also counts the waits for them.
+	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+	st := c.Status()
+	if len(st.Skipped) != 0 || st.Findings != benchMisbooked+benchLeaked+benchGhosts {
+		b.Fatalf("%d findings, skipped %+v; want %d", st.Findings, st.Skipped, benchMisbooked+benchLeaked+benchGhosts)
+	}
+	b.ReportMetric(heap.perPod, "heap-B/pod")
+	b.ReportMetric(heap.ledgerPerPod, "calico-B/pod")
 }
 
 // cpuTime is the CPU time the process used so far, user and system.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,15 +17,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/dynamic"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/source/calico"
-	"github.com/ghostwatch/ghostwatch/source/informer"
 )
 
 var calicoPlurals = map[string]string{
@@ -128,9 +126,9 @@ func TestNoCalicoCRDs(t *testing.T) {
 		podWithIP("web-0", "0", "node-a", "10.244.2.2", time.Now().Add(-time.Hour)),
 		podWithIP("web-1", "1", "node-a", "10.244.2.2", time.Now()))
 	dyn := noCalico()
-	r := startReplicaWith(t, client, dyn, "replica-a")
-	waitFor(t, "the duplicate reported", func() bool { return r.duplicates() == 1 })
-	waitFor(t, "a pass that skips the Calico rules", func() bool { return len(r.c.Status().Skipped) > 0 })
+	r := startReplicaWith(t, client, "replica-a", setup{dyn: dyn})
+	poll.Until(t, 20*time.Second, "the duplicate reported", func() bool { return r.duplicates() == 1 })
+	poll.Until(t, 20*time.Second, "a pass that skips the Calico rules", func() bool { return len(r.c.Status().Skipped) > 0 })
 	var got []string
 	for _, sk := range r.c.Status().Skipped {
 		if isGossipRule(sk.Rule) {
@@ -164,8 +162,8 @@ func TestCalicoMisbookingReported(t *testing.T) {
 		podWithIP("web-0", "0", "node-b", "10.244.0.5", time.Now().Add(-time.Hour)))
 	servingCalico(client)
 	dyn := calicoClient(handle(), pool())
-	r := startReplicaWith(t, client, dyn, "replica-a")
-	waitFor(t, "a first pass", func() bool { return !r.c.Status().LastPass.IsZero() })
+	r := startReplicaWith(t, client, "replica-a", setup{dyn: dyn})
+	poll.Until(t, 20*time.Second, "a first pass", func() bool { return !r.c.Status().LastPass.IsZero() })
 	for _, sk := range r.c.Status().Skipped {
 		if !isGossipRule(sk.Rule) || !sk.NotApplicable || !strings.Contains(sk.Reason, "gossip: unsupported: no running pod is annotated ghostwatch.io/gossip") {
 			t.Errorf("skipped %+v: every cluster rule runs but the gossip ones (no annotated pod)", sk)
@@ -179,7 +177,7 @@ func TestCalicoMisbookingReported(t *testing.T) {
 	if _, err := blocks.Create(ctx, block("web-0", "node-a"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "ipam-misbooked reported", func() bool { return r.findings(rule.IPAMMisbookedID, "critical") == 1 })
+	poll.Until(t, 20*time.Second, "ipam-misbooked reported", func() bool { return r.findings(rule.IPAMMisbookedID, "critical") == 1 })
 	want := map[string]bool{
 		"Pod Warning default/web-0 IPAMMisbooked pod default/web-0 runs on node node-b and holds 10.244.0.5, but Calico booked it under node node-a": false,
 		"Node Warning /node-b IPAMMisbooked pod default/web-0": false,
@@ -203,7 +201,7 @@ func TestCalicoMisbookingReported(t *testing.T) {
 	if _, err := blocks.Update(ctx, fixed, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the misbooking gone", func() bool { return r.findings(rule.IPAMMisbookedID, "critical") == 0 })
+	poll.Until(t, 20*time.Second, "the misbooking gone", func() bool { return r.findings(rule.IPAMMisbookedID, "critical") == 0 })
 	if n := r.c.Status().Findings; n != 0 {
 		t.Errorf("%d findings on a sound ledger", n)
 	}
@@ -221,9 +219,9 @@ func TestCalicoNotListable(t *testing.T) {
 	dyn.PrependReactor("list", "ipamhandles", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: calico.Group, Resource: "ipamhandles"}, "", errors.New("no RBAC"))
 	})
-	r := startReplicaWith(t, client, dyn, "replica-a")
-	waitFor(t, "the duplicate reported", func() bool { return r.duplicates() == 1 })
-	waitFor(t, "the Calico rules skipped", func() bool { _, ok := r.skipped(rule.IPAMMisbookedID); return ok })
+	r := startReplicaWith(t, client, "replica-a", setup{dyn: dyn})
+	poll.Until(t, 20*time.Second, "the duplicate reported", func() bool { return r.duplicates() == 1 })
+	poll.Until(t, 20*time.Second, "the Calico rules skipped", func() bool { _, ok := r.skipped(rule.IPAMMisbookedID); return ok })
 	for _, id := range calicoRules {
 		sk, ok := r.skipped(id)
 		if !ok || sk.NotApplicable || !strings.Contains(sk.Reason, "calico: error: ipamhandles.crd.projectcalico.org: not listed yet:") || !strings.Contains(sk.Reason, "forbidden") {
@@ -259,11 +257,11 @@ func TestCalicoFindingsStandWhileTheLedgerFails(t *testing.T) {
 		watchers <- w
 		return true, w, nil
 	})
-	r := startReplicaWith(t, client, dyn, "replica-a")
-	waitFor(t, "ipam-misbooked reported", func() bool { return r.findings(rule.IPAMMisbookedID, "critical") == 1 })
+	r := startReplicaWith(t, client, "replica-a", setup{dyn: dyn})
+	poll.Until(t, 20*time.Second, "ipam-misbooked reported", func() bool { return r.findings(rule.IPAMMisbookedID, "critical") == 1 })
 	failing.Store(true)
 	(<-watchers).Error(&metav1.Status{Status: metav1.StatusFailure, Code: 500, Reason: metav1.StatusReasonInternalError, Message: "etcd is gone"})
-	waitFor(t, "ipam-misbooked skipped", func() bool { sk, ok := r.skipped(rule.IPAMMisbookedID); return ok && !sk.NotApplicable })
+	poll.Until(t, 20*time.Second, "ipam-misbooked skipped", func() bool { sk, ok := r.skipped(rule.IPAMMisbookedID); return ok && !sk.NotApplicable })
 	if v := r.findings(rule.IPAMMisbookedID, "critical"); v != 1 {
 		t.Errorf("ipam-misbooked findings while the ledger fails: %v, want the last pass's 1", v)
 	}
@@ -271,87 +269,13 @@ func TestCalicoFindingsStandWhileTheLedgerFails(t *testing.T) {
 		t.Errorf("ghostwatch_source_up{source=calico} = %v while its watch fails", v)
 	}
 	failing.Store(false)
-	waitFor(t, "ipam-misbooked running again", func() bool { _, ok := r.skipped(rule.IPAMMisbookedID); return !ok })
+	poll.Until(t, 20*time.Second, "ipam-misbooked running again", func() bool { _, ok := r.skipped(rule.IPAMMisbookedID); return !ok })
 	if v := r.findings(rule.IPAMMisbookedID, "critical"); v != 1 {
 		t.Errorf("ipam-misbooked findings once the ledger is back: %v", v)
 	}
 	if n := strings.Count(strings.Join(r.ev.All(), "\n"), "Pod Warning default/web-0 IPAMMisbooked"); n != 1 {
 		t.Errorf("%d IPAMMisbooked Events on the pod: one, when the finding first appeared", n)
 	}
-}
-
-// slowBlocks is a dynamic client whose list of IPAMBlocks waits for
-// release: a large ledger still being listed.
-type slowBlocks struct {
-	dynamic.Interface
-	release chan struct{}
-}
-
-func (s slowBlocks) Resource(r schema.GroupVersionResource) dynamic.NamespaceableResourceInterface {
-	ri := s.Interface.Resource(r)
-	if r.Resource != "ipamblocks" {
-		return ri
-	}
-	return slowList{ri, s.release}
-}
-
-type slowList struct {
-	dynamic.NamespaceableResourceInterface
-	release chan struct{}
-}
-
-func (s slowList) List(ctx context.Context, o metav1.ListOptions) (*unstructured.UnstructuredList, error) {
-	select {
-	case <-s.release:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	return s.NamespaceableResourceInterface.List(ctx, o)
-}
-
-// The first pass waits for discovery and for every informer to list or
-// fail: while Calico's blocks are being listed, the leader has not
-// settled, and the rules reading them are not reported skipped.
-func TestSettledWaitsForTheLedger(t *testing.T) {
-	client := fake.NewClientset(node("node-a"))
-	servingCalico(client)
-	release := make(chan struct{})
-	dyn := slowBlocks{calicoClient(), release}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-	cl := newCluster(client, func() {}, func(w *informer.Informer) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.Run(ctx)
-		}()
-	}, time.Now)
-	if err := cl.start(); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "pods and nodes listed", func() bool { return cl.pods.HasSynced() && cl.nodes.HasSynced() })
-	if cl.settled() {
-		t.Error("settled before discovery answered")
-	}
-	if !cl.discoverCalico(client.Discovery(), dyn) {
-		t.Fatal("Calico's ledger not watched")
-	}
-	waitFor(t, "the other kinds listed", func() bool {
-		n := 0
-		for _, k := range cl.calico {
-			if k.w.HasSynced() {
-				n++
-			}
-		}
-		return n == len(cl.calico)-1
-	})
-	if cl.settled() {
-		t.Error("settled while the blocks are being listed")
-	}
-	close(release)
-	waitFor(t, "settled once the blocks are listed", cl.settled)
 }
 
 func isGossipRule(id string) bool {

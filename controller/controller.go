@@ -1,11 +1,14 @@
 // Package controller is ghostwatch's cluster-wide watcher: one leader,
-// elected on a Lease, watches every Pod, every Node and, where the API
-// server serves it, Calico's IPAM ledger, and runs the cluster rules after
-// each burst of changes, reporting findings as metrics, logs and Events.
-// Node agents never watch every Pod for this: their cost to the API server
-// is kube-proxy's, the controller's is one watcher's.
+// elected on a Lease, starts the live sources it is given (the cluster's
+// Pods and Nodes, Calico's IPAM ledger, the gossip clusters' views), runs
+// the cluster rules after each burst of changes, and reports findings as
+// metrics, logs and Events, and, when a remedy is turned on, acts on them.
+// It owns no ledger: each source watches its own. Node agents never watch
+// every Pod for this: their cost to the API server is kube-proxy's, the
+// controller's is one watcher's.
 //
-// It is read-only: it writes nothing but its Lease and Events.
+// Unless a remedy is turned on it is read-only: it writes nothing but its
+// Lease and Events.
 package controller
 
 import (
@@ -20,31 +23,26 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/ghostwatch/ghostwatch/audit"
 	"github.com/ghostwatch/ghostwatch/finding"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/sink"
 	"github.com/ghostwatch/ghostwatch/snapshot"
-	sourcegossip "github.com/ghostwatch/ghostwatch/source/gossip"
-	"github.com/ghostwatch/ghostwatch/source/informer"
+	"github.com/ghostwatch/ghostwatch/source"
 )
 
 // Config is what the controller needs. Zero durations take the defaults
 // below.
 type Config struct {
-	// Client watches Pods and Nodes, holds the Lease, and asks discovery
-	// whether the API server serves Calico's ledger.
+	// Client holds the Lease.
 	Client kubernetes.Interface
-	// Dynamic watches Calico's ledger (crd.projectcalico.org/v1).
-	Dynamic dynamic.Interface
 	// Identity names this process in the Lease (its pod name).
 	Identity string
 	// LeaseNamespace and LeaseName name the Lease the replicas elect a
@@ -53,33 +51,32 @@ type Config struct {
 	// LeaseDuration, RenewDeadline and RetryPeriod are client-go's leader
 	// election timings. Defaults 15s, 10s, 2s.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Sources are what the leader reads, in order, each seeing what the
+	// earlier ones collected. Those that are source.Live are started
+	// each time this replica leads, afresh, last to first (one that
+	// listens to an earlier one listens before it starts), and stopped
+	// when it stops;
+	// their changes drive the passes, and the first pass waits for those
+	// that are source.Settler to settle. A source.Lender's records are
+	// returned once the rules are done with them; a source.Fresher
+	// re-reads what a remedy's last re-check names.
+	Sources []source.Source
 	// Rules are the rules it runs: the cluster rules whose sources it
-	// reads (Rules). duplicate-pod-ip is judged from an index of pod IPs
-	// kept current per event; a rule with Ledgers judges the ledgers the
-	// controller reads (Calico's).
+	// reads. A rule runs in a pass when every source it reads collected
+	// completely; otherwise what it found when it last ran stands.
 	Rules []rule.Rule
+	// Remedies are the remedies turned on (see remedy.Build); none only
+	// reports. The controller sets their Recheck.
+	Remedies []*remedy.Remedy
 	// Debounce gathers a burst of events into one pass. A pass also
 	// waits at least as long as the last one took, so that passes over
 	// a large cluster in constant churn take at most half the leader's
 	// time. Default 100ms.
 	Debounce time.Duration
-	// Rediscover is how often the leader asks again whether the API
-	// server serves Calico's ledger while it does not (Calico installed
-	// after the leader started). Default 1m: discovery is one request.
-	Rediscover time.Duration
-	// GossipInterval is how often the leader reads the member list of
-	// each gossip cluster whose pods are annotated ghostwatch.io/gossip:
-	// one request per cluster. Default DefaultGossipInterval.
-	GossipInterval time.Duration
-	// GossipAgent returns the API of an annotated pod's gossip agent; nil
-	// means Consul's HTTP API, Serf's RPC or the ghostwatch/gossip
-	// package's member list at the pod's address, configured from the
-	// environment (CONSUL_HTTP_TOKEN, CONSUL_CACERT, SERF_RPC_AUTH).
-	GossipAgent func(GossipPod) (sourcegossip.Agent, error)
 	// Metrics, when set, are updated after every pass.
 	Metrics *Metrics
 	// Events, when set, receives an Event on every object a finding
-	// concerns, when the finding first appears.
+	// concerns, when the finding first appears, and for every action.
 	Events record.EventRecorder
 	// Log receives structured logs; nil discards them.
 	Log *slog.Logger
@@ -106,7 +103,9 @@ type Status struct {
 
 // Controller is the cluster-wide watcher.
 type Controller struct {
-	cfg Config
+	cfg    Config
+	events *sink.Events
+	live   []source.Live
 
 	mu     sync.Mutex
 	status Status
@@ -117,10 +116,10 @@ type Controller struct {
 	// skipped the rules the last pass skipped.
 	last    map[string][]finding.Finding
 	skipped map[string]finding.Skipped
-	// cluster is what the leader watches, while it leads.
-	cluster *cluster
-	// remedies are the remedies EnableRemedies turned on.
-	remedies []*remedy.Remedy
+	// pass is the snapshot of the last pass while this replica leads
+	// (without the records a source lent it), for the re-checks; nil
+	// otherwise.
+	pass *snapshot.Snapshot
 }
 
 // New returns a controller for cfg.
@@ -137,19 +136,36 @@ func New(cfg Config) *Controller {
 	if cfg.Debounce == 0 {
 		cfg.Debounce = 100 * time.Millisecond
 	}
-	if cfg.Rediscover == 0 {
-		cfg.Rediscover = time.Minute
-	}
-	if cfg.GossipInterval == 0 {
-		cfg.GossipInterval = DefaultGossipInterval
-	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Controller{cfg: cfg, reported: map[string]bool{}, last: map[string][]finding.Finding{}, skipped: map[string]finding.Skipped{}}
+	c := &Controller{cfg: cfg, reported: map[string]bool{}, last: map[string][]finding.Finding{}, skipped: map[string]finding.Skipped{}}
+	if cfg.Events != nil {
+		c.events = &sink.Events{Recorder: cfg.Events}
+	}
+	for _, src := range cfg.Sources {
+		if l, ok := src.(source.Live); ok {
+			c.live = append(c.live, l)
+		}
+	}
+	for _, rem := range cfg.Remedies {
+		if rem.Recheck == nil {
+			r, _ := rule.Find(cfg.Rules, rem.Rule.ID)
+			rem.Recheck = audit.Recheck(r, cfg.Sources, c.lastPass, cfg.Now)
+		}
+	}
+	return c
+}
+
+// lastPass returns the snapshot of the last pass while this replica
+// leads, nil otherwise.
+func (c *Controller) lastPass() *snapshot.Snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pass
 }
 
 // Status returns the controller's state.
@@ -169,8 +185,11 @@ var ErrLostLease = errors.New("lost the leader Lease")
 // Lease was lost.
 func (c *Controller) Run(ctx context.Context) error {
 	cfg := c.cfg
-	if cfg.Client == nil || cfg.Dynamic == nil || cfg.Identity == "" || cfg.LeaseNamespace == "" || cfg.LeaseName == "" {
-		return errors.New("controller: a client, a dynamic client, an identity and a Lease namespace and name are required")
+	if cfg.Client == nil || cfg.Identity == "" || cfg.LeaseNamespace == "" || cfg.LeaseName == "" {
+		return errors.New("controller: a client, an identity and a Lease namespace and name are required")
+	}
+	if len(cfg.Sources) == 0 {
+		return errors.New("controller: no sources to read")
 	}
 	lost := false
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
@@ -188,7 +207,9 @@ func (c *Controller) Run(ctx context.Context) error {
 			OnStartedLeading: func(ctx context.Context) {
 				cfg.Log.Info("leading: watching the cluster", "identity", cfg.Identity, "lease", cfg.LeaseNamespace+"/"+cfg.LeaseName)
 				c.setLeading(true)
-				c.lead(ctx)
+				if err := c.lead(ctx); err != nil {
+					cfg.Log.Error("watching the cluster", "err", err)
+				}
 			},
 			OnStoppedLeading: func() {
 				if ctx.Err() == nil {
@@ -234,14 +255,17 @@ func (c *Controller) setLeading(on bool) {
 	}
 }
 
-// lead watches the cluster and runs the rules after each burst of changes,
-// until ctx ends.
-func (c *Controller) lead(ctx context.Context) {
+// lead starts the sources and runs the rules after each burst of changes,
+// until ctx ends. It returns an error when a source cannot start.
+func (c *Controller) lead(ctx context.Context) error {
 	cfg := c.cfg
 	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	defer cancel()
+	defer func() {
+		c.mu.Lock()
+		c.pass = nil
+		c.mu.Unlock()
+	}()
 	changed := make(chan struct{}, 1)
 	poke := func() {
 		select {
@@ -249,74 +273,27 @@ func (c *Controller) lead(ctx context.Context) {
 		default:
 		}
 	}
-	run := func(w *informer.Informer) {
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
-			w.Run(ctx)
-		}()
-		// A resource listed empty has no event to announce it.
-		go func() {
-			defer wg.Done()
-			if until(ctx, w.HasSynced) {
-				poke()
-			}
-		}()
-	}
-	cl := newCluster(cfg.Client, poke, run, cfg.Now)
-	var agent func(gossipPod) (sourcegossip.Agent, error)
-	if cfg.GossipAgent != nil {
-		agent = func(p gossipPod) (sourcegossip.Agent, error) { return cfg.GossipAgent(p.public()) }
-	}
-	cl.reader = newGossipReader(cl, agent, cfg.Now)
-	if err := cl.start(); err != nil {
-		cfg.Log.Error("watching the cluster", "err", err)
-		return
-	}
-	c.mu.Lock()
-	c.cluster = cl
-	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		c.cluster = nil
-		c.mu.Unlock()
-	}()
-	// The gossip clusters are read once the pods are listed: the pods
-	// say where they are.
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if until(ctx, cl.pods.HasSynced) {
-			cl.reader.run(ctx, cfg.GossipInterval, poke)
+	// Last to first: a source that listens to an earlier one (the gossip
+	// watch to the pods' informer) listens before that one starts, and
+	// misses none of what it hands over.
+	for _, l := range slices.Backward(c.live) {
+		l.OnChange(poke)
+		if err := l.Start(ctx); err != nil {
+			return fmt.Errorf("starting %s: %w", l.Name(), err)
 		}
-	}()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for !c.discoverCalico(cl) {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(cfg.Rediscover):
-			}
-		}
-	}()
-	// The first pass waits for discovery to answer and for every informer
-	// to list its resource or to fail: rules are not reported skipped
-	// while their caches fill.
-	if !until(ctx, cl.settled) {
-		return
+	}
+	// The first pass waits for every source to have an answer (listed,
+	// failing, or its ledger found absent): rules are not reported
+	// skipped while the caches fill.
+	if !until(ctx, c.settled) {
+		return nil
 	}
 	c.mu.Lock()
 	c.status.Synced = true
 	c.mu.Unlock()
-	cl.mu.Lock()
-	pods := len(cl.idx.Pods())
-	cl.mu.Unlock()
-	cfg.Log.Info("cluster listed", "pods", pods, "nodes", len(cl.nodes.Store().ListKeys()))
-	rules := c.cfg.Rules
+	cfg.Log.Info("sources settled: the rules run")
 	for {
-		took, wait := c.judge(ctx, cl, rules)
+		took, wait := c.judge(ctx)
 		// A finding waiting out a remedy's grace period is looked at
 		// again when it is due, changes or not.
 		var due <-chan time.Time
@@ -325,26 +302,26 @@ func (c *Controller) lead(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-changed:
 		case <-due:
 		}
 		// Gather the rest of the burst.
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-time.After(max(cfg.Debounce, took)):
 		}
 	}
 }
 
-// discoverCalico asks whether the API server serves Calico's ledger, and
-// watches it if so; it reports whether it does.
-func (c *Controller) discoverCalico(cl *cluster) bool {
-	if !cl.discoverCalico(c.cfg.Client.Discovery(), c.cfg.Dynamic) {
-		return false
+// settled reports whether every source that can say so has an answer.
+func (c *Controller) settled() bool {
+	for _, l := range c.live {
+		if s, ok := l.(source.Settler); ok && !s.Settled() {
+			return false
+		}
 	}
-	c.cfg.Log.Info("watching Calico's IPAM ledger")
 	return true
 }
 
@@ -362,30 +339,43 @@ func until(ctx context.Context, cond func() bool) bool {
 	return true
 }
 
-// judge runs one pass: a snapshot of what the leader knows, the rules on
-// it, the findings published, and the remedies on them. It returns how
-// long the snapshot and the rules took, and when a remedy wants the next
-// pass (0: no sooner than changes come).
-func (c *Controller) judge(ctx context.Context, cl *cluster, rules []rule.Rule) (took, wait time.Duration) {
+// judge runs one pass: the sources collected into a snapshot, the rules
+// on it, the findings published, and the remedies on them. It returns how
+// long collecting and judging took, and when a remedy wants the next pass
+// (0: no sooner than changes come).
+func (c *Controller) judge(ctx context.Context) (took, wait time.Duration) {
+	cfg := c.cfg
 	start := time.Now()
-	// The snapshot's pods are the index's: events wait for the pass.
-	cl.mu.Lock()
-	s := cl.snapshot(c.cfg.Now())
-	s.BeginPass()
-	fs, skipped := rule.Run(s, rules)
-	s.EndPass()
-	pods := cl.idx.Len()
-	// The remedies read the snapshot's sources only: its pods may change
-	// once the lock is let go.
+	// Taken before the sources collect: a change that lands in between
+	// brings another pass.
+	for _, l := range c.live {
+		l.Changes()
+	}
+	res := audit.Run(ctx, audit.Config{Sources: cfg.Sources, Rules: cfg.Rules, Now: cfg.Now})
+	s := res.Snapshot
+	pods := -1
+	if s.Kube != nil && s.Kube.Index != nil {
+		pods = s.Kube.Index.Len()
+	}
+	// What a source lent the pass goes back: the remedies read afresh.
+	for _, src := range cfg.Sources {
+		if l, ok := src.(source.Lender); ok {
+			l.Return()
+		}
+	}
 	s.Kube = nil
-	cl.mu.Unlock()
 	took = time.Since(start)
-	if m := c.cfg.Metrics; m != nil {
+	if m := cfg.Metrics; m != nil {
 		m.Gossip(s)
 	}
-	c.publish(s.Sources, fs, skipped, pods, took)
-	if len(c.remedies) > 0 {
-		wait = c.remedy(ctx, s, fs)
+	c.publish(res.Sources, res.Findings, res.Skipped, pods, took)
+	c.mu.Lock()
+	c.pass = s
+	c.mu.Unlock()
+	for _, rem := range cfg.Remedies {
+		if w := c.remedy(ctx, rem, s, res.Findings); w > 0 && (wait == 0 || w < wait) {
+			wait = w
+		}
 	}
 	return took, wait
 }
@@ -423,7 +413,9 @@ func (c *Controller) publish(sources []snapshot.SourceStatus, fs []finding.Findi
 	if m := cfg.Metrics; m != nil {
 		m.Sources(sources)
 		m.Publish(all)
-		m.Pods.Set(float64(pods))
+		if pods >= 0 {
+			m.Pods.Set(float64(pods))
+		}
 		m.PassSeconds.Set(took.Seconds())
 		m.Passes.Inc()
 	}
@@ -435,17 +427,7 @@ func (c *Controller) publish(sources []snapshot.SourceStatus, fs []finding.Findi
 			continue
 		}
 		cfg.Log.Warn("finding", "rule", f.Rule, "severity", f.Severity.String(), "ip", f.Subject.IP, "message", f.Message)
-		if cfg.Events != nil {
-			reason := EventReason(f.Rule)
-			typ := corev1.EventTypeWarning
-			if f.Severity == finding.Info {
-				typ = corev1.EventTypeNormal
-			}
-			for _, o := range f.Concerns {
-				ref := &corev1.ObjectReference{Kind: o.Kind, APIVersion: "v1", Namespace: o.Namespace, Name: o.Name, UID: types.UID(o.UID)}
-				cfg.Events.Event(ref, typ, reason, f.Message)
-			}
-		}
+		c.events.Finding(f)
 	}
 	c.reported, c.last = now, last
 	c.mu.Lock()
@@ -487,22 +469,5 @@ func key(f finding.Finding) string {
 	}
 	sort.Strings(uids)
 	b.WriteString("|" + strings.Join(uids, ","))
-	return b.String()
-}
-
-// EventReason is a rule's Event reason: its ID in CamelCase, "IP" kept
-// upper case ("duplicate-pod-ip" is "DuplicatePodIP").
-func EventReason(id string) string {
-	var b strings.Builder
-	for _, w := range strings.Split(id, "-") {
-		switch w {
-		case "ip", "ipam":
-			b.WriteString(strings.ToUpper(w))
-		default:
-			if w != "" {
-				b.WriteString(strings.ToUpper(w[:1]) + w[1:])
-			}
-		}
-	}
 	return b.String()
 }

@@ -21,7 +21,13 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/ghostwatch/ghostwatch/internal/eventstest"
+	"github.com/ghostwatch/ghostwatch/internal/poll"
+	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/source"
+	"github.com/ghostwatch/ghostwatch/source/calico"
+	sourcegossip "github.com/ghostwatch/ghostwatch/source/gossip"
+	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
 type replica struct {
@@ -32,20 +38,60 @@ type replica struct {
 	done   chan error
 }
 
+// setup is how a test replica reads the cluster and what it acts on.
+type setup struct {
+	// dyn serves Calico's ledger; none (noCalico) by default.
+	dyn dynamic.Interface
+	// gossipInterval is how often the gossip clusters are read; 100ms by
+	// default.
+	gossipInterval time.Duration
+	// agent returns a gossip member's agent; the real ones by default.
+	agent func(sourcegossip.Member) (sourcegossip.Agent, error)
+	// remedies are turned on under settings.
+	remedies []string
+	settings remedy.Settings
+}
+
 func startReplica(t *testing.T, client kubernetes.Interface, id string) *replica {
 	t.Helper()
-	return startReplicaWith(t, client, noCalico(), id)
+	return startReplicaWith(t, client, id, setup{})
+}
+
+// clusterRules are the cluster rules whose sources the controller's test
+// replicas read, as the CLI chooses them.
+func clusterRules() []rule.Rule {
+	var out []rule.Rule
+	for _, r := range rule.InScope(rule.All(rule.Config{}), rule.ScopeCluster) {
+		if !slices.ContainsFunc(r.Info().Sources, func(s string) bool { return !slices.Contains([]string{"kube", "calico", "gossip"}, s) }) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // startReplicaWith runs a replica of the controller with every cluster
-// rule, until the test ends.
-func startReplicaWith(t *testing.T, client kubernetes.Interface, dyn dynamic.Interface, id string) *replica {
+// rule, reading the cluster's Pods and Nodes, Calico's ledger and the
+// gossip clusters as the CLI wires them, until the test ends.
+func startReplicaWith(t *testing.T, client kubernetes.Interface, id string, s setup) *replica {
 	t.Helper()
-	rules, _ := Rules(rule.All(rule.Config{}))
+	if s.dyn == nil {
+		s.dyn = noCalico()
+	}
+	if s.gossipInterval == 0 {
+		s.gossipInterval = 100 * time.Millisecond
+	}
+	rules := clusterRules()
+	pods := &kube.ClusterWatch{Client: client, KeepAnnotations: []string{sourcegossip.AnnotationPrefix}}
+	views := &sourcegossip.Watch{Pods: pods, Interval: s.gossipInterval, Agent: s.agent}
+	sources := []source.Source{pods, &calico.Watch{Discovery: client.Discovery(), Dynamic: s.dyn}, views}
+	rems, err := remedy.Build(rules, s.remedies, s.settings, &remedy.Members{Clusters: views})
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := &replica{m: NewMetrics(prometheus.NewRegistry(), rules), ev: &eventstest.Recorder{}, done: make(chan error, 1)}
-	r.c = New(Config{Client: client, Dynamic: dyn, Identity: id, LeaseNamespace: "ghostwatch", LeaseName: "ghostwatch-controller",
+	r.c = New(Config{Client: client, Identity: id, LeaseNamespace: "ghostwatch", LeaseName: "ghostwatch-controller",
 		LeaseDuration: 1500 * time.Millisecond, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
-		Rules: rules, Metrics: r.m, Events: r.ev, Debounce: 10 * time.Millisecond})
+		Sources: sources, Rules: rules, Remedies: rems, Metrics: r.m, Events: r.ev, Debounce: 10 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go func() { r.done <- r.c.Run(ctx) }()
@@ -58,17 +104,6 @@ func startReplicaWith(t *testing.T, client kubernetes.Interface, dyn dynamic.Int
 
 func (r *replica) duplicates() float64 {
 	return testutil.ToFloat64(r.m.Findings.WithLabelValues(rule.DuplicatePodIPID, "critical"))
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func podWithIP(name, uid, node, ip string, start time.Time) *corev1.Pod {
@@ -87,9 +122,9 @@ func TestOneLeaderReportsDuplicates(t *testing.T) {
 		podWithIP("web-1", "1", "node-a", "10.244.2.3", time.Now().Add(-time.Hour)),
 	)
 	a := startReplica(t, client, "replica-a")
-	waitFor(t, "replica-a to lead and pass", func() bool { st := a.c.Status(); return st.Leading && !st.LastPass.IsZero() })
+	poll.Until(t, 20*time.Second, "replica-a to lead and pass", func() bool { st := a.c.Status(); return st.Leading && !st.LastPass.IsZero() })
 	b := startReplica(t, client, "replica-b")
-	waitFor(t, "replica-b to see the leader", func() bool { return b.c.Status().Leader == "replica-a" })
+	poll.Until(t, 20*time.Second, "replica-b to see the leader", func() bool { return b.c.Status().Leader == "replica-a" })
 	if b.c.Status().Leading {
 		t.Fatal("two leaders")
 	}
@@ -103,7 +138,7 @@ func TestOneLeaderReportsDuplicates(t *testing.T) {
 	if _, err := client.CoreV1().Pods("default").Create(ctx, podWithIP("web-2", "2", "node-b", "10.244.2.2", time.Now()), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the duplicate reported", func() bool { return a.duplicates() == 1 })
+	poll.Until(t, 20*time.Second, "the duplicate reported", func() bool { return a.duplicates() == 1 })
 	if v := testutil.ToFloat64(a.m.RuleGauge(rule.DuplicatePodIPID).WithLabelValues("critical")); v != 1 {
 		t.Errorf("ghostwatch_duplicate_pod_ips{severity=critical} = %v", v)
 	}
@@ -111,7 +146,7 @@ func TestOneLeaderReportsDuplicates(t *testing.T) {
 	if _, err := client.CoreV1().Pods("default").Create(ctx, podWithIP("web-9", "9", "node-b", "10.244.2.9", time.Now()), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the next pass", func() bool { return testutil.ToFloat64(a.m.Pods) == 4 })
+	poll.Until(t, 20*time.Second, "the next pass", func() bool { return testutil.ToFloat64(a.m.Pods) == 4 })
 	evs := a.ev.All()
 	if len(evs) != 2 || !strings.Contains(evs[0], "Pod Warning default/web-0 DuplicatePodIP IP 10.244.2.2 is held by 2 pods on 2 nodes") ||
 		!strings.HasPrefix(evs[1], "Pod Warning default/web-2 DuplicatePodIP") {
@@ -124,11 +159,11 @@ func TestOneLeaderReportsDuplicates(t *testing.T) {
 	if err := client.CoreV1().Pods("default").Delete(ctx, "web-2", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the finding to go", func() bool { return a.duplicates() == 0 })
+	poll.Until(t, 20*time.Second, "the finding to go", func() bool { return a.duplicates() == 0 })
 	if _, err := client.CoreV1().Pods("default").Create(ctx, podWithIP("web-3", "3", "node-b", "10.244.2.3", time.Now()), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the second duplicate", func() bool { return a.duplicates() == 1 })
+	poll.Until(t, 20*time.Second, "the second duplicate", func() bool { return a.duplicates() == 1 })
 
 	// The leader stops: it gives the Lease up, and the standby takes over.
 	a.cancel()
@@ -136,8 +171,8 @@ func TestOneLeaderReportsDuplicates(t *testing.T) {
 		t.Fatalf("the leader's Run on cancel: %v", err)
 	}
 	a.done <- nil // for the cleanup
-	waitFor(t, "replica-b to lead", func() bool { return b.c.Status().Leading })
-	waitFor(t, "replica-b to report the duplicate", func() bool { return b.duplicates() == 1 })
+	poll.Until(t, 20*time.Second, "replica-b to lead", func() bool { return b.c.Status().Leading })
+	poll.Until(t, 20*time.Second, "replica-b to report the duplicate", func() bool { return b.duplicates() == 1 })
 	if v := testutil.ToFloat64(b.m.Leader); v != 1 {
 		t.Errorf("ghostwatch_controller_leader = %v on the new leader", v)
 	}
@@ -146,23 +181,11 @@ func TestOneLeaderReportsDuplicates(t *testing.T) {
 // Without its Lease it does not run; a missing setting is an error.
 func TestRunNeedsItsSettings(t *testing.T) {
 	err := New(Config{Client: fake.NewClientset()}).Run(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "a dynamic client, an identity and a Lease namespace and name are required") {
+	if err == nil || !strings.Contains(err.Error(), "a client, an identity and a Lease namespace and name are required") {
 		t.Errorf("Run = %v", err)
 	}
 	if errors.Is(err, ErrLostLease) {
 		t.Error("a missing setting reads as a lost Lease")
-	}
-}
-
-func TestEventReason(t *testing.T) {
-	for id, want := range map[string]string{
-		"duplicate-pod-ip":    "DuplicatePodIP",
-		"ipam-misbooked":      "IPAMMisbooked",
-		"stale-nodename-file": "StaleNodenameFile",
-	} {
-		if got := EventReason(id); got != want {
-			t.Errorf("EventReason(%q) = %q, want %q", id, got, want)
-		}
 	}
 }
 
@@ -178,26 +201,4 @@ func get(t *testing.T, url string) string {
 		t.Fatal(err)
 	}
 	return string(b)
-}
-
-// The controller runs the cluster rules whose sources it reads, Calico's
-// and the gossip clusters' included, and leaves those that need another
-// source to scan.
-func TestRulesAreThoseOfWhatItReads(t *testing.T) {
-	all := rule.All(rule.Config{})
-	runs, others := Rules(all)
-	want := []string{rule.DuplicatePodIPID, rule.IPAMUnbookedIPID, rule.IPAMLeakedIPID, rule.IPAMMisbookedID, "ipam-ledger-corrupt",
-		rule.GossipGhostMemberID, rule.GossipIPIdentityID}
-	if got := rule.IDs(runs); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
-		t.Errorf("runs %v, want %v", got, want)
-	}
-	if len(runs)+len(others) != len(rule.InScope(all, rule.ScopeCluster)) {
-		t.Errorf("runs %v and others %v are not the cluster rules", rule.IDs(runs), rule.IDs(others))
-	}
-	for _, r := range others {
-		info := r.Info()
-		if !slices.ContainsFunc(info.Sources, func(s string) bool { return !slices.Contains(Sources, s) }) {
-			t.Errorf("%s reads %v, all of which the controller reads, and does not run", info.ID, info.Sources)
-		}
-	}
 }

@@ -3,15 +3,12 @@ package controller
 import (
 	"context"
 	"errors"
-	"fmt"
-	"maps"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,14 +19,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
 	pkggossip "github.com/ghostwatch/ghostwatch/gossip"
-	"github.com/ghostwatch/ghostwatch/internal/eventstest"
 	"github.com/ghostwatch/ghostwatch/internal/memberlisttest"
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/internal/serftest"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
@@ -43,12 +39,12 @@ import (
 func gossipPodObj(name, uid, ip, system string, port uint16, start time.Time) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, UID: types.UID(uid), CreationTimestamp: metav1.Time{Time: start},
-			Annotations: map[string]string{AnnotationGossip: system}},
+			Annotations: map[string]string{sourcegossip.AnnotationGossip: system}},
 		Spec:   corev1.PodSpec{NodeName: "node-a"},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}, StartTime: &metav1.Time{Time: start}},
 	}
 	if port != 0 {
-		p.Annotations[AnnotationGossipPort] = strconv.Itoa(int(port))
+		p.Annotations[sourcegossip.AnnotationGossipPort] = strconv.Itoa(int(port))
 	}
 	return p
 }
@@ -57,23 +53,7 @@ func gossipPodObj(name, uid, ip, system string, port uint16, start time.Time) *c
 // gossip clusters every 100 ms, and the remedies ids turned on.
 func startGossipReplica(t *testing.T, client kubernetes.Interface, ids []string, st remedy.Settings) *replica {
 	t.Helper()
-	rules, _ := Rules(rule.All(rule.Config{}))
-	r := &replica{m: NewMetrics(prometheus.NewRegistry(), rules), ev: &eventstest.Recorder{}, done: make(chan error, 1)}
-	r.c = New(Config{Client: client, Dynamic: noCalico(), Identity: "replica-a", LeaseNamespace: "ghostwatch", LeaseName: "ghostwatch-controller",
-		LeaseDuration: 1500 * time.Millisecond, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
-		Rules: rules, Metrics: r.m, Events: r.ev, Debounce: 10 * time.Millisecond, GossipInterval: 100 * time.Millisecond})
-	if len(ids) > 0 {
-		if err := r.c.EnableRemedies(ids, st); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { r.done <- r.c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-r.done
-	})
-	return r
+	return startReplicaWith(t, client, "replica-a", setup{remedies: ids, settings: st})
 }
 
 func (r *replica) members(cluster, status string) float64 {
@@ -105,7 +85,7 @@ func serfCluster(t *testing.T, dryRun bool) (survivor, old *serftest.Agent, clie
 		gossipPodObj("serf-1", "u1", "127.0.0.2", "serf", 0, start.Add(time.Minute)))
 	st := remedy.Settings{Grace: 300 * time.Millisecond, Budget: 5, BudgetInterval: time.Minute, DryRun: dryRun}
 	r = startGossipReplica(t, client, []string{rule.GossipForceLeaveID}, st)
-	waitFor(t, "the controller to read both members alive", func() bool { return r.members("shop/serf", "alive") == 2 })
+	poll.Until(t, 20*time.Second, "the controller to read both members alive", func() bool { return r.members("shop/serf", "alive") == 2 })
 	return survivor, old, client, r
 }
 
@@ -123,13 +103,13 @@ func TestSerfGhostForcedOutByTheController(t *testing.T) {
 	}
 	reissued := time.Now()
 	reissue(t, survivor, old, client, reissued)
-	waitFor(t, "the ghost reported", func() bool { return r.ghosts("critical") == 1 })
+	poll.Until(t, 20*time.Second, "the ghost reported", func() bool { return r.ghosts("critical") == 1 })
 	reported := time.Since(reissued)
 	evs := r.ev.With("GossipGhostMember")
 	if len(evs) == 0 || !strings.Contains(evs[0], "node-127-0-0-2 (failed) and node-8c1f3e (alive) share 127.0.0.2") || !strings.HasPrefix(evs[0], "Pod Warning shop/serf-2") {
 		t.Errorf("Events of the finding: %q", evs)
 	}
-	waitFor(t, "the ghost forced out", func() bool { return r.actions(remedy.Done) == 1 })
+	poll.Until(t, 20*time.Second, "the ghost forced out", func() bool { return r.actions(remedy.Done) == 1 })
 	t.Logf("after the crash and the new pod: ghost reported in %v, forced out in %v (member lists read every 100 ms, grace 300 ms)",
 		reported.Round(time.Millisecond), time.Since(reissued).Round(time.Millisecond))
 	if evs := r.ev.With("GossipMemberForcedOut"); len(evs) != 1 || !strings.Contains(evs[0], "forced out member node-127-0-0-2 (failed, 127.0.0.2:") || !strings.Contains(evs[0], "of serf cluster shop/serf") {
@@ -138,7 +118,7 @@ func TestSerfGhostForcedOutByTheController(t *testing.T) {
 	if slices.ContainsFunc(survivor.Members(), func(m serf.Member) bool { return m.Name == "node-127-0-0-2" }) {
 		t.Errorf("the survivor still lists the ghost: %v", survivor.Members())
 	}
-	waitFor(t, "the finding to clear", func() bool { return r.ghosts("critical") == 0 })
+	poll.Until(t, 20*time.Second, "the finding to clear", func() bool { return r.ghosts("critical") == 0 })
 	if v := testutil.ToFloat64(r.m.RemedyCounter(rule.GossipGhostMemberID).WithLabelValues(rule.GossipGhostMemberID)); v != 1 {
 		t.Errorf("gossip_members_forced_out_total = %v", v)
 	}
@@ -174,7 +154,7 @@ func reissue(t *testing.T, survivor, old *serftest.Agent, client *fake.Clientset
 func TestSerfGhostDryRun(t *testing.T) {
 	survivor, old, client, r := serfCluster(t, true)
 	reissue(t, survivor, old, client, time.Now())
-	waitFor(t, "the dry run", func() bool { return r.actions(remedy.DryRun) >= 1 })
+	poll.Until(t, 20*time.Second, "the dry run", func() bool { return r.actions(remedy.DryRun) >= 1 })
 	if evs := r.ev.With("GossipForceLeaveDryRun"); len(evs) == 0 || !strings.Contains(evs[0], "would force out member node-127-0-0-2 (failed") {
 		t.Errorf("Events: %q", evs)
 	}
@@ -196,93 +176,15 @@ func TestSerfGhostNotForcedOutWithoutProof(t *testing.T) {
 	old.Kill()
 	newcomer := serftest.Start(t, serftest.Config{Name: "node-8c1f3e", Gossip: netip.MustParseAddrPort("127.0.0.2:0")})
 	newcomer.Join(t, survivor.Gossip)
-	waitFor(t, "the ghost reported", func() bool { return r.ghosts("critical") == 1 })
+	poll.Until(t, 20*time.Second, "the ghost reported", func() bool { return r.ghosts("critical") == 1 })
 	// Several passes, each past the grace period.
 	passes := testutil.ToFloat64(r.m.Passes)
-	waitFor(t, "ten more passes", func() bool { return testutil.ToFloat64(r.m.Passes) >= passes+10 })
+	poll.Until(t, 20*time.Second, "ten more passes", func() bool { return testutil.ToFloat64(r.m.Passes) >= passes+10 })
 	if n := r.actions(remedy.Done) + r.actions(remedy.Pending) + r.actions(remedy.DryRun); n != 0 {
 		t.Errorf("%v actions on a ghost whose pod may be the one at its address", n)
 	}
 	if !slices.ContainsFunc(survivor.Members(), func(m serf.Member) bool { return m.Name == "node-127-0-0-2" }) {
 		t.Error("the ghost was forced out")
-	}
-}
-
-// The pods informer keeps the annotations the leader reads, and no other.
-func TestGossipAnnotationsSurviveTheTrim(t *testing.T) {
-	p := gossipPodObj("a-0", "u0", "10.244.0.5", "consul", 8500, time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
-	p.Annotations[AnnotationGossipCluster] = "mesh"
-	p.Annotations[AnnotationGossipScheme] = "https"
-	want := maps.Clone(p.Annotations)
-	p.Annotations["kubectl.kubernetes.io/last-applied-configuration"] = "{...}"
-	got, err := trimPod(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a := got.(*corev1.Pod).Annotations; !maps.Equal(a, want) {
-		t.Errorf("annotations kept: %v, want %v", a, want)
-	}
-}
-
-// Annotations the controller cannot use name the pod and the annotation in
-// the gossip source's status, and the gossip rules are skipped, not run on
-// nothing.
-func TestGossipAnnotationErrors(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		pod  *corev1.Pod
-		want string
-	}{
-		{"unknown system", gossipPodObj("a", "u1", "127.0.0.9", "zookeeper", 1, time.Now()), `ghostwatch.io/gossip: "zookeeper" is not consul, serf or memberlist`},
-		{"memberlist without a port", gossipPodObj("a", "u1", "127.0.0.9", "memberlist", 0, time.Now()), "ghostwatch.io/gossip-port: none given, and memberlist has no default port"},
-		{"nothing listens", gossipPodObj("a", "u1", "127.0.0.9", "consul", 1, time.Now()), "gossip cluster shop/consul (consul): pod shop/a: consul GET http://127.0.0.9:1/v1/agent/members: dial tcp 127.0.0.9:1: connect: connection refused"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			r := startGossipReplica(t, fake.NewClientset(node("node-a"), tc.pod), nil, remedy.Settings{})
-			waitFor(t, "a pass", func() bool { return !r.c.Status().LastPass.IsZero() })
-			var got []string
-			for _, sk := range r.c.Status().Skipped {
-				if isGossipRule(sk.Rule) {
-					got = append(got, fmt.Sprint(sk.NotApplicable, " ", sk.Reason))
-				}
-			}
-			if len(got) != 2 || !strings.Contains(got[0], tc.want) || !strings.HasPrefix(got[0], "false") {
-				t.Errorf("gossip rules skipped: %q, want not ready: %q", got, tc.want)
-			}
-			if v := testutil.ToFloat64(r.m.SourceUp.WithLabelValues("gossip")); v != 0 {
-				t.Errorf("source_up{gossip} = %v", v)
-			}
-		})
-	}
-}
-
-// The annotations, as the controller reads them.
-func TestGossipPodOf(t *testing.T) {
-	p := gossipPodObj("consul-0", "u1", "10.244.1.5", "consul", 0, time.Now())
-	p.Annotations[AnnotationGossipCluster] = "mesh"
-	p.Annotations[AnnotationGossipScheme] = "https"
-	g, ok := gossipPodOf(p)
-	if !ok || g.err != "" || g.key != (gossipKey{"consul", "shop/mesh"}) || g.port != 8500 || g.scheme != "https" || g.ip != netip.MustParseAddr("10.244.1.5") {
-		t.Errorf("%+v %v", g, ok)
-	}
-	pending := p.DeepCopy()
-	pending.Status.Phase = corev1.PodPending
-	deleting := p.DeepCopy()
-	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
-	noIP := p.DeepCopy()
-	noIP.Status.PodIP = ""
-	plain := p.DeepCopy()
-	plain.Annotations = nil
-	for name, q := range map[string]*corev1.Pod{"pending": pending, "deleting": deleting, "no IP": noIP, "not annotated": plain} {
-		if _, ok := gossipPodOf(q); ok {
-			t.Errorf("%s: read as a gossip member", name)
-		}
-	}
-	bad := p.DeepCopy()
-	bad.Annotations[AnnotationGossipPort] = "http"
-	bad.Annotations[AnnotationGossipScheme] = "udp"
-	if g, _ := gossipPodOf(bad); g.err != `ghostwatch.io/gossip-scheme: "udp" is not http or https; ghostwatch.io/gossip-port: "http" is not a port` {
-		t.Errorf("errors: %q", g.err)
 	}
 }
 
@@ -330,14 +232,14 @@ func TestMemberlistGhostReportedByTheController(t *testing.T) {
 	members := func(status string) float64 {
 		return testutil.ToFloat64(r.m.GossipMembers.WithLabelValues("memberlist", "shop/memberlist", status))
 	}
-	waitFor(t, "the controller to read both members alive", func() bool { return members("alive") == 2 })
+	poll.Until(t, 20*time.Second, "the controller to read both members alive", func() bool { return members("alive") == 2 })
 
 	_ = old.Stop()
 	ctx := context.Background()
 	if err := client.CoreV1().Pods("shop").Delete(ctx, "cache-1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the old member dead in the survivor's list", func() bool { return members("dead") == 1 })
+	poll.Until(t, 20*time.Second, "the old member dead in the survivor's list", func() bool { return members("dead") == 1 })
 	newcomer := start("cache-2-9e8d", "127.0.0.22", old.Port())
 	if _, err := client.CoreV1().Pods("shop").Create(ctx, gossipPodObj("cache-2", "u2", "127.0.0.22", "memberlist", httpPort(newcomer), time.Now()), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -345,7 +247,7 @@ func TestMemberlistGhostReportedByTheController(t *testing.T) {
 	if _, err := newcomer.ML.Join([]string{survivor.Address()}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the ghost reported", func() bool { return r.ghosts("critical") == 1 })
+	poll.Until(t, 20*time.Second, "the ghost reported", func() bool { return r.ghosts("critical") == 1 })
 	evs := r.ev.With("GossipGhostMember")
 	if len(evs) == 0 || !strings.Contains(evs[0], "node-127-0-0-22 (dead) and cache-2-9e8d (alive) share 127.0.0.22") || !strings.HasPrefix(evs[0], "Pod Warning shop/cache-2") {
 		t.Errorf("Events of the finding: %q", evs)
@@ -356,7 +258,8 @@ func TestMemberlistGhostReportedByTheController(t *testing.T) {
 }
 
 // The gossip series come from the views of a pass whose gossip source was
-// read; while it cannot be read they stay as they were.
+// read; while it cannot be read the members stay as they were, and every
+// cluster is down.
 func TestGossipMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg, nil)
@@ -380,10 +283,19 @@ ghostwatch_gossip_join_rejections_total{cluster="shop/cache",reason="unexpected-
 	if members("alive") != 2 || members("dead") != 1 || members("failed") != 0 {
 		t.Errorf("members alive %v dead %v failed %v", members("alive"), members("dead"), members("failed"))
 	}
-	// Not read: the last values stand.
+	up := func() float64 {
+		return testutil.ToFloat64(m.GossipClusterUp.WithLabelValues("memberlist", "shop/cache"))
+	}
+	if up() != 1 {
+		t.Errorf("gossip_cluster_up = %v for a cluster read", up())
+	}
+	// Not read: the members and rejections stand, every cluster is down.
 	m.Gossip(&snapshot.Snapshot{Sources: []snapshot.SourceStatus{{Name: "gossip", Status: snapshot.StatusError}}})
 	if members("alive") != 2 || testutil.CollectAndCount(reg, "ghostwatch_gossip_join_rejections_total") != 2 {
 		t.Error("an unread gossip source changed the series")
+	}
+	if up() != 0 {
+		t.Errorf("gossip_cluster_up = %v while no cluster can be read", up())
 	}
 	// No annotated pod: none.
 	m.Gossip(&snapshot.Snapshot{Sources: []snapshot.SourceStatus{{Name: "gossip", Status: snapshot.StatusUnsupported}}})
@@ -399,114 +311,6 @@ func (a fixedAgent) Members(context.Context) (*snapshot.GossipView, error) {
 	v := a.v
 	v.Members = slices.Clone(a.v.Members)
 	return &v, nil
-}
-
-// A view is taken for the pod's only when the agent that answered is at
-// the pod's address, and no other pod holds it: an address is not an
-// identity.
-func TestGossipViewMustBeThePods(t *testing.T) {
-	member := func(name, addr string) snapshot.GossipMember {
-		return snapshot.GossipMember{Name: name, Addr: netip.MustParseAddr(addr), Port: 8301, Status: snapshot.MemberAlive}
-	}
-	for _, tc := range []struct {
-		name  string
-		view  snapshot.GossipView
-		other *corev1.Pod
-		want  string
-	}{
-		{"the pod's own agent", snapshot.GossipView{System: "consul", Local: "consul-0", Members: []snapshot.GossipMember{member("consul-0", "10.244.1.5")}}, nil, ""},
-		{"another agent answered", snapshot.GossipView{System: "consul", Local: "consul-9", Members: []snapshot.GossipMember{member("consul-9", "10.244.7.7")}}, nil,
-			"pod shop/consul-0: the agent that answered is consul-9 at 10.244.7.7, not at the pod's address 10.244.1.5: the view is not the pod's"},
-		{"an agent not in its own list", snapshot.GossipView{System: "consul", Local: "ghost", Members: []snapshot.GossipMember{member("consul-0", "10.244.1.5")}}, nil,
-			"the agent says it is ghost, which its own member list does not name"},
-		{"another system", snapshot.GossipView{System: "serf", Members: []snapshot.GossipMember{member("consul-0", "10.244.1.5")}}, nil,
-			"answered with a serf member list, not consul"},
-		{"two pods hold the address", snapshot.GossipView{System: "consul", Local: "consul-0", Members: []snapshot.GossipMember{member("consul-0", "10.244.1.5")}},
-			podWithIP("web-0", "w", "node-a", "10.244.1.5", time.Now()),
-			"2 pods hold 10.244.1.5 (duplicate-pod-ip): whose view answered is not known"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			objs := []runtime.Object{node("node-a"), gossipPodObj("consul-0", "u0", "10.244.1.5", "consul", 0, time.Now())}
-			if tc.other != nil {
-				objs = append(objs, tc.other)
-			}
-			rules, _ := Rules(rule.All(rule.Config{}))
-			m := NewMetrics(prometheus.NewRegistry(), rules)
-			var asked []GossipPod
-			var mu sync.Mutex
-			c := New(Config{Client: fake.NewClientset(objs...), Dynamic: noCalico(), Identity: "a", LeaseNamespace: "ghostwatch", LeaseName: "l",
-				LeaseDuration: 1500 * time.Millisecond, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
-				Rules: rules, Metrics: m, Debounce: 10 * time.Millisecond, GossipInterval: 100 * time.Millisecond,
-				GossipAgent: func(p GossipPod) (sourcegossip.Agent, error) {
-					mu.Lock()
-					asked = append(asked, p)
-					mu.Unlock()
-					return fixedAgent{tc.view}, nil
-				}})
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- c.Run(ctx) }()
-			defer func() { cancel(); <-done }()
-			waitFor(t, "a pass", func() bool { return !c.Status().LastPass.IsZero() })
-			up := testutil.ToFloat64(m.SourceUp.WithLabelValues("gossip"))
-			var why string
-			for _, sk := range c.Status().Skipped {
-				if sk.Rule == rule.GossipGhostMemberID {
-					why = sk.Reason
-				}
-			}
-			switch {
-			case tc.want == "" && (up != 1 || why != ""):
-				t.Errorf("source_up %v, skipped: %q; want the view read", up, why)
-			case tc.want != "" && (up != 0 || !strings.Contains(why, tc.want)):
-				t.Errorf("source_up %v, skipped: %q; want %q", up, why, tc.want)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if len(asked) == 0 || asked[0].Addr != netip.MustParseAddrPort("10.244.1.5:8500") || asked[0].Cluster != "shop/consul" || asked[0].Scheme != "http" {
-				t.Errorf("asked %+v", asked)
-			}
-		})
-	}
-}
-
-// A member's pod that goes has its cluster read again within about a
-// second, not at the next interval: the last view still counts it.
-func TestGossipReadAgainWhenAMembersPodGoes(t *testing.T) {
-	view := snapshot.GossipView{System: "consul", Local: "consul-0", Members: []snapshot.GossipMember{
-		{Name: "consul-0", Addr: netip.MustParseAddr("10.244.1.5"), Port: 8301, Status: snapshot.MemberAlive}}}
-	client := fake.NewClientset(node("node-a"),
-		gossipPodObj("consul-0", "u0", "10.244.1.5", "consul", 0, time.Now().Add(-time.Hour)),
-		gossipPodObj("consul-1", "u1", "10.244.1.6", "consul", 0, time.Now()))
-	var mu sync.Mutex
-	reads := 0
-	rules, _ := Rules(rule.All(rule.Config{}))
-	c := New(Config{Client: client, Dynamic: noCalico(), Identity: "a", LeaseNamespace: "ghostwatch", LeaseName: "l",
-		LeaseDuration: 1500 * time.Millisecond, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
-		Rules: rules, Debounce: 10 * time.Millisecond, GossipInterval: time.Hour,
-		GossipAgent: func(GossipPod) (sourcegossip.Agent, error) {
-			mu.Lock()
-			reads++
-			mu.Unlock()
-			return fixedAgent{view}, nil
-		}})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	count := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return reads
-	}
-	waitFor(t, "a pass", func() bool { return !c.Status().LastPass.IsZero() })
-	if n := count(); n != 1 {
-		t.Fatalf("%d reads at start, want 1", n)
-	}
-	if err := client.CoreV1().Pods("shop").Delete(ctx, "consul-1", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the cluster read again", func() bool { return count() == 2 })
 }
 
 // switchAgent answers a fixed view, or fails while down.
@@ -538,18 +342,11 @@ func TestGossipOneClusterUnread(t *testing.T) {
 		gossipPodObj("consul-0", "u0", "10.244.1.5", "consul", 0, time.Now().Add(-time.Hour)),
 		gossipPodObj("consul-9", "u9", "10.244.1.9", "consul", 0, time.Now()),
 		gossipPodObj("serf-0", "u1", "10.244.1.6", "serf", 0, time.Now().Add(-time.Hour)))
-	rules, _ := Rules(rule.All(rule.Config{}))
-	m := NewMetrics(prometheus.NewRegistry(), rules)
-	c := New(Config{Client: client, Dynamic: noCalico(), Identity: "a", LeaseNamespace: "ghostwatch", LeaseName: "l",
-		LeaseDuration: 1500 * time.Millisecond, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
-		Rules: rules, Metrics: m, Debounce: 10 * time.Millisecond, GossipInterval: 50 * time.Millisecond,
-		GossipAgent: func(p GossipPod) (sourcegossip.Agent, error) {
+	r := startReplicaWith(t, client, "a", setup{gossipInterval: 50 * time.Millisecond,
+		agent: func(p sourcegossip.Member) (sourcegossip.Agent, error) {
 			return switchAgent{views[p.System], down[p.System]}, nil
 		}})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	m, c := r.m, r.c
 	up := func(system string) float64 {
 		return testutil.ToFloat64(m.GossipClusterUp.WithLabelValues(system, "shop/"+system))
 	}
@@ -557,14 +354,14 @@ func TestGossipOneClusterUnread(t *testing.T) {
 	named := func() float64 {
 		return testutil.ToFloat64(m.Findings.WithLabelValues(rule.GossipIPIdentityID, "warning"))
 	}
-	waitFor(t, "both clusters read, the IP-named member found", func() bool {
+	poll.Until(t, 20*time.Second, "both clusters read, the IP-named member found", func() bool {
 		return up("consul") == 1 && up("serf") == 1 && source() == 1 && named() == 1
 	})
 
 	down["consul"].Store(true)
 	passes := testutil.ToFloat64(m.Passes)
-	waitFor(t, "consul unread", func() bool { return up("consul") == 0 })
-	waitFor(t, "more passes", func() bool { return testutil.ToFloat64(m.Passes) >= passes+3 })
+	poll.Until(t, 20*time.Second, "consul unread", func() bool { return up("consul") == 0 })
+	poll.Until(t, 20*time.Second, "more passes", func() bool { return testutil.ToFloat64(m.Passes) >= passes+3 })
 	if source() != 1 || up("serf") != 1 || named() != 1 {
 		t.Errorf("one cluster unread: source_up %v, serf up %v, findings %v; want 1, 1 and the finding on consul's last view", source(), up("serf"), named())
 	}
@@ -579,11 +376,11 @@ func TestGossipOneClusterUnread(t *testing.T) {
 	}
 
 	down["serf"].Store(true)
-	waitFor(t, "no cluster read", func() bool { return source() == 0 && up("serf") == 0 })
+	poll.Until(t, 20*time.Second, "no cluster read", func() bool { return source() == 0 && up("serf") == 0 })
 	if named() != 1 {
 		t.Errorf("findings %v after every cluster became unreadable, want the last ones to stand", named())
 	}
 	down["consul"].Store(false)
 	down["serf"].Store(false)
-	waitFor(t, "both read again", func() bool { return up("consul") == 1 && up("serf") == 1 && source() == 1 })
+	poll.Until(t, 20*time.Second, "both read again", func() bool { return up("consul") == 1 && up("serf") == 1 && source() == 1 })
 }

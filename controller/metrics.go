@@ -9,8 +9,11 @@ import (
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/sink"
 	"github.com/ghostwatch/ghostwatch/snapshot"
-	sourcegossip "github.com/ghostwatch/ghostwatch/source/gossip"
 )
+
+// GossipSource is the name of the source of the gossip clusters' views
+// (source/gossip's Name), whose views and status the gossip series follow.
+const GossipSource = "gossip"
 
 // Metrics are the controller's Prometheus series: the findings every
 // ghostwatch process exports (sink.Metrics), and its own.
@@ -26,6 +29,10 @@ type Metrics struct {
 	// GossipClusterUp is 1 for a gossip cluster whose member list the
 	// last round read, 0 for one judged on its last view.
 	GossipClusterUp *prometheus.GaugeVec
+
+	// upClusters are the clusters of the last views read, which are down
+	// while no cluster can be read.
+	upClusters [][2]string
 
 	// rejections are the counts of messages refused by the member whose
 	// view was read last, by system, cluster and reason.
@@ -59,12 +66,15 @@ func NewMetrics(reg prometheus.Registerer, rules []rule.Rule) *Metrics {
 }
 
 // Gossip sets the gossip series from a pass's snapshot: from its views
-// when they were read, to none when no pod is annotated; the members and
-// rejections are left as they were while no cluster can be read.
+// when they were read, to none when no pod is annotated. While no cluster
+// can be read, every cluster last seen is down, and the members and
+// rejections are left as they were.
 func (m *Metrics) Gossip(s *snapshot.Snapshot) {
-	st, ok := s.Source(sourcegossip.Name)
-	if ok && (s.Gossip != nil || st.Status == snapshot.StatusUnsupported) {
+	st, ok := s.Source(GossipSource)
+	switch {
+	case ok && (s.Gossip != nil || st.Status == snapshot.StatusUnsupported):
 		m.GossipClusterUp.Reset()
+		m.upClusters = nil
 		if s.Gossip != nil {
 			for _, v := range s.Gossip.Views {
 				up := 0.0
@@ -72,7 +82,12 @@ func (m *Metrics) Gossip(s *snapshot.Snapshot) {
 					up = 1
 				}
 				m.GossipClusterUp.WithLabelValues(v.System, v.Cluster).Set(up)
+				m.upClusters = append(m.upClusters, [2]string{v.System, v.Cluster})
 			}
+		}
+	case ok && st.Status == snapshot.StatusError:
+		for _, c := range m.upClusters {
+			m.GossipClusterUp.WithLabelValues(c[0], c[1]).Set(0)
 		}
 	}
 	if !ok || (st.Status != snapshot.StatusOK && st.Status != snapshot.StatusUnsupported) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ghostwatch/ghostwatch/cli"
 	"github.com/ghostwatch/ghostwatch/controller"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/source/kube"
@@ -116,11 +117,11 @@ func TestControllerRolesGrantExactlyWhatTheControllerUses(t *testing.T) {
 	}
 	// record.EventSinkImpl creates an Event, then patches its count.
 	clusterWide := []string{"/events/create", "/events/patch"}
-	for _, gr := range controller.Watched() {
+	for _, gr := range cli.ControllerWatched() {
 		clusterWide = append(clusterWide, gr.Group+"/"+gr.Resource+"/list", gr.Group+"/"+gr.Resource+"/watch")
 	}
 	if !slices.Contains(clusterWide, "crd.projectcalico.org/ipamblocks/watch") || !slices.Contains(clusterWide, "/nodes/list") {
-		t.Fatalf("the controller watches %v: no Calico blocks or Nodes", controller.Watched())
+		t.Fatalf("the controller watches %v: no Calico blocks or Nodes", cli.ControllerWatched())
 	}
 	for name, c := range map[string]struct {
 		got  map[string]bool
@@ -383,7 +384,7 @@ func TestGossipAlertRulesUseTheControllersMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	rules, _ := controller.Rules(rule.All(rule.Config{}))
+	rules, _ := cli.ControllerRules(rule.All(rule.Config{}))
 	controller.NewMetrics(reg, rules)
 	ch := make(chan *prometheus.Desc, 100)
 	go func() {

@@ -20,11 +20,11 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/ghostwatch/ghostwatch/controller"
 	"github.com/ghostwatch/ghostwatch/deploy"
 	"github.com/ghostwatch/ghostwatch/internal/serftest"
 	labcalico "github.com/ghostwatch/ghostwatch/lab/calico"
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
+	sourcegossip "github.com/ghostwatch/ghostwatch/source/gossip"
 )
 
 // The controller on the real API server, with exactly the identity
@@ -202,8 +202,8 @@ func realGossipGhost(t *testing.T, e *realEnv, metrics func(*testing.T) string) 
 			t.Fatal(err)
 		}
 	}
-	serfPod := map[string]string{controller.AnnotationGossip: "serf"}
-	pod("serf-0", "127.0.0.3", time.Now().Add(-time.Hour), map[string]string{controller.AnnotationGossip: "serf", controller.AnnotationGossipPort: fmt.Sprint(rpcPort)})
+	serfPod := map[string]string{sourcegossip.AnnotationGossip: "serf"}
+	pod("serf-0", "127.0.0.3", time.Now().Add(-time.Hour), map[string]string{sourcegossip.AnnotationGossip: "serf", sourcegossip.AnnotationGossipPort: fmt.Sprint(rpcPort)})
 	pod("serf-1", "127.0.0.2", time.Now().Add(-time.Hour), serfPod)
 	e.eventually(t, time.Minute, "the controller to read both members alive", func() bool {
 		return strings.Contains(metrics(t), `ghostwatch_gossip_members{cluster="gossip/serf",status="alive",system="serf"} 2`)

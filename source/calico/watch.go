@@ -226,7 +226,7 @@ func (w *Watch) watch(r *watching, rs []Resource) error {
 				return ri.Watch(ctx, o)
 			},
 		}, &unstructured.Unstructured{}, informer.Options{Transform: convert, Now: w.Now, Changed: changed})
-		if err := i.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		if _, err := i.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { changed() },
 			UpdateFunc: func(_, _ any) { changed() },
 			DeleteFunc: func(any) { changed() },

@@ -184,10 +184,13 @@ func (i *Informer) HasSynced() bool { return i.informer.HasSynced() }
 // Store is the informer's store of (transformed) objects.
 func (i *Informer) Store() cache.Store { return i.informer.GetStore() }
 
-// AddEventHandler adds a handler of the informer's events.
-func (i *Informer) AddEventHandler(h cache.ResourceEventHandler) error {
-	_, err := i.informer.AddEventHandler(h)
-	return err
+// AddEventHandler adds a handler of the informer's events. The
+// registration's HasSynced reports whether the handler has been handed
+// every object of the first list: the informer's own HasSynced turns true
+// before its handlers have run, so what a handler keeps is complete only
+// once the registration says so.
+func (i *Informer) AddEventHandler(h cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error) {
+	return i.informer.AddEventHandler(h)
 }
 
 // Unserved reports whether the API server does not serve the (optional)

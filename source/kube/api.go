@@ -216,7 +216,7 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 			Changed:  func() { signal(i.wake) },
 		})
 		if w.resource == resEndpointSlices && i.since != nil {
-			_ = wd.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			_, _ = wd.AddEventHandler(cache.ResourceEventHandlerFuncs{
 				AddFunc:    func(obj any) { i.since.update(nil, obj, i.now()) },
 				UpdateFunc: func(old, obj any) { i.since.update(old, obj, i.now()) },
 				DeleteFunc: func(obj any) { i.since.update(obj, nil, i.now()) },
@@ -321,7 +321,7 @@ func (i *Informers) OnChange(fn func()) error {
 			UpdateFunc: func(old, obj any) { i.changed(resource, old, obj); fn() },
 			DeleteFunc: func(obj any) { i.changed(resource, obj, nil); fn() },
 		}
-		if err := w.AddEventHandler(h); err != nil {
+		if _, err := w.AddEventHandler(h); err != nil {
 			return fmt.Errorf("watching %s: %w", w.Resource, err)
 		}
 	}

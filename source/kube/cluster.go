@@ -66,11 +66,52 @@ type ClusterWatch struct {
 type clusterTerm struct {
 	ctx         context.Context
 	pods, nodes *informer.Informer
+	// podsHandled says when the index and OnPod's handlers have been
+	// handed every pod of the first list.
+	podsHandled cache.ResourceEventHandlerRegistration
+
+	// handlers are OnPod's; poke says a change came.
+	handlers []func(*corev1.Pod, bool)
+	poke     func()
 
 	// mu guards idx: pod events write it; a pass holds it from Collect
 	// to Return.
 	mu  sync.Mutex
 	idx *snapshot.PodIndex
+}
+
+// setPod records a pod added or changed, as the informer keeps it.
+func (t *clusterTerm) setPod(obj any) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	sp := Pod(p)
+	t.mu.Lock()
+	t.idx.Set(&sp)
+	t.mu.Unlock()
+	for _, fn := range t.handlers {
+		fn(p, false)
+	}
+	t.poke()
+}
+
+// deletePod forgets a pod deleted.
+func (t *clusterTerm) deletePod(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	t.mu.Lock()
+	t.idx.Delete(string(p.UID))
+	t.mu.Unlock()
+	for _, fn := range t.handlers {
+		fn(p, true)
+	}
+	t.poke()
 }
 
 // Name returns "kube".
@@ -165,44 +206,17 @@ func (w *ClusterWatch) Start(ctx context.Context) error {
 			}
 			return Node(n), true
 		}), Now: w.Now, Changed: w.poke})
-	set := func(obj any) {
-		p, ok := obj.(*corev1.Pod)
-		if !ok {
-			return
-		}
-		sp := Pod(p)
-		t.mu.Lock()
-		t.idx.Set(&sp)
-		t.mu.Unlock()
-		for _, fn := range handlers {
-			fn(p, false)
-		}
-		w.poke()
-	}
-	if err := t.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    set,
-		UpdateFunc: func(_, obj any) { set(obj) },
-		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			p, ok := obj.(*corev1.Pod)
-			if !ok {
-				return
-			}
-			t.mu.Lock()
-			t.idx.Delete(string(p.UID))
-			t.mu.Unlock()
-			for _, fn := range handlers {
-				fn(p, true)
-			}
-			w.poke()
-		},
+	t.handlers, t.poke = handlers, w.poke
+	var err error
+	if t.podsHandled, err = t.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    t.setPod,
+		UpdateFunc: func(_, obj any) { t.setPod(obj) },
+		DeleteFunc: t.deletePod,
 	}); err != nil {
 		return fmt.Errorf("kube: watching pods: %w", err)
 	}
 	changed := func(any) { w.poke() }
-	if err := t.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := t.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: changed, UpdateFunc: func(_, o any) { changed(o) }, DeleteFunc: changed,
 	}); err != nil {
 		return fmt.Errorf("kube: watching nodes: %w", err)
@@ -210,15 +224,14 @@ func (w *ClusterWatch) Start(ctx context.Context) error {
 	w.mu.Lock()
 	w.term = t
 	w.mu.Unlock()
-	for _, i := range []*informer.Informer{t.pods, t.nodes} {
-		go i.Run(ctx)
-		// A resource listed empty has no event to announce it.
-		go func() {
-			if cache.WaitForCacheSync(ctx.Done(), i.HasSynced) {
-				w.poke()
-			}
-		}()
-	}
+	go t.pods.Run(ctx)
+	go t.nodes.Run(ctx)
+	// A resource listed empty has no event to announce it.
+	go func() {
+		if cache.WaitForCacheSync(ctx.Done(), t.podsHandled.HasSynced, t.nodes.HasSynced) {
+			w.poke()
+		}
+	}()
 	return nil
 }
 
@@ -229,20 +242,32 @@ func (w *ClusterWatch) Ready(now time.Time) error {
 	if t == nil {
 		return errors.New("kube: not watching the cluster")
 	}
-	return errors.Join(t.pods.Ready(now), t.nodes.Ready(now))
+	return t.ready(now)
 }
 
-// Settled reports whether both informers have listed their resource
-// (source.Settler): their failures, if any, are then reported by Ready.
+// ready is Ready for one term: both informers ready, and every pod listed
+// in the index.
+func (t *clusterTerm) ready(now time.Time) error {
+	err := errors.Join(t.pods.Ready(now), t.nodes.Ready(now))
+	if err == nil && !t.podsHandled.HasSynced() {
+		err = errors.New("pods: listed, not all indexed yet")
+	}
+	return err
+}
+
+// Settled reports whether both informers have listed their resource, and
+// every pod listed is in the index (source.Settler): their failures, if
+// any, are then reported by Ready.
 func (w *ClusterWatch) Settled() bool {
 	t := w.current()
-	return t != nil && t.pods.HasSynced() && t.nodes.HasSynced()
+	return t != nil && t.podsHandled.HasSynced() && t.nodes.HasSynced()
 }
 
-// Listed reports whether every pod has been listed once.
+// Listed reports whether every pod has been listed once and handed to the
+// index and to OnPod's handlers.
 func (w *ClusterWatch) Listed() bool {
 	t := w.current()
-	return t != nil && t.pods.HasSynced()
+	return t != nil && t.podsHandled.HasSynced()
 }
 
 // Holders returns how many pods hold a as a pod-network IP now.
@@ -276,7 +301,7 @@ func (w *ClusterWatch) Collect(_ context.Context, s *snapshot.Snapshot) error {
 	if t == nil {
 		return errors.New("not watching the cluster")
 	}
-	if err := errors.Join(t.pods.Ready(s.Taken), t.nodes.Ready(s.Taken)); err != nil {
+	if err := t.ready(s.Taken); err != nil {
 		return errors.New(strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
 	nodes := informer.Values[snapshot.Node](t.nodes)
