@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"strings"
 	"time"
@@ -54,7 +55,29 @@ type Snapshot struct {
 
 	Sources []SourceStatus
 
+	// ledgers are the ledgers without a field of their own, by the name
+	// of the source that collected each (Attach, LedgerOf).
+	ledgers map[string]any
+
 	scratch *scratch
+}
+
+// Attach records v as the ledger the named source collected into s: a
+// ledger without a field of its own, which its rules read back with
+// LedgerOf. Adding a ledger so changes nothing in this package but the
+// file of its type. A copy of s made before keeps what it had.
+func Attach[T any](s *Snapshot, source string, v *T) {
+	m := make(map[string]any, len(s.ledgers)+1)
+	maps.Copy(m, s.ledgers)
+	m[source] = v
+	s.ledgers = m
+}
+
+// LedgerOf returns the ledger the named source attached to s, nil when it
+// attached none (it did not run, or failed) or one of another type.
+func LedgerOf[T any](s *Snapshot, source string) *T {
+	v, _ := s.ledgers[source].(*T)
+	return v
 }
 
 // Source returns the status recorded for the named source.
