@@ -389,8 +389,11 @@ func TestRealAgentProvesReuseWithoutTimestamps(t *testing.T) {
 	}
 	e.gone(t, "web", "api-v1")
 	// The agent saw the flow by the time it was answered; the replica must
-	// start more than --clock-skew (2s) later, on one-second pod times.
-	time.Sleep(time.Until(opened.Add(3500 * time.Millisecond)))
+	// start more than --clock-skew (2s) later, counted on whole seconds
+	// each way: the agent keeps when it first saw a flow rounded up to
+	// the second, the API server a pod's start rounded down. 5s is the
+	// skew, a second each for the roundings, and one to spare.
+	time.Sleep(time.Until(opened.Add(5 * time.Second)))
 	if got := e.pod(t, "web", "api-v2", "api", ip, 0); got != ip {
 		t.Fatalf("the replica got %s, want the reused %s", got, ip)
 	}
