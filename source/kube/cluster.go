@@ -27,7 +27,7 @@ import (
 // ClusterWatched lists the resources a ClusterWatch lists and watches, as
 // RBAC rules name them: every Pod and every Node.
 func ClusterWatched() []schema.GroupResource {
-	return []schema.GroupResource{{Resource: resPods}, {Resource: resNodes}}
+	return []schema.GroupResource{{Resource: ResourcePods}, {Resource: ResourceNodes}}
 }
 
 // ClusterWatch is every Pod and every Node of the cluster as the
@@ -196,9 +196,9 @@ func (w *ClusterWatch) Start(ctx context.Context) error {
 			},
 		}
 	}
-	t.pods = informer.New(resPods, *pods, &corev1.Pod{}, informer.Options{
+	t.pods = informer.New(ResourcePods, *pods, &corev1.Pod{}, informer.Options{
 		Transform: TrimPodKeeping(w.KeepAnnotations...), Now: w.Now, Changed: w.poke})
-	t.nodes = informer.New(resNodes, *nodes, &corev1.Node{}, informer.Options{
+	t.nodes = informer.New(ResourceNodes, *nodes, &corev1.Node{}, informer.Options{
 		Transform: informer.Keep(func(obj any) (snapshot.Node, bool) {
 			n, ok := obj.(*corev1.Node)
 			if !ok {

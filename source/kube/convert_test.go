@@ -90,15 +90,15 @@ func TestParseIP(t *testing.T) {
 		"1.2.3.4/24":       "",
 		"-1.2.3.4":         "",
 	} {
-		got, ok := parseIP(in)
+		got, ok := ParseIP(in)
 		if want == "" {
 			if ok {
-				t.Errorf("parseIP(%q) = %v, want failure", in, got)
+				t.Errorf("ParseIP(%q) = %v, want failure", in, got)
 			}
 			continue
 		}
 		if !ok || got != netip.MustParseAddr(want) {
-			t.Errorf("parseIP(%q) = %v, %v; want %s", in, got, ok, want)
+			t.Errorf("ParseIP(%q) = %v, %v; want %s", in, got, ok, want)
 		}
 	}
 }
@@ -414,25 +414,25 @@ func TestTrimOthers(t *testing.T) {
 			Images:    []corev1.ContainerImage{{Names: []string{"big"}}},
 		},
 	}
-	got, _ := trimNode(n)
+	got, _ := TrimNode(n)
 	tn := got.(*corev1.Node)
 	if len(tn.Status.Images) != 0 || tn.Labels != nil || tn.ResourceVersion != "9" || !reflect.DeepEqual(Node(tn), Node(n)) || len(Node(tn).PodCIDRs) != 2 {
-		t.Errorf("trimNode = %+v", tn)
+		t.Errorf("TrimNode = %+v", tn)
 	}
 	if len(n.Status.Images) != 1 {
-		t.Errorf("trimNode modified its argument")
+		t.Errorf("TrimNode modified its argument")
 	}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s", Annotations: map[string]string{"a": "b"},
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}}, Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.1"}}
-	got, _ = trimMeta(svc)
+	got, _ = TrimMeta(svc)
 	ts := got.(*corev1.Service)
 	if ts.Annotations != nil || ts.ManagedFields != nil || ts.Spec.ClusterIP != "10.96.0.1" || svc.Annotations == nil {
-		t.Errorf("trimMeta(service) = %+v (input now %+v)", ts, svc)
+		t.Errorf("TrimMeta(service) = %+v (input now %+v)", ts, svc)
 	}
 	es := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "e", ManagedFields: []metav1.ManagedFieldsEntry{{}}},
 		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1"}}}}
-	got, _ = trimMeta(es)
+	got, _ = TrimMeta(es)
 	if te := got.(*discoveryv1.EndpointSlice); te.ManagedFields != nil || len(te.Endpoints) != 1 || es.ManagedFields == nil {
-		t.Errorf("trimMeta(slice) = %+v", te)
+		t.Errorf("TrimMeta(slice) = %+v", te)
 	}
 }

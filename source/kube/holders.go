@@ -174,7 +174,7 @@ func (h *Holders) list(ctx context.Context, a netip.Addr) ([]snapshot.Pod, error
 	sel := fields.OneTermEqualSelector("status.podIP", a.String()).String()
 	l, err := h.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: "0"})
 	if err != nil {
-		return nil, errors.New(describe(err, resPods))
+		return nil, errors.New(DescribeError(err, ResourcePods))
 	}
 	var out []snapshot.Pod
 	for i := range l.Items {

@@ -61,7 +61,7 @@ func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.Query) 
 		read(n, func() error {
 			l, err := client.CoreV1().Nodes().List(ctx, byName(name))
 			if err != nil {
-				return fmt.Errorf("quorum read of node %s: %s", name, describe(err, resNodes))
+				return fmt.Errorf("quorum read of node %s: %s", name, DescribeError(err, ResourceNodes))
 			}
 			nodes[i] = named(l.Items, name)
 			return nil
@@ -72,7 +72,7 @@ func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.Query) 
 		read(n, func() error {
 			l, err := client.CoreV1().Services(ref.Namespace).List(ctx, byName(ref.Name))
 			if err != nil {
-				return fmt.Errorf("quorum read of service %s: %s", ref, describe(err, resServices))
+				return fmt.Errorf("quorum read of service %s: %s", ref, DescribeError(err, ResourceServices))
 			}
 			services[i] = named(l.Items, ref.Name)
 			return nil
@@ -81,7 +81,7 @@ func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.Query) 
 			sel := labels.Set{discoveryv1.LabelServiceName: ref.Name}.String()
 			l, err := client.DiscoveryV1().EndpointSlices(ref.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
 			if err != nil {
-				return fmt.Errorf("quorum read of the EndpointSlices of %s: %s", ref, describe(err, resEndpointSlices))
+				return fmt.Errorf("quorum read of the EndpointSlices of %s: %s", ref, DescribeError(err, ResourceEndpointSlices))
 			}
 			epSlices[i] = l.Items
 			return nil
@@ -94,7 +94,7 @@ func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.Query) 
 			sel := fields.OneTermEqualSelector("status.podIP", a.String()).String()
 			l, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: sel})
 			if err != nil {
-				return fmt.Errorf("quorum read of the pods holding %s: %s", a, describe(err, resPods))
+				return fmt.Errorf("quorum read of the pods holding %s: %s", a, DescribeError(err, ResourcePods))
 			}
 			pods[i] = l.Items
 			return nil
@@ -112,7 +112,7 @@ func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.Query) 
 				if apierrors.IsNotFound(err) {
 					return fmt.Errorf("cannot prove that no Service holds %s: the API server does not serve IPAddresses (networking.k8s.io/v1, Kubernetes 1.33 and later)", a)
 				}
-				return fmt.Errorf("quorum read of the IPAddress %s: %s", a, describe(err, resIPAddresses))
+				return fmt.Errorf("quorum read of the IPAddress %s: %s", a, DescribeError(err, ResourceIPAddresses))
 			}
 			addrs[i] = named(l.Items, a.String())
 			return nil
@@ -123,7 +123,7 @@ func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.Query) 
 		read(n, func() error {
 			l, err := client.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{})
 			if err != nil {
-				return fmt.Errorf("quorum read of the ServiceCIDRs: %s", describe(err, resServiceCIDRs))
+				return fmt.Errorf("quorum read of the ServiceCIDRs: %s", DescribeError(err, ResourceServiceCIDRs))
 			}
 			cidrs = l.Items
 			return nil

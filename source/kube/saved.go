@@ -163,7 +163,7 @@ func (f *FileSource) Narrow(readers []any) {
 func (f *FileSource) Name() string { return Name }
 
 // Describe says how many objects of each kind were read.
-func (f *FileSource) Describe(s *snapshot.Snapshot) string { return describeKube(s.Kube) }
+func (f *FileSource) Describe(s *snapshot.Snapshot) string { return Describe(s.Kube) }
 
 // Collect reads every file into s.Kube. It fails, leaving s untouched, when
 // a file cannot be read or parsed, or when the files together hold none of

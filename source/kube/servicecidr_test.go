@@ -33,7 +33,7 @@ func TestInformersReadServiceCIDRs(t *testing.T) {
 		len(k.ServiceCIDRs[1].CIDRs) != 2 || k.ServiceCIDRs[1].CIDRs[1] != netip.MustParsePrefix("fd00:10:96::/112") {
 		t.Fatalf("service CIDRs %+v", k.ServiceCIDRs)
 	}
-	if d := describeKube(k); !strings.HasSuffix(d, ", 2 service CIDRs") {
+	if d := Describe(k); !strings.HasSuffix(d, ", 2 service CIDRs") {
 		t.Errorf("describe %q", d)
 	}
 }
@@ -52,7 +52,7 @@ func TestInformersWithoutServiceCIDRAPI(t *testing.T) {
 	if !k.NoServiceCIDRAPI || len(k.ServiceCIDRs) != 0 || len(k.Pods) != 1 {
 		t.Fatalf("snapshot %+v", k)
 	}
-	if d := describeKube(k); !strings.Contains(d, "no ServiceCIDR API (Kubernetes before 1.33)") {
+	if d := Describe(k); !strings.Contains(d, "no ServiceCIDR API (Kubernetes before 1.33)") {
 		t.Errorf("describe %q", d)
 	}
 	// Nothing is ever heard about a resource that is not served: that is

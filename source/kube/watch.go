@@ -177,7 +177,7 @@ func (w *Watch) expire() {
 }
 
 // Describe says what the informers hold and what was looked up.
-func (w *Watch) Describe(s *snapshot.Snapshot) string { return describeKube(s.Kube) }
+func (w *Watch) Describe(s *snapshot.Snapshot) string { return Describe(s.Kube) }
 
 // Fresh reads with quorum reads what q names into s.Kube, for a remedy's
 // last re-check (source.Fresher).
