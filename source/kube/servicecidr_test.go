@@ -63,27 +63,6 @@ func TestInformersWithoutServiceCIDRAPI(t *testing.T) {
 	}
 }
 
-func TestReadServiceCIDRObjects(t *testing.T) {
-	in := `apiVersion: v1
-kind: List
-items:
-- apiVersion: networking.k8s.io/v1
-  kind: ServiceCIDR
-  metadata: {name: kubernetes, uid: u1, resourceVersion: "1"}
-  spec:
-    cidrs: [10.96.0.0/16, "fd00:10:96::/112", bogus]
-`
-	o, err := ReadObjects("objs.yaml", strings.NewReader(in))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16"), netip.MustParsePrefix("fd00:10:96::/112")}
-	if len(o.Kube.ServiceCIDRs) != 1 || o.Kube.ServiceCIDRs[0].Name != "kubernetes" || len(o.Kube.ServiceCIDRs[0].CIDRs) != 2 ||
-		o.Kube.ServiceCIDRs[0].CIDRs[0] != want[0] || o.Kube.ServiceCIDRs[0].CIDRs[1] != want[1] || len(o.Ignored) != 0 {
-		t.Fatalf("read %+v, ignored %v", o.Kube.ServiceCIDRs, o.Ignored)
-	}
-}
-
 // The proof that a Service was deleted: no IPAddress books its address to
 // a Service, read with a quorum read; when one does, that Service is read
 // as the query's Services are.
