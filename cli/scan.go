@@ -27,6 +27,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/source/host"
 	"github.com/ghostwatch/ghostwatch/source/hostlocal"
 	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/live"
 	"github.com/ghostwatch/ghostwatch/source/kube/saved"
 	"github.com/ghostwatch/ghostwatch/source/kubectl"
 )
@@ -171,7 +172,7 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 		if err != nil {
 			return cmdline.WithCode(ExitError, err)
 		}
-		kubeSrc = &kube.APISource{Client: client, Timeout: o.syncTimeout}
+		kubeSrc = &live.APISource{Client: client, Timeout: o.syncTimeout}
 	}
 	// The conntrack table, and the host's addresses it is judged with, only
 	// when a rule reads it: the cluster rules run anywhere kubectl does.

@@ -20,6 +20,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/controller"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/live"
 )
 
 func TestKustomizationListsEveryFile(t *testing.T) {
@@ -343,7 +344,7 @@ func TestAgentClusterRoleGrantsExactlyWhatTheAgentUses(t *testing.T) {
 		"/events/create": true,
 		"/events/patch":  true,
 	}
-	for _, gr := range kube.Watched() {
+	for _, gr := range live.Watched() {
 		for _, v := range []string{"list", "watch"} {
 			want[gr.Group+"/"+gr.Resource+"/"+v] = true
 		}

@@ -8,10 +8,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/ghostwatch/ghostwatch/internal/kubetest"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
@@ -275,33 +275,6 @@ func TestLookupNode(t *testing.T) {
 	}
 }
 
-func fullPod() *corev1.Pod {
-	return &corev1.Pod{
-		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{
-			UID: "u1", Namespace: "web", Name: "api-1", ResourceVersion: "4711",
-			CreationTimestamp: metav1.NewTime(t0), DeletionTimestamp: ptr(metav1.NewTime(t1)),
-			Labels: map[string]string{"app": "api"},
-			Annotations: map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{...}",
-				"ghostwatch.io/gossip": "consul", "ghostwatch.io/gossip-port": "8500"},
-			OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "api-7c9d"}},
-			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kubelet"}},
-		},
-		Spec: corev1.PodSpec{
-			NodeName: "worker-1", HostNetwork: true,
-			Containers: []corev1.Container{{Name: "api", Image: "api:v2",
-				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}}}},
-			Volumes: []corev1.Volume{{Name: "tmp"}},
-		},
-		Status: corev1.PodStatus{
-			Phase: corev1.PodRunning, PodIP: "10.244.1.5", PodIPs: []corev1.PodIP{{IP: "10.244.1.5"}},
-			StartTime:         ptr(metav1.NewTime(t1)),
-			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
-			ContainerStatuses: []corev1.ContainerStatus{{Name: "api", Ready: true}},
-		},
-	}
-}
-
 func TestTrimPod(t *testing.T) {
 	const applied = "kubectl.kubernetes.io/last-applied-configuration"
 	gossip := map[string]string{"ghostwatch.io/gossip": "consul", "ghostwatch.io/gossip-port": "8500"}
@@ -319,7 +292,7 @@ func TestTrimPod(t *testing.T) {
 			map[string]string{applied: "{...}", "ghostwatch.io/gossip": "consul", "ghostwatch.io/gossip-port": "8500"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			in := fullPod()
+			in := kubetest.FullPod()
 			orig := in.DeepCopy()
 			out, err := tc.trim(in)
 			if err != nil {

@@ -12,9 +12,6 @@ import (
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
-// Describe says how many objects of each kind were read.
-func (a *APISource) Describe(s *snapshot.Snapshot) string { return Describe(s.Kube) }
-
 // Describe says how many objects of each kind k holds, for a source's
 // report (source.Describer): pods, services, endpoints, nodes and service
 // CIDRs, or why there are none of the last; of a node's partial pods, which

@@ -15,10 +15,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
+
+// QuorumListed lists the resources Quorum lists beyond those
+// source/kube/live's Informers watch: the ClusterRole of anything that
+// re-checks with Quorum must grant list on each.
+func QuorumListed() []schema.GroupResource {
+	return []schema.GroupResource{{Group: networkingv1.GroupName, Resource: ResourceIPAddresses}}
+}
 
 // Quorum reads what q names from the API server with quorum reads
 // (resourceVersion unset: the answer is as current as etcd, never a cache

@@ -1,4 +1,4 @@
-package kube
+package live
 
 import (
 	"context"
@@ -22,12 +22,13 @@ import (
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/informer"
+	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
 // ClusterWatched lists the resources a ClusterWatch lists and watches, as
 // RBAC rules name them: every Pod and every Node.
 func ClusterWatched() []schema.GroupResource {
-	return []schema.GroupResource{{Resource: ResourcePods}, {Resource: ResourceNodes}}
+	return []schema.GroupResource{{Resource: kube.ResourcePods}, {Resource: kube.ResourceNodes}}
 }
 
 // ClusterWatch is every Pod and every Node of the cluster as the
@@ -86,7 +87,7 @@ func (t *clusterTerm) setPod(obj any) {
 	if !ok {
 		return
 	}
-	sp := Pod(p)
+	sp := kube.Pod(p)
 	t.mu.Lock()
 	t.idx.Set(&sp)
 	t.mu.Unlock()
@@ -115,7 +116,7 @@ func (t *clusterTerm) deletePod(obj any) {
 }
 
 // Name returns "kube".
-func (w *ClusterWatch) Name() string { return Name }
+func (w *ClusterWatch) Name() string { return kube.Name }
 
 func (w *ClusterWatch) now() time.Time {
 	if w.Now == nil {
@@ -196,15 +197,15 @@ func (w *ClusterWatch) Start(ctx context.Context) error {
 			},
 		}
 	}
-	t.pods = informer.New(ResourcePods, *pods, &corev1.Pod{}, informer.Options{
-		Transform: TrimPodKeeping(w.KeepAnnotations...), Now: w.Now, Changed: w.poke})
-	t.nodes = informer.New(ResourceNodes, *nodes, &corev1.Node{}, informer.Options{
+	t.pods = informer.New(kube.ResourcePods, *pods, &corev1.Pod{}, informer.Options{
+		Transform: kube.TrimPodKeeping(w.KeepAnnotations...), Now: w.Now, Changed: w.poke})
+	t.nodes = informer.New(kube.ResourceNodes, *nodes, &corev1.Node{}, informer.Options{
 		Transform: informer.Keep(func(obj any) (snapshot.Node, bool) {
 			n, ok := obj.(*corev1.Node)
 			if !ok {
 				return snapshot.Node{}, false
 			}
-			return Node(n), true
+			return kube.Node(n), true
 		}), Now: w.Now, Changed: w.poke})
 	t.handlers, t.poke = handlers, w.poke
 	var err error
@@ -342,7 +343,7 @@ func fresh(ctx context.Context, client kubernetes.Interface, q snapshot.Query, s
 	if client == nil {
 		return errors.New("no Kubernetes client to re-check against the API server")
 	}
-	k, err := Quorum(ctx, client, q)
+	k, err := kube.Quorum(ctx, client, q)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package kube
+package live
 
 import (
 	"context"
@@ -26,6 +26,7 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source/informer"
+	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
 // DefaultTimeout bounds APISource.Collect when its Timeout is zero.
@@ -36,19 +37,12 @@ const DefaultTimeout = 30 * time.Second
 // and watch on each.
 func Watched() []schema.GroupResource {
 	return []schema.GroupResource{
-		{Resource: ResourcePods},
-		{Resource: ResourceServices},
-		{Group: discoveryv1.GroupName, Resource: ResourceEndpointSlices},
-		{Resource: ResourceNodes},
-		{Group: networkingv1.GroupName, Resource: ResourceServiceCIDRs},
+		{Resource: kube.ResourcePods},
+		{Resource: kube.ResourceServices},
+		{Group: discoveryv1.GroupName, Resource: kube.ResourceEndpointSlices},
+		{Resource: kube.ResourceNodes},
+		{Group: networkingv1.GroupName, Resource: kube.ResourceServiceCIDRs},
 	}
-}
-
-// QuorumListed lists the resources Quorum lists beyond those Informers
-// watches: the ClusterRole of anything that re-checks with Quorum must grant
-// list on each.
-func QuorumListed() []schema.GroupResource {
-	return []schema.GroupResource{{Group: networkingv1.GroupName, Resource: ResourceIPAddresses}}
 }
 
 // InformerOptions tunes Informers. The zero value is usable.
@@ -78,10 +72,11 @@ type InformerOptions struct {
 // DefaultSilence is InformerOptions.Silence when it is zero.
 const DefaultSilence = informer.DefaultSilence
 
-// Informers watches Pods (trimmed by TrimPod), Services, the EndpointSlices
-// kube-proxy reads (those of a Service, headless ones aside), Nodes
-// (trimmed to their addresses and pod CIDRs) and ServiceCIDRs in every
-// namespace, and converts what they hold into a snapshot.Kube on demand.
+// Informers watches Pods (trimmed by kube.TrimPod), Services, the
+// EndpointSlices kube-proxy reads (those of a Service, headless ones
+// aside), Nodes (trimmed to their addresses and pod CIDRs) and ServiceCIDRs
+// in every namespace, and converts what they hold into a snapshot.Kube on
+// demand.
 // Scoped to a node (InformerOptions.Node), it watches that Node and its
 // pods only, as a node agent must. It is meant to live as long as the
 // process: the one-shot scan and the long-running agent use it alike.
@@ -133,7 +128,7 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 		indexers  cache.Indexers
 		transform cache.TransformFunc
 	}{
-		{ResourcePods, &corev1.Pod{},
+		{kube.ResourcePods, &corev1.Pod{},
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				onlyNode(&o, "spec.nodeName")
 				return core.Pods("").List(ctx, o)
@@ -142,16 +137,16 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 				onlyNode(&o, "spec.nodeName")
 				return core.Pods("").Watch(ctx, o)
 			},
-			idx, TrimPod},
-		{ResourceServices, &corev1.Service{},
+			idx, kube.TrimPod},
+		{kube.ResourceServices, &corev1.Service{},
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return core.Services("").List(ctx, o)
 			},
 			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				return core.Services("").Watch(ctx, o)
 			},
-			idx, TrimMeta},
-		{ResourceEndpointSlices, &discoveryv1.EndpointSlice{},
+			idx, kube.TrimMeta},
+		{kube.ResourceEndpointSlices, &discoveryv1.EndpointSlice{},
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				onlyServices(&o)
 				return disc.EndpointSlices("").List(ctx, o)
@@ -160,8 +155,8 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 				onlyServices(&o)
 				return disc.EndpointSlices("").Watch(ctx, o)
 			},
-			idx, TrimSlice},
-		{ResourceNodes, &corev1.Node{},
+			idx, kube.TrimSlice},
+		{kube.ResourceNodes, &corev1.Node{},
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				onlyNode(&o, "metadata.name")
 				return core.Nodes().List(ctx, o)
@@ -170,23 +165,23 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 				onlyNode(&o, "metadata.name")
 				return core.Nodes().Watch(ctx, o)
 			},
-			cache.Indexers{}, TrimNode},
-		{ResourceServiceCIDRs, &networkingv1.ServiceCIDR{},
+			cache.Indexers{}, kube.TrimNode},
+		{kube.ResourceServiceCIDRs, &networkingv1.ServiceCIDR{},
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return netw.ServiceCIDRs().List(ctx, o)
 			},
 			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				return netw.ServiceCIDRs().Watch(ctx, o)
 			},
-			cache.Indexers{}, TrimMeta},
+			cache.Indexers{}, kube.TrimMeta},
 	} {
 		wd := informer.New(w.resource, informer.ListWatch{List: w.list, Watch: w.watch}, w.object, informer.Options{
 			Transform: w.transform, Indexers: w.indexers, Silence: opts.Silence, Now: i.now,
-			Optional: w.resource == ResourceServiceCIDRs,
+			Optional: w.resource == kube.ResourceServiceCIDRs,
 			Empty:    &networkingv1.ServiceCIDRList{ListMeta: metav1.ListMeta{ResourceVersion: "0"}},
 			Changed:  func() { signal(i.wake) },
 		})
-		if w.resource == ResourceEndpointSlices && i.since != nil {
+		if w.resource == kube.ResourceEndpointSlices && i.since != nil {
 			_, _ = wd.AddEventHandler(cache.ResourceEventHandlerFuncs{
 				AddFunc:    func(obj any) { i.since.update(nil, obj, i.now()) },
 				UpdateFunc: func(old, obj any) { i.since.update(old, obj, i.now()) },
@@ -307,7 +302,7 @@ func (i *Informers) changed(resource string, objs ...any) {
 		i.changes.Addrs = map[netip.Addr]struct{}{}
 	}
 	add := func(s string) {
-		if a, ok := ParseIP(s); ok {
+		if a, ok := kube.ParseIP(s); ok {
 			i.changes.Addrs[a.Unmap()] = struct{}{}
 		}
 	}
@@ -357,7 +352,7 @@ func (i *Informers) Stale(now time.Time) error {
 		if err := w.Ready(now); err != nil {
 			var nr *informer.NotReady
 			if errors.As(err, &nr) {
-				nr.Describe = DescribeError
+				nr.Describe = kube.DescribeError
 			}
 			bad = append(bad, err.Error())
 		}
@@ -386,15 +381,15 @@ func (i *Informers) Snapshot() *snapshot.Kube {
 		for _, obj := range w.Store().List() {
 			switch o := obj.(type) {
 			case *corev1.Pod:
-				k.Pods = append(k.Pods, Pod(o))
+				k.Pods = append(k.Pods, kube.Pod(o))
 			case *corev1.Service:
-				k.Services = append(k.Services, Service(o))
+				k.Services = append(k.Services, kube.Service(o))
 			case *discoveryv1.EndpointSlice:
-				k.Endpoints = append(k.Endpoints, Endpoints(o)...)
+				k.Endpoints = append(k.Endpoints, kube.Endpoints(o)...)
 			case *corev1.Node:
-				k.Nodes = append(k.Nodes, Node(o))
+				k.Nodes = append(k.Nodes, kube.Node(o))
 			case *networkingv1.ServiceCIDR:
-				k.ServiceCIDRs = append(k.ServiceCIDRs, ServiceCIDR(o))
+				k.ServiceCIDRs = append(k.ServiceCIDRs, kube.ServiceCIDR(o))
 			}
 		}
 		if w.Unserved() {
@@ -453,7 +448,7 @@ func (e *SyncError) Error() string {
 	for n, r := range e.Resources {
 		why := "no answer from the API server"
 		if e.Errs[n] != nil {
-			why = DescribeError(e.Errs[n], r)
+			why = kube.DescribeError(e.Errs[n], r)
 		} else if e.Err == nil {
 			continue // not failed yet; another resource ended the wait
 		}
@@ -502,7 +497,7 @@ func roundWait(d time.Duration) time.Duration {
 // APISource reads the cluster objects from the API server, for a one-shot
 // scan. It implements source.Source.
 type APISource struct {
-	// Client talks to the API server (see ClientFromFlags).
+	// Client talks to the API server (see kube.ClientFromFlags).
 	Client kubernetes.Interface
 	// Timeout bounds the whole collection: reaching the server and listing
 	// every resource. Zero means DefaultTimeout.
@@ -572,8 +567,11 @@ func learnSince(k *snapshot.Kube, since *endpointSince) []snapshot.Endpoint {
 	return out
 }
 
+// Describe says how many objects of each kind were read.
+func (a *APISource) Describe(s *snapshot.Snapshot) string { return kube.Describe(s.Kube) }
+
 // Name returns "kube".
-func (a *APISource) Name() string { return Name }
+func (a *APISource) Name() string { return kube.Name }
 
 // Collect checks that the API server answers, lists Pods, Services,
 // EndpointSlices and Nodes, and sets s.Kube. Its errors name the server and
@@ -591,12 +589,12 @@ func (a *APISource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	defer cancel()
 	deadline, _ := ctx.Deadline()
 	server := "API server"
-	if u := ServerURL(a.Client); u != "" {
+	if u := kube.ServerURL(a.Client); u != "" {
 		server += " " + u
 	}
 	if a.Client != nil {
-		if err := Probe(ctx, a.Client); err != nil {
-			return fmt.Errorf("%s %s", server, DescribeProbe(err, roundWait(deadline.Sub(start))))
+		if err := kube.Probe(ctx, a.Client); err != nil {
+			return fmt.Errorf("%s %s", server, kube.DescribeProbe(err, roundWait(deadline.Sub(start))))
 		}
 	}
 	inf := a.Informers

@@ -1,4 +1,4 @@
-package kube
+package live
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
+	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
 // Watch is the cluster's objects as a long-running program keeps them
@@ -43,7 +44,7 @@ type Watch struct {
 }
 
 // Name returns "kube".
-func (w *Watch) Name() string { return Name }
+func (w *Watch) Name() string { return kube.Name }
 
 func (w *Watch) now() time.Time {
 	if w.Now == nil {
@@ -177,7 +178,7 @@ func (w *Watch) expire() {
 }
 
 // Describe says what the informers hold and what was looked up.
-func (w *Watch) Describe(s *snapshot.Snapshot) string { return Describe(s.Kube) }
+func (w *Watch) Describe(s *snapshot.Snapshot) string { return kube.Describe(s.Kube) }
 
 // Fresh reads with quorum reads what q names into s.Kube, for a remedy's
 // last re-check (source.Fresher).

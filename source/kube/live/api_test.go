@@ -1,4 +1,4 @@
-package kube
+package live
 
 import (
 	"context"
@@ -24,15 +24,18 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
 
+	"github.com/ghostwatch/ghostwatch/internal/kubetest"
 	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
 // cluster returns API objects for the fake client and the snapshot they
 // must become.
 func cluster() ([]runtime.Object, *snapshot.Kube) {
-	pod := fullPod()
-	pod2 := fullPod()
+	pod := kubetest.FullPod()
+	pod2 := kubetest.FullPod()
 	pod2.Name, pod2.Namespace, pod2.UID = "api-0", "a-first", "u0"
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "api", Annotations: map[string]string{"big": "x"}},
@@ -42,7 +45,7 @@ func cluster() ([]runtime.Object, *snapshot.Kube) {
 	slice := &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Namespace: "web", Name: "api-x", Labels: map[string]string{discoveryv1.LabelServiceName: "api"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.244.1.5"}, NodeName: ptr("worker-1"),
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.244.1.5"}, NodeName: ptr.To("worker-1"),
 			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: "web", Name: "api-1"}}},
 	}
 	orphan := &discoveryv1.EndpointSlice{
@@ -58,10 +61,10 @@ func cluster() ([]runtime.Object, *snapshot.Kube) {
 		},
 	}
 	want := &snapshot.Kube{
-		Pods:      []snapshot.Pod{Pod(pod2), Pod(pod)},
-		Services:  []snapshot.Service{Service(svc)},
-		Endpoints: Endpoints(slice),
-		Nodes:     []snapshot.Node{Node(node)},
+		Pods:      []snapshot.Pod{kube.Pod(pod2), kube.Pod(pod)},
+		Services:  []snapshot.Service{kube.Service(svc)},
+		Endpoints: kube.Endpoints(slice),
+		Nodes:     []snapshot.Node{kube.Node(node)},
 	}
 	return []runtime.Object{pod, pod2, svc, slice, orphan, node}, want
 }
@@ -195,7 +198,7 @@ func clientFor(t *testing.T, server string, caFile string) *APISource {
 	if caFile != "" {
 		f.CAFile = &caFile
 	}
-	client, url, err := ClientFromFlags(f)
+	client, url, err := kube.ClientFromFlags(f)
 	if err != nil {
 		t.Fatal(err)
 	}
