@@ -19,7 +19,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/cli"
 	"github.com/ghostwatch/ghostwatch/controller"
 	"github.com/ghostwatch/ghostwatch/rule"
-	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/fresh"
 	"github.com/ghostwatch/ghostwatch/source/kube/live"
 )
 
@@ -350,7 +350,7 @@ func TestAgentClusterRoleGrantsExactlyWhatTheAgentUses(t *testing.T) {
 		}
 	}
 	// The remedies' last re-check.
-	for _, gr := range kube.QuorumListed() {
+	for _, gr := range fresh.QuorumListed() {
 		want[gr.Group+"/"+gr.Resource+"/list"] = true
 	}
 	got := grants(t, role.Rules)

@@ -23,6 +23,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/informer"
 	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/fresh"
 )
 
 // ClusterWatched lists the resources a ClusterWatch lists and watches, as
@@ -40,7 +41,7 @@ func ClusterWatched() []schema.GroupResource {
 // time the controller leads, with empty caches.
 type ClusterWatch struct {
 	// Client lists and watches the Pods and Nodes, and reads afresh what
-	// a re-check names (Quorum).
+	// a re-check names (fresh.Quorum).
 	Client kubernetes.Interface
 	// KeepAnnotations are the prefixes of the pod annotations the
 	// informer keeps for OnPod's handlers (the gossip annotations); none
@@ -335,18 +336,5 @@ func (w *ClusterWatch) Fresh(ctx context.Context, q snapshot.Query, s *snapshot.
 	if !q.Kube() {
 		return nil
 	}
-	return fresh(ctx, w.Client, q, s)
-}
-
-// fresh sets s.Kube to what Quorum reads of q.
-func fresh(ctx context.Context, client kubernetes.Interface, q snapshot.Query, s *snapshot.Snapshot) error {
-	if client == nil {
-		return errors.New("no Kubernetes client to re-check against the API server")
-	}
-	k, err := kube.Quorum(ctx, client, q)
-	if err != nil {
-		return err
-	}
-	s.Kube = k
-	return nil
+	return fresh.Collect(ctx, w.Client, q, s)
 }

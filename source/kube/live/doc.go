@@ -4,9 +4,9 @@
 // APISource (a one-shot scan through them), Watch (the node agent's live
 // source: its node's Informers, and Holders, the pods elsewhere looked up
 // by address) and ClusterWatch (the controller's: every Pod and Node, the
-// pods indexed by IP). What they hold is converted by source/kube, which
-// also reads afresh, with quorum reads, what a remedy's re-check names
-// (Quorum). It only lists and watches; it never writes to the cluster,
+// pods indexed by IP). What they hold is converted by source/kube; what a
+// remedy's re-check names is read afresh by source/kube/fresh, never from
+// these caches. It only lists and watches; it never writes to the cluster,
 // never judges whether something is a ghost, and knows no other ledger's
 // objects.
 package live

@@ -38,7 +38,7 @@ const (
 // is the address (field selector status.podIP), served from the API
 // server's watch cache (resourceVersion "0"): the same request in the
 // same shape from every node, cheap to serve, and never what a remedy acts
-// on (its last re-check reads afresh, with Quorum).
+// on (its last re-check reads afresh, with fresh.Quorum).
 //
 // An answer is kept for TTL, doubled at each refresh that finds the same
 // pods, up to MaxTTL; Forget drops the answers a watched change mentions,

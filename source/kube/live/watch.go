@@ -12,6 +12,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/fresh"
 )
 
 // Watch is the cluster's objects as a long-running program keeps them
@@ -25,8 +26,8 @@ type Watch struct {
 	// when the Informers are scoped to a node. An answer that runs out is
 	// a change of its address: the rules judge it again.
 	Holders *Holders
-	// Client reads afresh what a re-check names (Quorum); nil refuses
-	// every re-check.
+	// Client reads afresh what a re-check names (fresh.Quorum); nil
+	// refuses every re-check.
 	Client kubernetes.Interface
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -183,5 +184,5 @@ func (w *Watch) Describe(s *snapshot.Snapshot) string { return kube.Describe(s.K
 // Fresh reads with quorum reads what q names into s.Kube, for a remedy's
 // last re-check (source.Fresher).
 func (w *Watch) Fresh(ctx context.Context, q snapshot.Query, s *snapshot.Snapshot) error {
-	return fresh(ctx, w.Client, q, s)
+	return fresh.Collect(ctx, w.Client, q, s)
 }

@@ -1,4 +1,4 @@
-package kube
+package fresh
 
 import (
 	"context"
@@ -113,5 +113,31 @@ func TestQuorumServiceIPs(t *testing.T) {
 	_, err = Quorum(ctx, client, snapshot.Query{ServiceIPs: []netip.Addr{netip.MustParseAddr("10.96.7.7")}})
 	if err == nil || !strings.Contains(err.Error(), "cannot prove that no Service holds 10.96.7.7") {
 		t.Errorf("no IPAddress API: %v", err)
+	}
+}
+
+// Collect replaces the snapshot's cluster objects with what Quorum reads;
+// without a client, or when a read fails, it leaves them as they were.
+func TestCollect(t *testing.T) {
+	ctx := context.Background()
+	q := snapshot.Query{Nodes: []string{"node-a"}}
+	kept := &snapshot.Kube{}
+	s := &snapshot.Snapshot{Kube: kept}
+	if err := Collect(ctx, nil, q, s); err == nil || s.Kube != kept {
+		t.Errorf("without a client: %v, Kube replaced: %v", err, s.Kube != kept)
+	}
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}})
+	if err := Collect(ctx, client, q, s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Kube == kept || len(s.Kube.Nodes) != 1 || s.Kube.Nodes[0].Name != "node-a" {
+		t.Errorf("fresh nodes %+v", s.Kube)
+	}
+	s.Kube = kept
+	client.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("connection refused")
+	})
+	if err := Collect(ctx, client, q, s); err == nil || s.Kube != kept {
+		t.Errorf("a failed read: %v, Kube replaced: %v", err, s.Kube != kept)
 	}
 }
