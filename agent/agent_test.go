@@ -34,7 +34,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
-	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/live"
 )
 
 // The kernel side of the agent is tested in the lab package; here the
@@ -178,7 +178,7 @@ func cluster() []runtime.Object {
 
 type harness struct {
 	agent  *Agent
-	kube   *kube.Watch
+	kube   *live.Watch
 	ct     *conntrack.Watch
 	clock  *fakeclock.Clock // grace periods pass only when a test says so, however slow the machine
 	tab    *table
@@ -218,12 +218,12 @@ func startWith(t *testing.T, client kubernetes.Interface, st *remedy.Settings, c
 		}
 	}
 	h.ct = &conntrack.Watch{Table: h.tab, Now: h.clock.Now, Metrics: conntrack.NewMetrics(h.reg, sink.Namespace)}
-	h.kube = &kube.Watch{
+	h.kube = &live.Watch{
 		// As the agent runs: its node's pods, and the others looked up.
 		// Watches over a fake API server send no bookmarks: a silence is
 		// only a sign of trouble in the test that says so.
-		Informers: kube.NewInformers(client, kube.InformerOptions{Node: "node-a", Now: h.clock.Now, Silence: 24 * time.Hour}),
-		Holders:   &kube.Holders{Client: client, Now: h.clock.Now},
+		Informers: live.NewInformers(client, live.InformerOptions{Node: "node-a", Now: h.clock.Now, Silence: 24 * time.Hour}),
+		Holders:   &live.Holders{Client: client, Now: h.clock.Now},
 		Client:    client,
 		Now:       h.clock.Now,
 	}

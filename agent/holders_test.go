@@ -13,14 +13,14 @@ import (
 	"github.com/ghostwatch/ghostwatch/internal/kubefake"
 	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/rule"
-	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/live"
 )
 
 // The agent watches its own node's pods only: a pod elsewhere that comes
 // to hold a stale flow's backend address, with no EndpointSlice mentioning
 // it, reaches no watch. The agent still finds it, within the longest time
 // an answer of who holds an address is kept (here shortened to 300ms; the
-// default is kube.DefaultMaxHolderTTL): the flow, which a Service with a
+// default is live.DefaultMaxHolderTTL): the flow, which a Service with a
 // selector could never have sent to a pod of another namespace, is then
 // misdelivered, not stale.
 func TestAHolderElsewhereIsFoundWithoutAWatchedChange(t *testing.T) {
@@ -31,10 +31,10 @@ func TestAHolderElsewhereIsFoundWithoutAWatchedChange(t *testing.T) {
 		}
 	}
 	client := kubefake.NewClientset(objs...)
-	holders := &kube.Holders{Client: client, TTL: 100 * time.Millisecond, MaxTTL: 300 * time.Millisecond}
+	holders := &live.Holders{Client: client, TTL: 100 * time.Millisecond, MaxTTL: 300 * time.Millisecond}
 	h := startWith(t, client, reportOnly, func(h *harness, c *Config) {
 		c.Now, h.ct.Now, h.kube.Now = nil, nil, nil
-		h.kube.Informers = kube.NewInformers(client, kube.InformerOptions{Node: "node-a", Silence: 24 * time.Hour})
+		h.kube.Informers = live.NewInformers(client, live.InformerOptions{Node: "node-a", Silence: 24 * time.Hour})
 		h.kube.Holders = holders
 		// Only the holders' answers running out may bring the finding
 		// to light: no scheduled audit in the test's time.

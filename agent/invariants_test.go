@@ -22,7 +22,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
-	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/live"
 )
 
 // One test per safety invariant of the remedy, each on the whole agent:
@@ -276,7 +276,7 @@ func TestActionsAreToldToConfig(t *testing.T) {
 // lagging is the cluster's watch, made to fall behind when told: its Ready
 // says so.
 type lagging struct {
-	*kube.Watch
+	*live.Watch
 	mu     sync.Mutex
 	behind error
 }

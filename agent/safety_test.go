@@ -21,7 +21,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/snapshot"
-	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/live"
 )
 
 // The remedy's safety holes, each closed and tested through the whole
@@ -205,14 +205,14 @@ func TestSilentWatchDegrades(t *testing.T) {
 	h := startWith(t, client, graceRemedy(), func(h *harness, c *Config) {
 		clk = fakeclock.New(c.Now())
 		c.Now, h.kube.Now, h.ct.Now = clk.Now, clk.Now, clk.Now
-		h.kube.Informers = kube.NewInformers(client, kube.InformerOptions{Node: "node-a", Now: clk.Now})
+		h.kube.Informers = live.NewInformers(client, live.InformerOptions{Node: "node-a", Now: clk.Now})
 		h.kube.Holders.Now = clk.Now
 		c.Remedies[0].Now = clk.Now
 	})
 	h.clock = clk
 	h.settle(t, 2)
 	h.tab.add(staleFlow())
-	h.clock.Advance(kube.DefaultSilence + time.Second)
+	h.clock.Advance(live.DefaultSilence + time.Second)
 	poll.Until(t, patience, "the agent to notice the silence", func() bool {
 		return strings.Contains(h.agent.Status().Degraded, "nothing heard from the API server")
 	})

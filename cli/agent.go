@@ -35,6 +35,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/source/host"
 	"github.com/ghostwatch/ghostwatch/source/hostlocal"
 	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/live"
 )
 
 // agentRules are the rules the agent runs: the registry's node rules.
@@ -144,7 +145,7 @@ func agentCommand(streams genericiooptions.IOStreams) (*cobra.Command, *agentOpt
 server for what kube-proxy asks (Services, EndpointSlices, ServiceCIDRs and its
 own Node) and for the Pods of its own node; a pod elsewhere is looked up by its
 address only when a flow's backend is suspect, and that answer is kept for
-` + kube.DefaultHolderTTL.String() + ` to ` + kube.DefaultMaxHolderTTL.String() + `. It audits this node's conntrack table on every change and every
+` + live.DefaultHolderTTL.String() + ` to ` + live.DefaultMaxHolderTTL.String() + `. It audits this node's conntrack table on every change and every
 --audit-interval, and exports what it finds on /metrics. The rules it runs:
 
 ` + ruleList(rules) + `
@@ -323,9 +324,9 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 	// The sources every audit reads, in order: the cluster as kube-proxy
 	// sees it, the host's addresses (NodePort frontends), the table.
 	table := &conntrack.Watch{Table: conn, Events: events, Metrics: conntrack.NewMetrics(reg, sink.Namespace), Log: log}
-	sources := []source.Source{&kube.Watch{
-		Informers: kube.NewInformers(client, kube.InformerOptions{Node: node}),
-		Holders:   &kube.Holders{Client: client},
+	sources := []source.Source{&live.Watch{
+		Informers: live.NewInformers(client, live.InformerOptions{Node: node}),
+		Holders:   &live.Holders{Client: client},
 		Client:    client,
 	}}
 	if h := nodePortHost(npa); h != nil {

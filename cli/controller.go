@@ -34,6 +34,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/source/calico"
 	"github.com/ghostwatch/ghostwatch/source/gossip"
 	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/live"
 )
 
 type controllerOptions struct {
@@ -245,7 +246,7 @@ func (o *controllerOptions) run(ctx context.Context, streams genericiooptions.IO
 // annotated (gossip), which learns of those pods from kube's informer. The
 // gossip watch also reads a cluster again for the remedy.
 func controllerSources(client kubernetes.Interface, dyn dynamic.Interface, gossipInterval time.Duration, log *slog.Logger) ([]source.Source, *gossip.Watch) {
-	pods := &kube.ClusterWatch{Client: client, KeepAnnotations: []string{gossip.AnnotationPrefix}}
+	pods := &live.ClusterWatch{Client: client, KeepAnnotations: []string{gossip.AnnotationPrefix}}
 	ledger := &calico.Watch{Discovery: client.Discovery(), Dynamic: dyn, Log: log}
 	views := &gossip.Watch{Pods: pods, Interval: gossipInterval}
 	return []source.Source{pods, ledger, views}, views
@@ -259,7 +260,7 @@ var controllerSourceNames = []string{kube.Name, calico.Name, gossip.Name}
 // server serves it. The controller's ClusterRole must grant list and
 // watch on each, and nothing more of them.
 func ControllerWatched() []schema.GroupResource {
-	return append(kube.ClusterWatched(), calico.Listed()...)
+	return append(live.ClusterWatched(), calico.Listed()...)
 }
 
 // ControllerRules splits the cluster rules of rules into those the

@@ -27,6 +27,8 @@ import (
 	"github.com/ghostwatch/ghostwatch/source/host"
 	"github.com/ghostwatch/ghostwatch/source/hostlocal"
 	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/live"
+	"github.com/ghostwatch/ghostwatch/source/kube/saved"
 	"github.com/ghostwatch/ghostwatch/source/kubectl"
 )
 
@@ -158,19 +160,19 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	}
 	var (
 		kubeSrc source.Source
-		// saved are the --kube-objects files, which the cluster's and
+		// objects are the --kube-objects files, which the cluster's and
 		// Calico's sources read, once for both.
-		saved *kubectl.Files
+		objects *kubectl.Files
 	)
 	if len(o.kubeObjects) > 0 {
-		saved = &kubectl.Files{Paths: o.kubeObjects, Stdin: streams.In}
-		kubeSrc = kube.NewFileSource(saved)
+		objects = &kubectl.Files{Paths: o.kubeObjects, Stdin: streams.In}
+		kubeSrc = saved.NewFileSource(objects)
 	} else {
 		client, _, err := kube.ClientFromFlags(o.kubeFlags)
 		if err != nil {
 			return cmdline.WithCode(ExitError, err)
 		}
-		kubeSrc = &kube.APISource{Client: client, Timeout: o.syncTimeout}
+		kubeSrc = &live.APISource{Client: client, Timeout: o.syncTimeout}
 	}
 	// The conntrack table, and the host's addresses it is judged with, only
 	// when a rule reads it: the cluster rules run anywhere kubectl does.
@@ -199,7 +201,7 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	// frontends).
 	sources := []source.Source{kubeSrc}
 	if len(rule.ReadersOf(rules, calico.Name)) > 0 {
-		src, err := o.calicoSource(saved)
+		src, err := o.calicoSource(objects)
 		if err != nil {
 			return cmdline.WithCode(ExitError, err)
 		}
@@ -296,11 +298,11 @@ func (o *scanOptions) memberFlags() []string {
 }
 
 // calicoSource reads Calico's IPAM ledger where the cluster objects come
-// from: the --kube-objects files, saved (which the kube source reads too,
-// and which it must follow), or the API server.
-func (o *scanOptions) calicoSource(saved *kubectl.Files) (source.Source, error) {
-	if saved != nil {
-		return calico.NewFileSource(saved), nil
+// from: the --kube-objects files, objects (which the kube source reads
+// too, and which it must follow), or the API server.
+func (o *scanOptions) calicoSource(objects *kubectl.Files) (source.Source, error) {
+	if objects != nil {
+		return calico.NewFileSource(objects), nil
 	}
 	cfg, err := o.kubeFlags.ToRESTConfig()
 	if err != nil {
@@ -339,7 +341,7 @@ func checkNodeForHostLocal(res *audit.Result, node string) error {
 	if _, ok := kube.LookupNode(s.Kube, node); ok {
 		return nil
 	}
-	return fmt.Errorf("node %q is not in the cluster objects, so no pod can be tied to its IPAM files: pass --node-name (the Node's name, not the hostname), and save nodes with the objects (%s)", node, kube.SaveCommand)
+	return fmt.Errorf("node %q is not in the cluster objects, so no pod can be tied to its IPAM files: pass --node-name (the Node's name, not the hostname), and save nodes with the objects (%s)", node, saved.SaveCommand)
 }
 
 // checkNode refuses a scan whose node is unknown while a Service has a
@@ -366,7 +368,7 @@ func checkNode(res *audit.Result, node string, npa []netip.Prefix) error {
 	}
 	if len(k.Nodes) == 0 {
 		return fmt.Errorf("the cluster objects hold no Node, so the NodePort frontends of node %q are unknown (%s): add nodes to what kubectl saves (%s), or pass --nodeport-addresses",
-			node, nodePort, kube.SaveCommand)
+			node, nodePort, saved.SaveCommand)
 	}
 	var names []string
 	for _, n := range k.Nodes {

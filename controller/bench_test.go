@@ -26,7 +26,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/source/calico"
 	sourcegossip "github.com/ghostwatch/ghostwatch/source/gossip"
 	"github.com/ghostwatch/ghostwatch/source/informer"
-	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/live"
 )
 
 // The cluster of BenchmarkControllerPass: 150,000 pods on 2,500 nodes, each
@@ -167,7 +167,7 @@ func benchCluster(b *testing.B, now time.Time) (sources []source.Source, heap be
 	// The lists stay alive (the list functions hold them): the
 	// differences of the heap are what the sources keep.
 	base := heapNow()
-	kw := &kube.ClusterWatch{Pods: lw(pods), Nodes: lw(nodes), KeepAnnotations: []string{sourcegossip.AnnotationPrefix}, Now: clock}
+	kw := &live.ClusterWatch{Pods: lw(pods), Nodes: lw(nodes), KeepAnnotations: []string{sourcegossip.AnnotationPrefix}, Now: clock}
 	// A Consul cluster of the first benchMembers pods, read as the
 	// leader reads it, from an agent that answers a fixed view.
 	gw := &sourcegossip.Watch{Pods: kw, Interval: time.Hour, Now: clock,
@@ -226,7 +226,7 @@ type benchHeap struct{ perPod, ledgerPerPod float64 }
 // leader's sources keep, the informers' caches of Pods and Nodes, the pod
 // index and the converted Calico ledger included; calico-B/pod the
 // ledger's part. What one pod event costs, and what the pod index keeps,
-// is source/kube's BenchmarkClusterWatch.
+// is source/kube/live's BenchmarkClusterWatch.
 func BenchmarkControllerPass(b *testing.B) {
 	now := time.Date(2026, 11, 22, 15, 0, 0, 0, time.UTC)
 	sources, heap, stop := benchCluster(b, now)

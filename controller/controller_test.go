@@ -27,7 +27,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/calico"
 	sourcegossip "github.com/ghostwatch/ghostwatch/source/gossip"
-	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/live"
 )
 
 type replica struct {
@@ -81,7 +81,7 @@ func startReplicaWith(t *testing.T, client kubernetes.Interface, id string, s se
 		s.gossipInterval = 100 * time.Millisecond
 	}
 	rules := clusterRules()
-	pods := &kube.ClusterWatch{Client: client, KeepAnnotations: []string{sourcegossip.AnnotationPrefix}}
+	pods := &live.ClusterWatch{Client: client, KeepAnnotations: []string{sourcegossip.AnnotationPrefix}}
 	views := &sourcegossip.Watch{Pods: pods, Interval: s.gossipInterval, Agent: s.agent}
 	sources := []source.Source{pods, &calico.Watch{Discovery: client.Discovery(), Dynamic: s.dyn}, views}
 	rems, err := remedy.Build(rules, s.remedies, s.settings, &remedy.Members{Clusters: views})

@@ -19,7 +19,8 @@ import (
 	"github.com/ghostwatch/ghostwatch/cli"
 	"github.com/ghostwatch/ghostwatch/controller"
 	"github.com/ghostwatch/ghostwatch/rule"
-	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/fresh"
+	"github.com/ghostwatch/ghostwatch/source/kube/live"
 )
 
 func TestKustomizationListsEveryFile(t *testing.T) {
@@ -343,13 +344,13 @@ func TestAgentClusterRoleGrantsExactlyWhatTheAgentUses(t *testing.T) {
 		"/events/create": true,
 		"/events/patch":  true,
 	}
-	for _, gr := range kube.Watched() {
+	for _, gr := range live.Watched() {
 		for _, v := range []string{"list", "watch"} {
 			want[gr.Group+"/"+gr.Resource+"/"+v] = true
 		}
 	}
 	// The remedies' last re-check.
-	for _, gr := range kube.QuorumListed() {
+	for _, gr := range fresh.QuorumListed() {
 		want[gr.Group+"/"+gr.Resource+"/list"] = true
 	}
 	got := grants(t, role.Rules)

@@ -15,7 +15,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
-	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/live"
 )
 
 // startAgent runs the node agent against the lab: the same loop as
@@ -44,9 +44,9 @@ func (e *env) startAgent(ctx context.Context, o Options, actions *actionLog) (st
 	a := agent.New(agent.Config{
 		NodeName: labNode,
 		Sources: []source.Source{
-			&kube.Watch{
-				Informers: kube.NewInformers(e.kube(), kube.InformerOptions{Node: labNode}),
-				Holders:   &kube.Holders{Client: e.kube()},
+			&live.Watch{
+				Informers: live.NewInformers(e.kube(), live.InformerOptions{Node: labNode}),
+				Holders:   &live.Holders{Client: e.kube()},
 				Client:    e.kube(),
 			},
 			hostOf(e.node),

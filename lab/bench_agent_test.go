@@ -21,7 +21,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
-	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/live"
 )
 
 // timedDeleter deletes through a netlink socket in the node, counts the
@@ -125,8 +125,8 @@ func benchAgent(b *testing.B, node *netbed.Node, cl *Cluster, cfg agent.Config, 
 	cm := conntrack.NewMetrics(prometheus.NewRegistry(), "ghostwatch")
 	table := &conntrack.Watch{Table: tab, Events: sub, Metrics: cm}
 	cfg.Sources = []source.Source{
-		&kube.Watch{Informers: kube.NewInformers(cl.Client, kube.InformerOptions{Node: labNode}),
-			Holders: &kube.Holders{Client: cl.Client}, Client: cl.Client},
+		&live.Watch{Informers: live.NewInformers(cl.Client, live.InformerOptions{Node: labNode}),
+			Holders: &live.Holders{Client: cl.Client}, Client: cl.Client},
 		table,
 	}
 	cfg.Rules = rules

@@ -26,7 +26,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
-	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/live"
 )
 
 // The memory a benchmark reports must be the scan's or the agent's, not
@@ -104,7 +104,7 @@ func benchChildRun(mode string) (*childReport, error) {
 		start := time.Now()
 		res := audit.Run(ctx, audit.Config{
 			NodeName: labNode,
-			Sources:  []source.Source{&kube.APISource{Client: cl.Client, Timeout: 30 * time.Second}, &conntrack.KernelSource{}},
+			Sources:  []source.Source{&live.APISource{Client: cl.Client, Timeout: 30 * time.Second}, &conntrack.KernelSource{}},
 			Rules:    rule.All(rule.Config{}),
 		})
 		r.ScanNS = int64(time.Since(start))
@@ -137,8 +137,8 @@ func benchChildRun(mode string) (*childReport, error) {
 		a := agent.New(agent.Config{
 			NodeName: labNode,
 			Sources: []source.Source{
-				&kube.Watch{Informers: kube.NewInformers(cl.Client, kube.InformerOptions{Node: labNode}),
-					Holders: &kube.Holders{Client: cl.Client}, Client: cl.Client},
+				&live.Watch{Informers: live.NewInformers(cl.Client, live.InformerOptions{Node: labNode}),
+					Holders: &live.Holders{Client: cl.Client}, Client: cl.Client},
 				&conntrack.Watch{Table: conn, Events: sub, Metrics: m},
 			},
 			Rules:         rules,

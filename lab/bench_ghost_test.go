@@ -29,7 +29,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
-	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/live"
 )
 
 // daemonSetLimit is the agent DaemonSet's memory limit (deploy/agent).
@@ -167,7 +167,7 @@ func ghostScan(ctx context.Context, cl *Cluster, r *childReport) error {
 	rules := rule.All(rule.Config{})
 	res := audit.Run(ctx, audit.Config{
 		NodeName: labNode,
-		Sources: []source.Source{&kube.APISource{Client: cl.Client, Timeout: 30 * time.Second},
+		Sources: []source.Source{&live.APISource{Client: cl.Client, Timeout: 30 * time.Second},
 			&conntrack.FileSource{Path: os.Getenv("GHOSTWATCH_BENCH_LISTING")}},
 		Rules: rules,
 	})
@@ -231,8 +231,8 @@ func ghostClear(ctx context.Context, cl *Cluster, r *childReport) error {
 	a := agent.New(agent.Config{
 		NodeName: labNode,
 		Sources: []source.Source{
-			&kube.Watch{Informers: kube.NewInformers(cl.Client, kube.InformerOptions{Node: labNode}),
-				Holders: &kube.Holders{Client: cl.Client}, Client: cl.Client},
+			&live.Watch{Informers: live.NewInformers(cl.Client, live.InformerOptions{Node: labNode}),
+				Holders: &live.Holders{Client: cl.Client}, Client: cl.Client},
 			watch,
 		},
 		Rules:    rules,

@@ -23,7 +23,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/source"
 	calicosrc "github.com/ghostwatch/ghostwatch/source/calico"
 	"github.com/ghostwatch/ghostwatch/source/caliconode"
-	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/live"
 )
 
 // The calico-misbook scenario's leak grace periods. Calico's default is
@@ -633,7 +633,7 @@ func (m *misbook) tick(ctx context.Context) error {
 // finding.
 func (m *misbook) scan(ctx context.Context) (*audit.Result, error) {
 	r := audit.Run(ctx, audit.Config{
-		Sources: []source.Source{&kube.APISource{Client: m.cp.Admin, Timeout: 30 * time.Second}, m.calico},
+		Sources: []source.Source{&live.APISource{Client: m.cp.Admin, Timeout: 30 * time.Second}, m.calico},
 		Rules:   rule.InScope(rule.All(rule.Config{}), rule.ScopeCluster),
 	})
 	if err := r.Incomplete(); err != nil {
@@ -653,7 +653,7 @@ func (m *misbook) scan(ctx context.Context) (*audit.Result, error) {
 func (m *misbook) scanNode(ctx context.Context, node string) ([]finding.Finding, error) {
 	r := audit.Run(ctx, audit.Config{
 		NodeName: node,
-		Sources:  []source.Source{&kube.APISource{Client: m.cp.Admin, Timeout: 30 * time.Second}, &caliconode.Source{Root: m.nodes[node].Root}},
+		Sources:  []source.Source{&live.APISource{Client: m.cp.Admin, Timeout: 30 * time.Second}, &caliconode.Source{Root: m.nodes[node].Root}},
 		Rules:    []rule.Rule{&rule.StaleNodenameFile{}},
 	})
 	if err := r.Incomplete(); err != nil {

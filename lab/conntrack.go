@@ -24,7 +24,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
 	"github.com/ghostwatch/ghostwatch/source/host"
-	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/live"
 )
 
 // Options tunes the conntrack scenarios. The zero value is usable.
@@ -861,7 +861,7 @@ func scanNode(ctx context.Context, client kubernetes.Interface, node *netbed.Nod
 	return audit.Run(ctx, audit.Config{
 		NodeName: labNode,
 		Sources: []source.Source{
-			&kube.APISource{Client: client, Timeout: 30 * time.Second},
+			&live.APISource{Client: client, Timeout: 30 * time.Second},
 			hostOf(node),
 			&conntrack.KernelSource{Open: openIn(node)},
 		},

@@ -19,7 +19,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
-	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/fresh"
 )
 
 // The rules on the real kernel: real flows through real DNAT, read back over
@@ -207,7 +207,7 @@ func quorumRecheck(t *testing.T, cl *Cluster, rules []rule.Rule, id string, s *s
 		for _, f := range fs {
 			q.Add(rc.RecheckQuery(s, f))
 		}
-		k, err := kube.Quorum(ctx, cl.Client, q)
+		k, err := fresh.Quorum(ctx, cl.Client, q)
 		if err != nil {
 			t.Error(err)
 			errs := make([]error, len(fs))

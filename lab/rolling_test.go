@@ -34,7 +34,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
-	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/live"
 )
 
 // The rolling-replacement harness asks the question the grace period
@@ -269,9 +269,9 @@ func (e *realEnv) rollingAgent(t *testing.T, ctx context.Context, o rollingOptio
 	a := agent.New(agent.Config{
 		NodeName: e.node.Name,
 		Sources: []source.Source{
-			&kube.Watch{
-				Informers: kube.NewInformers(client, kube.InformerOptions{Node: e.node.Name}),
-				Holders:   &kube.Holders{Client: client},
+			&live.Watch{
+				Informers: live.NewInformers(client, live.InformerOptions{Node: e.node.Name}),
+				Holders:   &live.Holders{Client: client},
 				Client:    client,
 			},
 			table,

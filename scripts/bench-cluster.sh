@@ -32,8 +32,8 @@ go test ./rule -run '^$' -bench '^BenchmarkGossipRules$' -benchtime 20x -count "
 # A pass takes about half a second and the index's build as long: a few of
 # each per run; an event is timed over a second of them.
 go test ./controller -run '^$' -bench '^BenchmarkControllerPass$' -benchtime 5x -count "$count" | tee -a "$out" >&2
-go test ./source/kube -run '^$' -bench '^BenchmarkClusterWatch$/^index$' -benchtime 5x -count "$count" | tee -a "$out" >&2
-go test ./source/kube -run '^$' -bench '^BenchmarkClusterWatch$/^event$' -count "$count" | tee -a "$out" >&2
+go test ./source/kube/live -run '^$' -bench '^BenchmarkClusterWatch$/^index$' -benchtime 5x -count "$count" | tee -a "$out" >&2
+go test ./source/kube/live -run '^$' -bench '^BenchmarkClusterWatch$/^event$' -count "$count" | tee -a "$out" >&2
 awk '
   /^Benchmark/ {
     name = $1; sub(/-[0-9]+$/, "", name)

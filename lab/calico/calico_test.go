@@ -27,7 +27,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/source"
 	calicosrc "github.com/ghostwatch/ghostwatch/source/calico"
-	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/live"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -341,7 +341,7 @@ func (e *env) ghostwatch(t *testing.T) *audit.Result {
 		t.Fatal(err)
 	}
 	res := audit.Run(context.Background(), audit.Config{
-		Sources: []source.Source{&kube.APISource{Client: e.api, Timeout: 30 * time.Second}, cal},
+		Sources: []source.Source{&live.APISource{Client: e.api, Timeout: 30 * time.Second}, cal},
 		Rules:   []rule.Rule{&rule.IPAMMisbooked{}, &rule.DuplicatePodIP{}},
 	})
 	if err := res.Incomplete(); err != nil {

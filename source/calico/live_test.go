@@ -25,7 +25,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/calico"
-	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/saved"
 	"github.com/ghostwatch/ghostwatch/source/kubectl"
 )
 
@@ -74,14 +74,14 @@ func (calicoOnly) KubeKinds() []string { return nil }
 func readSaved(t *testing.T, ctx context.Context, file string) *snapshot.Calico {
 	t.Helper()
 	files := &kubectl.Files{Paths: []string{file}}
-	kubeSrc := kube.NewFileSource(files)
+	kubeSrc := saved.NewFileSource(files)
 	kubeSrc.Narrow([]any{calicoOnly{}})
-	saved := &snapshot.Snapshot{}
-	source.CollectInto(ctx, time.Now, saved, kubeSrc, calico.NewFileSource(files))
-	if err := saved.Ready("kube", "calico"); err != nil {
+	s := &snapshot.Snapshot{}
+	source.CollectInto(ctx, time.Now, s, kubeSrc, calico.NewFileSource(files))
+	if err := s.Ready("kube", "calico"); err != nil {
 		t.Fatal(err)
 	}
-	return saved.Calico
+	return s.Calico
 }
 
 // The live source reads from a real API server exactly what the file path

@@ -70,8 +70,8 @@ func savedLedger(objs *kubectl.Objects) *snapshot.Calico {
 }
 
 // FileSource reads Calico's IPAM ledger from files that kubectl wrote: the
-// files the kube source (source/kube's FileSource) reads the cluster
-// objects from, read once for both. It runs after that source.
+// files the kube source (source/kube/saved's FileSource) reads the
+// cluster objects from, read once for both. It runs after that source.
 type FileSource struct {
 	files *kubectl.Files
 }

@@ -131,7 +131,7 @@ func Endpoints(es *discoveryv1.EndpointSlice) []snapshot.Endpoint {
 			pod, podUID = &snapshot.ObjectRef{Namespace: ns, Name: tr.Name}, string(tr.UID)
 		}
 		for _, a := range ep.Addresses {
-			ip, ok := parseIP(a)
+			ip, ok := ParseIP(a)
 			if !ok {
 				continue
 			}
@@ -258,10 +258,11 @@ func trimPod(obj any, keep []string) (any, error) {
 	return out, nil
 }
 
-// trimNode is the informer transform for Nodes: it keeps the metadata the
+// TrimNode is the informer transform for Nodes: it keeps the metadata the
 // informer needs, the addresses and the pod CIDRs, and drops the rest
-// (images, conditions, ...), which is most of a Node.
-func trimNode(obj any) (any, error) {
+// (images, conditions, ...), which is most of a Node. It never modifies its argument and is
+// idempotent.
+func TrimNode(obj any) (any, error) {
 	n, ok := obj.(*corev1.Node)
 	if !ok || n == nil {
 		return obj, nil
@@ -284,11 +285,11 @@ func trimNode(obj any) (any, error) {
 	}, nil
 }
 
-// trimMeta is the informer transform for Services, EndpointSlices and
+// TrimMeta is the informer transform for Services, EndpointSlices and
 // ServiceCIDRs: it drops managedFields and annotations
 // (last-applied-configuration can be the largest part of an object) and
 // keeps everything else.
-func trimMeta(obj any) (any, error) {
+func TrimMeta(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Service:
 		return withoutMeta(o), nil
@@ -366,7 +367,7 @@ func portNumber(p int32) (uint16, bool) {
 
 // appendIP appends s to ips if it parses and is not already there.
 func appendIP(ips []netip.Addr, s string) []netip.Addr {
-	ip, ok := parseIP(s)
+	ip, ok := ParseIP(s)
 	if !ok {
 		return ips
 	}
@@ -378,11 +379,11 @@ func appendIP(ips []netip.Addr, s string) []netip.Addr {
 	return append(ips, ip)
 }
 
-// parseIP parses an address as the API server accepts it: IPv4 may carry
+// ParseIP parses an address as the API server accepts it: IPv4 may carry
 // leading zeros, which old clusters let through and which mean decimal
 // (k8s.io/utils/net.ParseIPSloppy); IPv4-mapped IPv6 addresses are
 // unmapped; zones are refused.
-func parseIP(s string) (netip.Addr, bool) {
+func ParseIP(s string) (netip.Addr, bool) {
 	ip, err := netip.ParseAddr(s)
 	if err != nil {
 		a, ok := netip.AddrFromSlice(utilsnet.ParseIPSloppy(s))

@@ -8,10 +8,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/ghostwatch/ghostwatch/internal/kubetest"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
@@ -90,15 +90,15 @@ func TestParseIP(t *testing.T) {
 		"1.2.3.4/24":       "",
 		"-1.2.3.4":         "",
 	} {
-		got, ok := parseIP(in)
+		got, ok := ParseIP(in)
 		if want == "" {
 			if ok {
-				t.Errorf("parseIP(%q) = %v, want failure", in, got)
+				t.Errorf("ParseIP(%q) = %v, want failure", in, got)
 			}
 			continue
 		}
 		if !ok || got != netip.MustParseAddr(want) {
-			t.Errorf("parseIP(%q) = %v, %v; want %s", in, got, ok, want)
+			t.Errorf("ParseIP(%q) = %v, %v; want %s", in, got, ok, want)
 		}
 	}
 }
@@ -275,33 +275,6 @@ func TestLookupNode(t *testing.T) {
 	}
 }
 
-func fullPod() *corev1.Pod {
-	return &corev1.Pod{
-		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{
-			UID: "u1", Namespace: "web", Name: "api-1", ResourceVersion: "4711",
-			CreationTimestamp: metav1.NewTime(t0), DeletionTimestamp: ptr(metav1.NewTime(t1)),
-			Labels: map[string]string{"app": "api"},
-			Annotations: map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{...}",
-				"ghostwatch.io/gossip": "consul", "ghostwatch.io/gossip-port": "8500"},
-			OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "api-7c9d"}},
-			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kubelet"}},
-		},
-		Spec: corev1.PodSpec{
-			NodeName: "worker-1", HostNetwork: true,
-			Containers: []corev1.Container{{Name: "api", Image: "api:v2",
-				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}}}},
-			Volumes: []corev1.Volume{{Name: "tmp"}},
-		},
-		Status: corev1.PodStatus{
-			Phase: corev1.PodRunning, PodIP: "10.244.1.5", PodIPs: []corev1.PodIP{{IP: "10.244.1.5"}},
-			StartTime:         ptr(metav1.NewTime(t1)),
-			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
-			ContainerStatuses: []corev1.ContainerStatus{{Name: "api", Ready: true}},
-		},
-	}
-}
-
 func TestTrimPod(t *testing.T) {
 	const applied = "kubectl.kubernetes.io/last-applied-configuration"
 	gossip := map[string]string{"ghostwatch.io/gossip": "consul", "ghostwatch.io/gossip-port": "8500"}
@@ -319,7 +292,7 @@ func TestTrimPod(t *testing.T) {
 			map[string]string{applied: "{...}", "ghostwatch.io/gossip": "consul", "ghostwatch.io/gossip-port": "8500"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			in := fullPod()
+			in := kubetest.FullPod()
 			orig := in.DeepCopy()
 			out, err := tc.trim(in)
 			if err != nil {
@@ -414,25 +387,25 @@ func TestTrimOthers(t *testing.T) {
 			Images:    []corev1.ContainerImage{{Names: []string{"big"}}},
 		},
 	}
-	got, _ := trimNode(n)
+	got, _ := TrimNode(n)
 	tn := got.(*corev1.Node)
 	if len(tn.Status.Images) != 0 || tn.Labels != nil || tn.ResourceVersion != "9" || !reflect.DeepEqual(Node(tn), Node(n)) || len(Node(tn).PodCIDRs) != 2 {
-		t.Errorf("trimNode = %+v", tn)
+		t.Errorf("TrimNode = %+v", tn)
 	}
 	if len(n.Status.Images) != 1 {
-		t.Errorf("trimNode modified its argument")
+		t.Errorf("TrimNode modified its argument")
 	}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s", Annotations: map[string]string{"a": "b"},
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}}, Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.1"}}
-	got, _ = trimMeta(svc)
+	got, _ = TrimMeta(svc)
 	ts := got.(*corev1.Service)
 	if ts.Annotations != nil || ts.ManagedFields != nil || ts.Spec.ClusterIP != "10.96.0.1" || svc.Annotations == nil {
-		t.Errorf("trimMeta(service) = %+v (input now %+v)", ts, svc)
+		t.Errorf("TrimMeta(service) = %+v (input now %+v)", ts, svc)
 	}
 	es := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "e", ManagedFields: []metav1.ManagedFieldsEntry{{}}},
 		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1"}}}}
-	got, _ = trimMeta(es)
+	got, _ = TrimMeta(es)
 	if te := got.(*discoveryv1.EndpointSlice); te.ManagedFields != nil || len(te.Endpoints) != 1 || es.ManagedFields == nil {
-		t.Errorf("trimMeta(slice) = %+v", te)
+		t.Errorf("TrimMeta(slice) = %+v", te)
 	}
 }

@@ -12,10 +12,11 @@ import (
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
-// Describe says how many objects of each kind were read.
-func (a *APISource) Describe(s *snapshot.Snapshot) string { return describeKube(s.Kube) }
-
-func describeKube(k *snapshot.Kube) string {
+// Describe says how many objects of each kind k holds, for a source's
+// report (source.Describer): pods, services, endpoints, nodes and service
+// CIDRs, or why there are none of the last; of a node's partial pods, which
+// were looked up and which could not be. It returns "" for nil.
+func Describe(k *snapshot.Kube) string {
 	if k == nil {
 		return ""
 	}

@@ -1,17 +1,10 @@
-package kube
+package live
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
-	"net/url"
-	"os"
-	"reflect"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -27,57 +20,25 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source/informer"
+	"github.com/ghostwatch/ghostwatch/source/kube"
 )
-
-// DefaultTimeout bounds APISource.Collect when its Timeout is zero.
-const DefaultTimeout = 30 * time.Second
-
-// The resources the informers watch, as errors and RBAC rules name them.
-const (
-	resPods           = "pods"
-	resServices       = "services"
-	resEndpointSlices = "endpointslices"
-	resNodes          = "nodes"
-	resServiceCIDRs   = "servicecidrs"
-	resIPAddresses    = "ipaddresses"
-)
-
-// rbacName is how a ClusterRole names each resource.
-var rbacName = map[string]string{
-	resPods:           "pods",
-	resServices:       "services",
-	resEndpointSlices: "endpointslices (API group discovery.k8s.io)",
-	resNodes:          "nodes",
-	resServiceCIDRs:   "servicecidrs (API group networking.k8s.io)",
-	resIPAddresses:    "ipaddresses (API group networking.k8s.io)",
-}
 
 // Watched lists the resources Informers lists and watches, as RBAC rules
 // name them: the ClusterRole of anything that uses Informers must grant list
 // and watch on each.
 func Watched() []schema.GroupResource {
 	return []schema.GroupResource{
-		{Resource: resPods},
-		{Resource: resServices},
-		{Group: discoveryv1.GroupName, Resource: resEndpointSlices},
-		{Resource: resNodes},
-		{Group: networkingv1.GroupName, Resource: resServiceCIDRs},
+		{Resource: kube.ResourcePods},
+		{Resource: kube.ResourceServices},
+		{Group: discoveryv1.GroupName, Resource: kube.ResourceEndpointSlices},
+		{Resource: kube.ResourceNodes},
+		{Group: networkingv1.GroupName, Resource: kube.ResourceServiceCIDRs},
 	}
-}
-
-// QuorumListed lists the resources Quorum lists beyond those Informers
-// watches: the ClusterRole of anything that re-checks with Quorum must grant
-// list on each.
-func QuorumListed() []schema.GroupResource {
-	return []schema.GroupResource{{Group: networkingv1.GroupName, Resource: resIPAddresses}}
 }
 
 // InformerOptions tunes Informers. The zero value is usable.
@@ -107,10 +68,11 @@ type InformerOptions struct {
 // DefaultSilence is InformerOptions.Silence when it is zero.
 const DefaultSilence = informer.DefaultSilence
 
-// Informers watches Pods (trimmed by TrimPod), Services, the EndpointSlices
-// kube-proxy reads (those of a Service, headless ones aside), Nodes
-// (trimmed to their addresses and pod CIDRs) and ServiceCIDRs in every
-// namespace, and converts what they hold into a snapshot.Kube on demand.
+// Informers watches Pods (trimmed by kube.TrimPod), Services, the
+// EndpointSlices kube-proxy reads (those of a Service, headless ones
+// aside), Nodes (trimmed to their addresses and pod CIDRs) and ServiceCIDRs
+// in every namespace, and converts what they hold into a snapshot.Kube on
+// demand.
 // Scoped to a node (InformerOptions.Node), it watches that Node and its
 // pods only, as a node agent must. It is meant to live as long as the
 // process: the one-shot scan and the long-running agent use it alike.
@@ -162,7 +124,7 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 		indexers  cache.Indexers
 		transform cache.TransformFunc
 	}{
-		{resPods, &corev1.Pod{},
+		{kube.ResourcePods, &corev1.Pod{},
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				onlyNode(&o, "spec.nodeName")
 				return core.Pods("").List(ctx, o)
@@ -171,16 +133,16 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 				onlyNode(&o, "spec.nodeName")
 				return core.Pods("").Watch(ctx, o)
 			},
-			idx, TrimPod},
-		{resServices, &corev1.Service{},
+			idx, kube.TrimPod},
+		{kube.ResourceServices, &corev1.Service{},
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return core.Services("").List(ctx, o)
 			},
 			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				return core.Services("").Watch(ctx, o)
 			},
-			idx, trimMeta},
-		{resEndpointSlices, &discoveryv1.EndpointSlice{},
+			idx, kube.TrimMeta},
+		{kube.ResourceEndpointSlices, &discoveryv1.EndpointSlice{},
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				onlyServices(&o)
 				return disc.EndpointSlices("").List(ctx, o)
@@ -189,8 +151,8 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 				onlyServices(&o)
 				return disc.EndpointSlices("").Watch(ctx, o)
 			},
-			idx, TrimSlice},
-		{resNodes, &corev1.Node{},
+			idx, kube.TrimSlice},
+		{kube.ResourceNodes, &corev1.Node{},
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				onlyNode(&o, "metadata.name")
 				return core.Nodes().List(ctx, o)
@@ -199,23 +161,23 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 				onlyNode(&o, "metadata.name")
 				return core.Nodes().Watch(ctx, o)
 			},
-			cache.Indexers{}, trimNode},
-		{resServiceCIDRs, &networkingv1.ServiceCIDR{},
+			cache.Indexers{}, kube.TrimNode},
+		{kube.ResourceServiceCIDRs, &networkingv1.ServiceCIDR{},
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return netw.ServiceCIDRs().List(ctx, o)
 			},
 			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				return netw.ServiceCIDRs().Watch(ctx, o)
 			},
-			cache.Indexers{}, trimMeta},
+			cache.Indexers{}, kube.TrimMeta},
 	} {
 		wd := informer.New(w.resource, informer.ListWatch{List: w.list, Watch: w.watch}, w.object, informer.Options{
 			Transform: w.transform, Indexers: w.indexers, Silence: opts.Silence, Now: i.now,
-			Optional: w.resource == resServiceCIDRs,
+			Optional: w.resource == kube.ResourceServiceCIDRs,
 			Empty:    &networkingv1.ServiceCIDRList{ListMeta: metav1.ListMeta{ResourceVersion: "0"}},
 			Changed:  func() { signal(i.wake) },
 		})
-		if w.resource == resEndpointSlices && i.since != nil {
+		if w.resource == kube.ResourceEndpointSlices && i.since != nil {
 			_, _ = wd.AddEventHandler(cache.ResourceEventHandlerFuncs{
 				AddFunc:    func(obj any) { i.since.update(nil, obj, i.now()) },
 				UpdateFunc: func(old, obj any) { i.since.update(old, obj, i.now()) },
@@ -336,7 +298,7 @@ func (i *Informers) changed(resource string, objs ...any) {
 		i.changes.Addrs = map[netip.Addr]struct{}{}
 	}
 	add := func(s string) {
-		if a, ok := parseIP(s); ok {
+		if a, ok := kube.ParseIP(s); ok {
 			i.changes.Addrs[a.Unmap()] = struct{}{}
 		}
 	}
@@ -386,7 +348,7 @@ func (i *Informers) Stale(now time.Time) error {
 		if err := w.Ready(now); err != nil {
 			var nr *informer.NotReady
 			if errors.As(err, &nr) {
-				nr.Describe = describe
+				nr.Describe = kube.DescribeError
 			}
 			bad = append(bad, err.Error())
 		}
@@ -415,15 +377,15 @@ func (i *Informers) Snapshot() *snapshot.Kube {
 		for _, obj := range w.Store().List() {
 			switch o := obj.(type) {
 			case *corev1.Pod:
-				k.Pods = append(k.Pods, Pod(o))
+				k.Pods = append(k.Pods, kube.Pod(o))
 			case *corev1.Service:
-				k.Services = append(k.Services, Service(o))
+				k.Services = append(k.Services, kube.Service(o))
 			case *discoveryv1.EndpointSlice:
-				k.Endpoints = append(k.Endpoints, Endpoints(o)...)
+				k.Endpoints = append(k.Endpoints, kube.Endpoints(o)...)
 			case *corev1.Node:
-				k.Nodes = append(k.Nodes, Node(o))
+				k.Nodes = append(k.Nodes, kube.Node(o))
 			case *networkingv1.ServiceCIDR:
-				k.ServiceCIDRs = append(k.ServiceCIDRs, ServiceCIDR(o))
+				k.ServiceCIDRs = append(k.ServiceCIDRs, kube.ServiceCIDR(o))
 			}
 		}
 		if w.Unserved() {
@@ -482,7 +444,7 @@ func (e *SyncError) Error() string {
 	for n, r := range e.Resources {
 		why := "no answer from the API server"
 		if e.Errs[n] != nil {
-			why = describe(e.Errs[n], r)
+			why = kube.DescribeError(e.Errs[n], r)
 		} else if e.Err == nil {
 			continue // not failed yet; another resource ended the wait
 		}
@@ -526,284 +488,4 @@ func roundWait(d time.Duration) time.Duration {
 		return d.Round(time.Second)
 	}
 	return d.Round(100 * time.Millisecond)
-}
-
-// describe says what a list or watch error of resource means.
-func describe(err error, resource string) string {
-	var st apierrors.APIStatus
-	if errors.As(err, &st) {
-		s := st.Status()
-		switch {
-		case resource == "":
-		case s.Code == 401:
-			return "Unauthorized (401): the API server rejected the credentials; the token or client certificate is missing, invalid or expired"
-		case s.Code == 403:
-			return fmt.Sprintf("%s (403 Forbidden): missing permission to list and watch %s in all namespaces (a ClusterRole rule with verbs list, watch)",
-				s.Message, rbacName[resource])
-		case s.Code == 404:
-			return fmt.Sprintf("the API server does not serve %s (404 Not Found)", rbacName[resource])
-		}
-		if s.Message != "" {
-			return fmt.Sprintf("%s (%d %s)", s.Message, s.Code, s.Reason)
-		}
-		return fmt.Sprintf("%d %s", s.Code, s.Reason)
-	}
-	return transportError(err)
-}
-
-// transportError strips the request from an error of the HTTP client:
-// what failed is more useful than the URL, which the caller names.
-func transportError(err error) string {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err.Error()
-	}
-	return err.Error()
-}
-
-// APISource reads the cluster objects from the API server, for a one-shot
-// scan. It implements source.Source.
-type APISource struct {
-	// Client talks to the API server (see ClientFromFlags).
-	Client kubernetes.Interface
-	// Timeout bounds the whole collection: reaching the server and listing
-	// every resource. Zero means DefaultTimeout.
-	Timeout time.Duration
-	// Informers, when set, are read instead of new ones made from Client;
-	// the caller must have started them. Client may then be nil.
-	Informers *Informers
-	// Holders looks up the pods at the addresses the rules ask about,
-	// when Informers are scoped to a node (source.Resolver).
-	Holders *Holders
-
-	readers []any
-}
-
-// Narrow records the rules that read the cluster objects
-// (source.Narrower): those that are snapshot.HolderReaders say which
-// holders to look up.
-func (a *APISource) Narrow(readers []any) { a.readers = readers }
-
-// Resolve completes the cluster objects of a node's informers once every
-// source has collected (source.Resolver): the pods at the addresses the
-// rules ask about are looked up and added, and those that cannot be are
-// listed in Kube.Unlooked. A failed lookup leaves s untouched.
-func (a *APISource) Resolve(ctx context.Context, s *snapshot.Snapshot) error {
-	if s.Kube == nil || !s.Kube.PodsPartial {
-		return nil
-	}
-	k, err := resolveHolders(ctx, a.Holders, a.readers, s)
-	if err != nil {
-		return err
-	}
-	if k != s.Kube && a.Informers != nil && a.Informers.since != nil {
-		k.Endpoints = learnSince(k, a.Informers.since)
-	}
-	s.Kube = k
-	return nil
-}
-
-// learnSince returns k's endpoints with each one at a looked-up address
-// whose listed pod was found there dated from that pod's start, when it is
-// earlier than when the address was first seen listed for it; since
-// remembers it for the next snapshots.
-func learnSince(k *snapshot.Kube, since *endpointSince) []snapshot.Endpoint {
-	byUID := map[string]*snapshot.Pod{}
-	for i := range k.Pods {
-		byUID[k.Pods[i].UID] = &k.Pods[i]
-	}
-	var out []snapshot.Endpoint
-	for i := range k.Endpoints {
-		ep := &k.Endpoints[i]
-		if ep.PodUID == "" || !k.Looked[ep.Address] {
-			continue
-		}
-		p := byUID[ep.PodUID]
-		if p == nil || !p.HasIP(ep.Address) || p.Since().IsZero() || !p.Since().Before(ep.Since) {
-			continue
-		}
-		if out == nil {
-			out = slices.Clone(k.Endpoints)
-		}
-		out[i].Since = p.Since()
-		since.learn(ep.Address, ep.PodUID, p.Since())
-	}
-	if out == nil {
-		return k.Endpoints
-	}
-	return out
-}
-
-// Name returns "kube".
-func (a *APISource) Name() string { return Name }
-
-// Collect checks that the API server answers, lists Pods, Services,
-// EndpointSlices and Nodes, and sets s.Kube. Its errors name the server and
-// say what failed; it sets nothing unless every resource was listed.
-func (a *APISource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
-	if a.Client == nil && a.Informers == nil {
-		return errors.New("no Kubernetes client")
-	}
-	timeout := a.Timeout
-	if timeout <= 0 {
-		timeout = DefaultTimeout
-	}
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	deadline, _ := ctx.Deadline()
-	server := "API server"
-	if u := serverURL(a.Client); u != "" {
-		server += " " + u
-	}
-	if a.Client != nil {
-		if err := probe(ctx, a.Client); err != nil {
-			return fmt.Errorf("%s %s", server, describeProbe(err, roundWait(deadline.Sub(start))))
-		}
-	}
-	inf := a.Informers
-	if inf == nil {
-		inf = NewInformers(a.Client, InformerOptions{})
-		inf.Start(ctx) // stopped by cancel
-	}
-	if err := inf.WaitForSync(ctx); err != nil {
-		var se *SyncError
-		if errors.As(err, &se) && errors.Is(se.Err, context.DeadlineExceeded) {
-			// The whole bound, not the time left after the probe.
-			se.Waited = deadline.Sub(start)
-		}
-		return fmt.Errorf("%s: %w", server, err)
-	}
-	s.Kube = inf.Snapshot()
-	return nil
-}
-
-// probe asks the server for its version, which every client may read: it
-// tells an unreachable or misconfigured server from missing permissions.
-func probe(ctx context.Context, client kubernetes.Interface) error {
-	rc := client.Discovery().RESTClient()
-	if isNil(rc) {
-		// A fake client: nothing to reach.
-		_, err := client.Discovery().ServerVersion()
-		return err
-	}
-	return rc.Get().AbsPath("/version").Do(ctx).Error()
-}
-
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	rv := reflect.ValueOf(v)
-	return rv.Kind() == reflect.Pointer && rv.IsNil()
-}
-
-// describeProbe says why the version probe failed, as the rest of a
-// sentence that starts with the server's name.
-func describeProbe(err error, timeout time.Duration) string {
-	var (
-		unknownCA   x509.UnknownAuthorityError
-		hostErr     x509.HostnameError
-		invalidCert x509.CertificateInvalidError
-		verifyErr   *tls.CertificateVerificationError
-		recordErr   tls.RecordHeaderError
-		netErr      net.Error
-	)
-	switch {
-	case apierrors.IsUnauthorized(err):
-		return "rejected the credentials: Unauthorized (401); the token or client certificate in the kubeconfig is missing, invalid or expired"
-	case apierrors.IsForbidden(err):
-		return "refused to show its version: " + describe(err, "") + " (check the kubeconfig user)"
-	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Sprintf("did not answer within %s", timeout)
-	case errors.Is(err, context.Canceled):
-		return "was not reached: " + err.Error()
-	case errors.As(err, &unknownCA), errors.As(err, &hostErr), errors.As(err, &invalidCert), errors.As(err, &verifyErr):
-		return "failed TLS verification: " + transportError(err) + " (check the kubeconfig's certificate-authority and server name)"
-	case errors.As(err, &recordErr), strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
-		return "does not speak TLS: " + transportError(err) + " (is the URL's scheme right?)"
-	case errors.As(err, &netErr) && netErr.Timeout():
-		return fmt.Sprintf("did not answer within %s: %s", timeout, transportError(err))
-	}
-	var st apierrors.APIStatus
-	if errors.As(err, &st) {
-		return "answered with an error: " + describe(err, "")
-	}
-	return "is not reachable: " + transportError(err)
-}
-
-// serverURL returns the URL client talks to, or "" when it has none (a fake
-// client).
-func serverURL(client kubernetes.Interface) string {
-	if isNil(client) {
-		return ""
-	}
-	rc := client.Discovery().RESTClient()
-	if isNil(rc) {
-		return ""
-	}
-	u := rc.Get().URL()
-	u.RawQuery = ""
-	u.Path = strings.TrimSuffix(u.Path, "/")
-	return u.String()
-}
-
-// ClientFromFlags builds a client as kubectl would from the same flags
-// (--kubeconfig, --context, --server, --token, ...; $KUBECONFIG and
-// ~/.kube/config; in a pod, its service account), and returns it with the
-// URL of the server it talks to.
-//
-// Where kubectl would fall back to http://localhost:8080 because nothing
-// is configured, it fails instead and says so.
-func ClientFromFlags(f *genericclioptions.ConfigFlags) (kubernetes.Interface, string, error) {
-	if unconfigured(f) {
-		return nil, "", errNoConfig
-	}
-	cfg, err := f.ToRESTConfig()
-	if err != nil {
-		if clientcmd.IsEmptyConfig(err) {
-			return nil, "", errNoConfig
-		}
-		return nil, "", fmt.Errorf("kubeconfig: %w", err)
-	}
-	return ClientForConfig(cfg)
-}
-
-var errNoConfig = errors.New("no Kubernetes configuration: no kubeconfig (--kubeconfig, $KUBECONFIG, ~/.kube/config) and not running in a pod; " +
-	"pass --kubeconfig or --server, or read saved objects with --kube-objects")
-
-// unconfigured reports whether no kubeconfig names a cluster, no --server
-// is given, and this is not a pod: kubectl's defaults would then point at
-// http://localhost:8080, which is never the cluster meant.
-func unconfigured(f *genericclioptions.ConfigFlags) bool {
-	if f.APIServer != nil && *f.APIServer != "" {
-		return false
-	}
-	if os.Getenv("KUBERNETES_SERVICE_HOST") != "" || os.Getenv("KUBERNETES_MASTER") != "" {
-		return false
-	}
-	raw, err := f.ToRawKubeConfigLoader().RawConfig()
-	return err == nil && len(raw.Clusters) == 0
-}
-
-// ClientForConfig builds a client from a REST config, asking for protobuf
-// (JSON still accepted), and returns it with the server's URL.
-func ClientForConfig(cfg *rest.Config) (kubernetes.Interface, string, error) {
-	cfg = rest.CopyConfig(cfg)
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = "ghostwatch"
-	}
-	if cfg.ContentType == "" {
-		cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-		cfg.ContentType = "application/vnd.kubernetes.protobuf"
-	}
-	server := cfg.Host
-	if u, _, err := rest.DefaultServerUrlFor(cfg); err == nil {
-		server = strings.TrimSuffix(u.String(), "/")
-	}
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, "", fmt.Errorf("API server %s: %w", server, err)
-	}
-	return client, server, nil
 }

@@ -1,4 +1,4 @@
-package kube
+package live
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
+	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/fresh"
 )
 
 // Watch is the cluster's objects as a long-running program keeps them
@@ -24,8 +26,8 @@ type Watch struct {
 	// when the Informers are scoped to a node. An answer that runs out is
 	// a change of its address: the rules judge it again.
 	Holders *Holders
-	// Client reads afresh what a re-check names (Quorum); nil refuses
-	// every re-check.
+	// Client reads afresh what a re-check names (fresh.Quorum); nil
+	// refuses every re-check.
 	Client kubernetes.Interface
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -43,7 +45,7 @@ type Watch struct {
 }
 
 // Name returns "kube".
-func (w *Watch) Name() string { return Name }
+func (w *Watch) Name() string { return kube.Name }
 
 func (w *Watch) now() time.Time {
 	if w.Now == nil {
@@ -177,10 +179,10 @@ func (w *Watch) expire() {
 }
 
 // Describe says what the informers hold and what was looked up.
-func (w *Watch) Describe(s *snapshot.Snapshot) string { return describeKube(s.Kube) }
+func (w *Watch) Describe(s *snapshot.Snapshot) string { return kube.Describe(s.Kube) }
 
 // Fresh reads with quorum reads what q names into s.Kube, for a remedy's
 // last re-check (source.Fresher).
 func (w *Watch) Fresh(ctx context.Context, q snapshot.Query, s *snapshot.Snapshot) error {
-	return fresh(ctx, w.Client, q, s)
+	return fresh.Collect(ctx, w.Client, q, s)
 }

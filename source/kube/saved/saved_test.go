@@ -1,4 +1,4 @@
-package kube
+package saved
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source/kube"
 	"github.com/ghostwatch/ghostwatch/source/kubectl"
 )
 
@@ -22,7 +23,7 @@ var update = flag.Bool("update", false, "rewrite the testdata/*.golden files")
 
 // inputs is where kubectl's outputs the tests read are: with the package
 // that reads them.
-const inputs = "../kubectl/testdata"
+const inputs = "../../kubectl/testdata"
 
 // saved is what the ledger read of saved objects.
 type saved struct {
@@ -71,9 +72,8 @@ func dump(o *saved) string {
 	return b.String()
 }
 
-// ReadObjects reads what r holds of the ledger, as FileSource does, but for
-// the checks of a whole cluster. (servicecidr_test.go reads ServiceCIDRs
-// with it too.)
+// ReadObjects reads what r holds of the ledger, as FileSource does, but
+// without the checks of a whole cluster.
 func ReadObjects(name string, r io.Reader) (*saved, error) {
 	objs := &kubectl.Objects{}
 	keepSaved(objs)
@@ -188,12 +188,33 @@ func TestReadSavedCluster(t *testing.T) {
 	if e := api[1]; e.Address != netip.MustParseAddr("10.244.1.22") || e.Ready || !e.Serving || !e.Terminating {
 		t.Errorf("draining endpoint: %+v", e)
 	}
-	n, ok := LookupNode(k, "worker-1")
+	n, ok := kube.LookupNode(k, "worker-1")
 	if !ok || len(n.Addresses) != 3 {
 		t.Errorf("worker-1: %+v, want InternalIPs and ExternalIP", n)
 	}
 	if len(o.Ignored) != 0 {
 		t.Errorf("ignored %v", o.Ignored)
+	}
+}
+
+func TestReadServiceCIDRObjects(t *testing.T) {
+	in := `apiVersion: v1
+kind: List
+items:
+- apiVersion: networking.k8s.io/v1
+  kind: ServiceCIDR
+  metadata: {name: kubernetes, uid: u1, resourceVersion: "1"}
+  spec:
+    cidrs: [10.96.0.0/16, "fd00:10:96::/112", bogus]
+`
+	o, err := ReadObjects("objs.yaml", strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16"), netip.MustParsePrefix("fd00:10:96::/112")}
+	if len(o.Kube.ServiceCIDRs) != 1 || o.Kube.ServiceCIDRs[0].Name != "kubernetes" || len(o.Kube.ServiceCIDRs[0].CIDRs) != 2 ||
+		o.Kube.ServiceCIDRs[0].CIDRs[0] != want[0] || o.Kube.ServiceCIDRs[0].CIDRs[1] != want[1] || len(o.Ignored) != 0 {
+		t.Fatalf("read %+v, ignored %v", o.Kube.ServiceCIDRs, o.Ignored)
 	}
 }
 

@@ -1,4 +1,4 @@
-package kube
+package live
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/ghostwatch/ghostwatch/internal/fakeclock"
 	"github.com/ghostwatch/ghostwatch/internal/kubefake"
@@ -45,7 +46,7 @@ func slice(ns, svc, name string, pods ...*corev1.Pod) *discoveryv1.EndpointSlice
 		AddressType: discoveryv1.AddressTypeIPv4,
 	}
 	for _, p := range pods {
-		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{p.Status.PodIP}, NodeName: ptr(p.Spec.NodeName),
+		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{p.Status.PodIP}, NodeName: ptr.To(p.Spec.NodeName),
 			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID}})
 	}
 	return es

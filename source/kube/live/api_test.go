@@ -1,4 +1,4 @@
-package kube
+package live
 
 import (
 	"context"
@@ -24,15 +24,18 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
 
+	"github.com/ghostwatch/ghostwatch/internal/kubetest"
 	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
 // cluster returns API objects for the fake client and the snapshot they
 // must become.
 func cluster() ([]runtime.Object, *snapshot.Kube) {
-	pod := fullPod()
-	pod2 := fullPod()
+	pod := kubetest.FullPod()
+	pod2 := kubetest.FullPod()
 	pod2.Name, pod2.Namespace, pod2.UID = "api-0", "a-first", "u0"
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "api", Annotations: map[string]string{"big": "x"}},
@@ -42,7 +45,7 @@ func cluster() ([]runtime.Object, *snapshot.Kube) {
 	slice := &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Namespace: "web", Name: "api-x", Labels: map[string]string{discoveryv1.LabelServiceName: "api"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.244.1.5"}, NodeName: ptr("worker-1"),
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.244.1.5"}, NodeName: ptr.To("worker-1"),
 			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: "web", Name: "api-1"}}},
 	}
 	orphan := &discoveryv1.EndpointSlice{
@@ -58,10 +61,10 @@ func cluster() ([]runtime.Object, *snapshot.Kube) {
 		},
 	}
 	want := &snapshot.Kube{
-		Pods:      []snapshot.Pod{Pod(pod2), Pod(pod)},
-		Services:  []snapshot.Service{Service(svc)},
-		Endpoints: Endpoints(slice),
-		Nodes:     []snapshot.Node{Node(node)},
+		Pods:      []snapshot.Pod{kube.Pod(pod2), kube.Pod(pod)},
+		Services:  []snapshot.Service{kube.Service(svc)},
+		Endpoints: kube.Endpoints(slice),
+		Nodes:     []snapshot.Node{kube.Node(node)},
 	}
 	return []runtime.Object{pod, pod2, svc, slice, orphan, node}, want
 }
@@ -195,7 +198,7 @@ func clientFor(t *testing.T, server string, caFile string) *APISource {
 	if caFile != "" {
 		f.CAFile = &caFile
 	}
-	client, url, err := ClientFromFlags(f)
+	client, url, err := kube.ClientFromFlags(f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,72 +452,5 @@ func TestSyncErrorUnwraps(t *testing.T) {
 	e.Err = context.Canceled
 	if got := e.Error(); !strings.HasPrefix(got, "stopped (context canceled) before pods were listed: boom") {
 		t.Errorf("Error() = %q", got)
-	}
-}
-
-func TestClientFromFlags(t *testing.T) {
-	dir := t.TempDir()
-	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	t.Setenv("HOME", dir)
-	t.Setenv("KUBECONFIG", "")
-	kc := filepath.Join(dir, "config")
-	if err := os.WriteFile(kc, []byte(`apiVersion: v1
-kind: Config
-clusters:
-- name: a
-  cluster: {server: "https://10.0.0.1:6443"}
-- name: b
-  cluster: {server: "https://kube.example.com/k8s/clusters/c-42"}
-users:
-- name: u
-  user: {token: abc}
-contexts:
-- name: a
-  context: {cluster: a, user: u}
-- name: b
-  context: {cluster: b, user: u}
-current-context: a
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	str := func(s string) *string { return &s }
-	for _, tc := range []struct {
-		name  string
-		flags func(f *genericclioptions.ConfigFlags)
-		want  string // server URL, or the error
-		isErr bool
-	}{
-		{"current context", func(f *genericclioptions.ConfigFlags) { f.KubeConfig = str(kc) }, "https://10.0.0.1:6443", false},
-		{"--context", func(f *genericclioptions.ConfigFlags) { f.KubeConfig = str(kc); f.Context = str("b") }, "https://kube.example.com/k8s/clusters/c-42", false},
-		{"--server", func(f *genericclioptions.ConfigFlags) {
-			f.KubeConfig = str(kc)
-			f.APIServer = str("https://127.0.0.1:7443")
-		}, "https://127.0.0.1:7443", false},
-		{"$KUBECONFIG", func(f *genericclioptions.ConfigFlags) { os.Setenv("KUBECONFIG", kc) }, "https://10.0.0.1:6443", false},
-		{"unknown context", func(f *genericclioptions.ConfigFlags) { f.KubeConfig = str(kc); f.Context = str("zz") }, `kubeconfig: context "zz" does not exist`, true},
-		{"missing kubeconfig", func(f *genericclioptions.ConfigFlags) { f.KubeConfig = str(filepath.Join(dir, "nope")) }, filepath.Join(dir, "nope"), true},
-		{"nothing configured", func(f *genericclioptions.ConfigFlags) {}, "no Kubernetes configuration: no kubeconfig (--kubeconfig, $KUBECONFIG, ~/.kube/config) and not running in a pod; pass --kubeconfig or --server, or read saved objects with --kube-objects", true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv("KUBECONFIG", "")
-			f := genericclioptions.NewConfigFlags(false)
-			tc.flags(f)
-			client, server, err := ClientFromFlags(f)
-			if tc.isErr {
-				if err == nil || !strings.Contains(err.Error(), tc.want) {
-					t.Errorf("error = %v, want it to contain %q", err, tc.want)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if server != tc.want {
-				t.Errorf("server = %q, want %q", server, tc.want)
-			}
-			if got := serverURL(client); got != tc.want {
-				t.Errorf("serverURL(client) = %q, want %q", got, tc.want)
-			}
-		})
 	}
 }

@@ -1,4 +1,4 @@
-package kube
+package fresh
 
 import (
 	"context"
@@ -15,10 +15,19 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source/kube"
 )
+
+// QuorumListed lists the resources Quorum lists beyond those
+// source/kube/live's Informers watch (live.Watched): the ClusterRole of
+// anything that re-checks with Quorum must grant list on each.
+func QuorumListed() []schema.GroupResource {
+	return []schema.GroupResource{{Group: networkingv1.GroupName, Resource: kube.ResourceIPAddresses}}
+}
 
 // Quorum reads what q names from the API server with quorum reads
 // (resourceVersion unset: the answer is as current as etcd, never a cache
@@ -61,7 +70,7 @@ func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.Query) 
 		read(n, func() error {
 			l, err := client.CoreV1().Nodes().List(ctx, byName(name))
 			if err != nil {
-				return fmt.Errorf("quorum read of node %s: %s", name, describe(err, resNodes))
+				return fmt.Errorf("quorum read of node %s: %s", name, kube.DescribeError(err, kube.ResourceNodes))
 			}
 			nodes[i] = named(l.Items, name)
 			return nil
@@ -72,7 +81,7 @@ func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.Query) 
 		read(n, func() error {
 			l, err := client.CoreV1().Services(ref.Namespace).List(ctx, byName(ref.Name))
 			if err != nil {
-				return fmt.Errorf("quorum read of service %s: %s", ref, describe(err, resServices))
+				return fmt.Errorf("quorum read of service %s: %s", ref, kube.DescribeError(err, kube.ResourceServices))
 			}
 			services[i] = named(l.Items, ref.Name)
 			return nil
@@ -81,7 +90,7 @@ func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.Query) 
 			sel := labels.Set{discoveryv1.LabelServiceName: ref.Name}.String()
 			l, err := client.DiscoveryV1().EndpointSlices(ref.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
 			if err != nil {
-				return fmt.Errorf("quorum read of the EndpointSlices of %s: %s", ref, describe(err, resEndpointSlices))
+				return fmt.Errorf("quorum read of the EndpointSlices of %s: %s", ref, kube.DescribeError(err, kube.ResourceEndpointSlices))
 			}
 			epSlices[i] = l.Items
 			return nil
@@ -94,7 +103,7 @@ func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.Query) 
 			sel := fields.OneTermEqualSelector("status.podIP", a.String()).String()
 			l, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: sel})
 			if err != nil {
-				return fmt.Errorf("quorum read of the pods holding %s: %s", a, describe(err, resPods))
+				return fmt.Errorf("quorum read of the pods holding %s: %s", a, kube.DescribeError(err, kube.ResourcePods))
 			}
 			pods[i] = l.Items
 			return nil
@@ -112,7 +121,7 @@ func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.Query) 
 				if apierrors.IsNotFound(err) {
 					return fmt.Errorf("cannot prove that no Service holds %s: the API server does not serve IPAddresses (networking.k8s.io/v1, Kubernetes 1.33 and later)", a)
 				}
-				return fmt.Errorf("quorum read of the IPAddress %s: %s", a, describe(err, resIPAddresses))
+				return fmt.Errorf("quorum read of the IPAddress %s: %s", a, kube.DescribeError(err, kube.ResourceIPAddresses))
 			}
 			addrs[i] = named(l.Items, a.String())
 			return nil
@@ -123,7 +132,7 @@ func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.Query) 
 		read(n, func() error {
 			l, err := client.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{})
 			if err != nil {
-				return fmt.Errorf("quorum read of the ServiceCIDRs: %s", describe(err, resServiceCIDRs))
+				return fmt.Errorf("quorum read of the ServiceCIDRs: %s", kube.DescribeError(err, kube.ResourceServiceCIDRs))
 			}
 			cidrs = l.Items
 			return nil
@@ -152,7 +161,7 @@ func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.Query) 
 
 	k := &snapshot.Kube{}
 	for i := range cidrs {
-		k.ServiceCIDRs = append(k.ServiceCIDRs, ServiceCIDR(&cidrs[i]))
+		k.ServiceCIDRs = append(k.ServiceCIDRs, kube.ServiceCIDR(&cidrs[i]))
 	}
 	if len(owners.Services) > 0 {
 		ok, err := Quorum(ctx, client, owners)
@@ -166,7 +175,7 @@ func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.Query) 
 		if nd == nil {
 			continue
 		}
-		k.Nodes = append(k.Nodes, Node(nd))
+		k.Nodes = append(k.Nodes, kube.Node(nd))
 		if primary == nil && len(nd.Spec.PodCIDRs) > 0 {
 			if p, err := netip.ParsePrefix(nd.Spec.PodCIDRs[0]); err == nil {
 				v4 := p.Addr().Is4()
@@ -178,9 +187,9 @@ func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.Query) 
 		if services[i] == nil {
 			continue
 		}
-		k.Services = append(k.Services, Service(services[i]))
+		k.Services = append(k.Services, kube.Service(services[i]))
 		for j := range epSlices[i] {
-			for _, ep := range Endpoints(&epSlices[i][j]) {
+			for _, ep := range kube.Endpoints(&epSlices[i][j]) {
 				if ep.Service == ref {
 					k.Endpoints = append(k.Endpoints, ep)
 				}
@@ -193,7 +202,7 @@ func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.Query) 
 			return nil, fmt.Errorf("cannot prove from the API server which pod holds %s: pods are selected by their first address only, and %s is of the cluster's second address family", a, a)
 		}
 		for j := range pods[i] {
-			p := Pod(&pods[i][j])
+			p := kube.Pod(&pods[i][j])
 			// Keep only what truly holds the address, whatever the server
 			// selected.
 			if p.HasIP(a) && !containsPod(k.Pods, p.UID) {
@@ -202,6 +211,21 @@ func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.Query) 
 		}
 	}
 	return k, nil
+}
+
+// Collect sets s.Kube to what Quorum reads of q, for the Fresh method of a
+// source that watches the cluster (source.Fresher). It fails, leaving s
+// untouched, without a client or when a read fails.
+func Collect(ctx context.Context, client kubernetes.Interface, q snapshot.Query, s *snapshot.Snapshot) error {
+	if client == nil {
+		return errors.New("no Kubernetes client to re-check against the API server")
+	}
+	k, err := Quorum(ctx, client, q)
+	if err != nil {
+		return err
+	}
+	s.Kube = k
+	return nil
 }
 
 // parentOf names an IPAddress's parent, as "resource.group namespace/name".

@@ -1,4 +1,4 @@
-package kube
+package live
 
 import (
 	"fmt"
@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
 // benchClusterPods is the size of the controller's cluster in the
@@ -37,7 +38,7 @@ func benchClusterPod(i int, now time.Time) *corev1.Pod {
 // the pod, with its address, and its maps).
 func BenchmarkClusterWatch(b *testing.B) {
 	now := time.Date(2026, 11, 22, 15, 0, 0, 0, time.UTC)
-	trim := TrimPodKeeping("ghostwatch.io/gossip")
+	trim := kube.TrimPodKeeping("ghostwatch.io/gossip")
 	term := func() *clusterTerm { return &clusterTerm{idx: snapshot.NewPodIndex(), poke: func() {}} }
 	b.Run("event", func(b *testing.B) {
 		t := term()

@@ -1,4 +1,4 @@
-package kube
+package live
 
 import (
 	"net/netip"
@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
 // endpointSince remembers, for each address the EndpointSlices list, since
@@ -88,5 +89,5 @@ func sliceEndpoints(obj any) []snapshot.Endpoint {
 	if !ok || es == nil {
 		return nil
 	}
-	return Endpoints(es)
+	return kube.Endpoints(es)
 }

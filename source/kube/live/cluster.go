@@ -1,4 +1,4 @@
-package kube
+package live
 
 import (
 	"context"
@@ -22,12 +22,14 @@ import (
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/informer"
+	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/fresh"
 )
 
 // ClusterWatched lists the resources a ClusterWatch lists and watches, as
 // RBAC rules name them: every Pod and every Node.
 func ClusterWatched() []schema.GroupResource {
-	return []schema.GroupResource{{Resource: resPods}, {Resource: resNodes}}
+	return []schema.GroupResource{{Resource: kube.ResourcePods}, {Resource: kube.ResourceNodes}}
 }
 
 // ClusterWatch is every Pod and every Node of the cluster as the
@@ -39,7 +41,7 @@ func ClusterWatched() []schema.GroupResource {
 // time the controller leads, with empty caches.
 type ClusterWatch struct {
 	// Client lists and watches the Pods and Nodes, and reads afresh what
-	// a re-check names (Quorum).
+	// a re-check names (fresh.Quorum).
 	Client kubernetes.Interface
 	// KeepAnnotations are the prefixes of the pod annotations the
 	// informer keeps for OnPod's handlers (the gossip annotations); none
@@ -86,7 +88,7 @@ func (t *clusterTerm) setPod(obj any) {
 	if !ok {
 		return
 	}
-	sp := Pod(p)
+	sp := kube.Pod(p)
 	t.mu.Lock()
 	t.idx.Set(&sp)
 	t.mu.Unlock()
@@ -115,7 +117,7 @@ func (t *clusterTerm) deletePod(obj any) {
 }
 
 // Name returns "kube".
-func (w *ClusterWatch) Name() string { return Name }
+func (w *ClusterWatch) Name() string { return kube.Name }
 
 func (w *ClusterWatch) now() time.Time {
 	if w.Now == nil {
@@ -196,15 +198,15 @@ func (w *ClusterWatch) Start(ctx context.Context) error {
 			},
 		}
 	}
-	t.pods = informer.New(resPods, *pods, &corev1.Pod{}, informer.Options{
-		Transform: TrimPodKeeping(w.KeepAnnotations...), Now: w.Now, Changed: w.poke})
-	t.nodes = informer.New(resNodes, *nodes, &corev1.Node{}, informer.Options{
+	t.pods = informer.New(kube.ResourcePods, *pods, &corev1.Pod{}, informer.Options{
+		Transform: kube.TrimPodKeeping(w.KeepAnnotations...), Now: w.Now, Changed: w.poke})
+	t.nodes = informer.New(kube.ResourceNodes, *nodes, &corev1.Node{}, informer.Options{
 		Transform: informer.Keep(func(obj any) (snapshot.Node, bool) {
 			n, ok := obj.(*corev1.Node)
 			if !ok {
 				return snapshot.Node{}, false
 			}
-			return Node(n), true
+			return kube.Node(n), true
 		}), Now: w.Now, Changed: w.poke})
 	t.handlers, t.poke = handlers, w.poke
 	var err error
@@ -334,18 +336,5 @@ func (w *ClusterWatch) Fresh(ctx context.Context, q snapshot.Query, s *snapshot.
 	if !q.Kube() {
 		return nil
 	}
-	return fresh(ctx, w.Client, q, s)
-}
-
-// fresh sets s.Kube to what Quorum reads of q.
-func fresh(ctx context.Context, client kubernetes.Interface, q snapshot.Query, s *snapshot.Snapshot) error {
-	if client == nil {
-		return errors.New("no Kubernetes client to re-check against the API server")
-	}
-	k, err := Quorum(ctx, client, q)
-	if err != nil {
-		return err
-	}
-	s.Kube = k
-	return nil
+	return fresh.Collect(ctx, w.Client, q, s)
 }

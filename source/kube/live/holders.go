@@ -1,4 +1,4 @@
-package kube
+package live
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/internal/text"
 	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
 // The defaults of Holders.
@@ -37,7 +38,7 @@ const (
 // is the address (field selector status.podIP), served from the API
 // server's watch cache (resourceVersion "0"): the same request in the
 // same shape from every node, cheap to serve, and never what a remedy acts
-// on (its last re-check reads afresh, with Quorum).
+// on (its last re-check reads afresh, with fresh.Quorum).
 //
 // An answer is kept for TTL, doubled at each refresh that finds the same
 // pods, up to MaxTTL; Forget drops the answers a watched change mentions,
@@ -174,13 +175,13 @@ func (h *Holders) list(ctx context.Context, a netip.Addr) ([]snapshot.Pod, error
 	sel := fields.OneTermEqualSelector("status.podIP", a.String()).String()
 	l, err := h.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: "0"})
 	if err != nil {
-		return nil, errors.New(describe(err, resPods))
+		return nil, errors.New(kube.DescribeError(err, kube.ResourcePods))
 	}
 	var out []snapshot.Pod
 	for i := range l.Items {
 		// Keep only what truly holds the address, whatever the server
 		// selected.
-		if p := Pod(&l.Items[i]); p.HasIP(a) {
+		if p := kube.Pod(&l.Items[i]); p.HasIP(a) {
 			out = append(out, p)
 		}
 	}

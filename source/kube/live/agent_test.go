@@ -1,4 +1,4 @@
-package kube
+package live
 
 import (
 	"context"
@@ -20,7 +20,6 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/internal/fakeclock"
 	"github.com/ghostwatch/ghostwatch/internal/poll"
-	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
 func startSynced(t *testing.T, inf *Informers) {
@@ -201,57 +200,5 @@ func TestChanges(t *testing.T) {
 	case <-changed:
 	default:
 		t.Error("OnChange's function was not called")
-	}
-}
-
-func TestQuorum(t *testing.T) {
-	ready := true
-	objs := []runtime.Object{
-		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Spec: corev1.NodeSpec{PodCIDRs: []string{"10.244.0.0/24", "fd00::/64"}},
-			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.1.10"}}}},
-		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "svc"}, Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10",
-			Ports: []corev1.ServicePort{{Port: 80}}}},
-		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "svc-1",
-			Labels: map[string]string{discoveryv1.LabelServiceName: "svc"}}, AddressType: discoveryv1.AddressTypeIPv4,
-			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.5"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}}},
-		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "other-1",
-			Labels: map[string]string{discoveryv1.LabelServiceName: "other"}}, AddressType: discoveryv1.AddressTypeIPv4,
-			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.7"}}}},
-		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p5", UID: "u5"},
-			Status: corev1.PodStatus{PodIP: "10.244.0.5", PodIPs: []corev1.PodIP{{IP: "10.244.0.5"}}}},
-		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p6", UID: "u6"},
-			Status: corev1.PodStatus{PodIP: "10.244.0.6", PodIPs: []corev1.PodIP{{IP: "10.244.0.6"}}}},
-	}
-	client := fake.NewClientset(objs...)
-	var selectors []string
-	client.PrependReactor("list", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		selectors = append(selectors, a.(k8stesting.ListAction).GetListRestrictions().Fields.String())
-		return false, nil, nil
-	})
-	ctx := context.Background()
-	q := snapshot.Query{Services: []snapshot.ObjectRef{{Namespace: "ns", Name: "svc"}, {Namespace: "ns", Name: "gone"}},
-		PodIPs: []netip.Addr{netip.MustParseAddr("10.244.0.5")}, Nodes: []string{"node-a", "node-gone"}}
-	k, err := Quorum(ctx, client, q)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(k.Services) != 1 || k.Services[0].Name != "svc" || len(k.Endpoints) != 1 || k.Endpoints[0].Address != netip.MustParseAddr("10.244.0.5") ||
-		len(k.Nodes) != 1 || len(k.Pods) != 1 || k.Pods[0].UID != "u5" {
-		t.Fatalf("quorum read %+v", k)
-	}
-	if len(selectors) != 1 || selectors[0] != "status.podIP=10.244.0.5" {
-		t.Errorf("pod lists selected by %q", selectors)
-	}
-	// An address of the cluster's second family cannot be looked up.
-	q.PodIPs = []netip.Addr{netip.MustParseAddr("fd00::5")}
-	if _, err := Quorum(ctx, client, q); err == nil || !strings.Contains(err.Error(), "second address family") {
-		t.Errorf("second-family address: %v", err)
-	}
-	// A failed read is an error that names what was read.
-	client.PrependReactor("list", "services", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, errors.New("connection refused")
-	})
-	if _, err := Quorum(ctx, client, q); err == nil || !strings.Contains(err.Error(), "quorum read of service ns/svc: connection refused") {
-		t.Errorf("failed read: %v", err)
 	}
 }

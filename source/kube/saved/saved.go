@@ -1,4 +1,4 @@
-package kube
+package saved
 
 import (
 	"cmp"
@@ -15,6 +15,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source/kube"
 	"github.com/ghostwatch/ghostwatch/source/kubectl"
 )
 
@@ -56,33 +57,33 @@ func convertSaved(o *kubectl.Object) (any, error) {
 			return nil, err
 		}
 		p.Namespace = o.Namespace
-		return Pod(&p), nil
+		return kube.Pod(&p), nil
 	case "Service":
 		var s corev1.Service
 		if err := o.Decode(&s); err != nil {
 			return nil, err
 		}
 		s.Namespace = o.Namespace
-		return Service(&s), nil
+		return kube.Service(&s), nil
 	case "EndpointSlice":
 		var es discoveryv1.EndpointSlice
 		if err := o.Decode(&es); err != nil {
 			return nil, err
 		}
 		es.Namespace = o.Namespace
-		return savedEndpoints(Endpoints(&es)), nil
+		return savedEndpoints(kube.Endpoints(&es)), nil
 	case "Node":
 		var n corev1.Node
 		if err := o.Decode(&n); err != nil {
 			return nil, err
 		}
-		return Node(&n), nil
+		return kube.Node(&n), nil
 	case "ServiceCIDR":
 		var c networkingv1.ServiceCIDR
 		if err := o.Decode(&c); err != nil {
 			return nil, err
 		}
-		return ServiceCIDR(&c), nil
+		return kube.ServiceCIDR(&c), nil
 	}
 	return nil, fmt.Errorf("%s is no kind of the kube ledger", o.Kind)
 }
@@ -160,10 +161,10 @@ func (f *FileSource) Narrow(readers []any) {
 }
 
 // Name returns "kube".
-func (f *FileSource) Name() string { return Name }
+func (f *FileSource) Name() string { return kube.Name }
 
 // Describe says how many objects of each kind were read.
-func (f *FileSource) Describe(s *snapshot.Snapshot) string { return describeKube(s.Kube) }
+func (f *FileSource) Describe(s *snapshot.Snapshot) string { return kube.Describe(s.Kube) }
 
 // Collect reads every file into s.Kube. It fails, leaving s untouched, when
 // a file cannot be read or parsed, or when the files together hold none of
