@@ -214,9 +214,13 @@ func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.Query) 
 }
 
 // Collect sets s.Kube to what Quorum reads of q, for the Fresh method of a
-// source that watches the cluster (source.Fresher). It fails, leaving s
-// untouched, without a client or when a read fails.
+// source that watches the cluster (source.Fresher); it leaves s as it is
+// when q names no cluster object (a gossip cluster only). It fails,
+// leaving s untouched, without a client or when a read fails.
 func Collect(ctx context.Context, client kubernetes.Interface, q snapshot.Query, s *snapshot.Snapshot) error {
+	if !q.Kube() {
+		return nil
+	}
 	if client == nil {
 		return errors.New("no Kubernetes client to re-check against the API server")
 	}

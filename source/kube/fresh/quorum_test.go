@@ -140,4 +140,9 @@ func TestCollect(t *testing.T) {
 	if err := Collect(ctx, client, q, s); err == nil || s.Kube != kept {
 		t.Errorf("a failed read: %v, Kube replaced: %v", err, s.Kube != kept)
 	}
+	// A query of a gossip cluster only names nothing here.
+	gossipOnly := snapshot.Query{Gossip: []snapshot.GossipCluster{{System: "consul", Cluster: "ns/consul"}}}
+	if err := Collect(ctx, nil, gossipOnly, s); err != nil || s.Kube != kept {
+		t.Errorf("a query of no cluster object: %v, Kube replaced: %v", err, s.Kube != kept)
+	}
 }

@@ -333,8 +333,5 @@ func (w *ClusterWatch) Describe(s *snapshot.Snapshot) string {
 // for a remedy's last re-check (source.Fresher); it leaves s as it is when
 // q names none.
 func (w *ClusterWatch) Fresh(ctx context.Context, q snapshot.Query, s *snapshot.Snapshot) error {
-	if !q.Kube() {
-		return nil
-	}
 	return fresh.Collect(ctx, w.Client, q, s)
 }
