@@ -301,39 +301,6 @@ func TrimMeta(obj any) (any, error) {
 	return obj, nil
 }
 
-// TrimSlice is the informer transform for EndpointSlices: it keeps what
-// Endpoints reads (the Service's label, the address type, and of each
-// endpoint its addresses, conditions, node and the Pod it names) and the
-// metadata the informer needs, and drops the rest (ports, hints, zones,
-// hostnames, managedFields), so that a large cluster's slices cost a
-// node little. It never modifies its argument and is idempotent.
-func TrimSlice(obj any) (any, error) {
-	es, ok := obj.(*discoveryv1.EndpointSlice)
-	if !ok || es == nil {
-		return obj, nil
-	}
-	out := &discoveryv1.EndpointSlice{
-		TypeMeta: es.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{
-			UID: es.UID, Name: es.Name, Namespace: es.Namespace, ResourceVersion: es.ResourceVersion,
-		},
-		AddressType: es.AddressType,
-		Endpoints:   make([]discoveryv1.Endpoint, len(es.Endpoints)),
-	}
-	if svc, ok := es.Labels[discoveryv1.LabelServiceName]; ok {
-		out.Labels = map[string]string{discoveryv1.LabelServiceName: svc}
-	}
-	for i := range es.Endpoints {
-		ep := &es.Endpoints[i]
-		c := discoveryv1.Endpoint{Addresses: ep.Addresses, Conditions: ep.Conditions, NodeName: ep.NodeName}
-		if tr := ep.TargetRef; tr != nil {
-			c.TargetRef = &corev1.ObjectReference{Kind: tr.Kind, APIVersion: tr.APIVersion, Namespace: tr.Namespace, Name: tr.Name, UID: tr.UID}
-		}
-		out.Endpoints[i] = c
-	}
-	return out, nil
-}
-
 // withoutMeta returns a copy of o without managedFields and annotations.
 func withoutMeta[T any, PT interface {
 	*T

@@ -345,37 +345,6 @@ func TestTrimPod(t *testing.T) {
 	}
 }
 
-// A trimmed slice converts to the same endpoints, and keeps nothing else
-// of weight.
-func TestTrimSlice(t *testing.T) {
-	ready, port := true, int32(8080)
-	es := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "api-x", ResourceVersion: "7",
-			Labels:        map[string]string{discoveryv1.LabelServiceName: "api", "other": "x"},
-			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Port: &port}},
-		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.244.1.5"}, NodeName: ptr("w1"), Zone: ptr("z"), Hostname: ptr("h"),
-			Conditions: discoveryv1.EndpointConditions{Ready: &ready},
-			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: "web", Name: "api-1", UID: "u1", ResourceVersion: "9", FieldPath: "x"}}},
-	}
-	got, _ := TrimSlice(es)
-	ts := got.(*discoveryv1.EndpointSlice)
-	if !reflect.DeepEqual(Endpoints(ts), Endpoints(es)) {
-		t.Errorf("endpoints differ:\n got %+v\nwant %+v", Endpoints(ts), Endpoints(es))
-	}
-	if ts.Ports != nil || ts.ManagedFields != nil || len(ts.Labels) != 1 || ts.ResourceVersion != "7" ||
-		ts.Endpoints[0].Zone != nil || ts.Endpoints[0].Hostname != nil || ts.Endpoints[0].TargetRef.FieldPath != "" {
-		t.Errorf("TrimSlice kept too much: %+v", ts)
-	}
-	if again, _ := TrimSlice(ts); !reflect.DeepEqual(again, ts) {
-		t.Error("TrimSlice is not idempotent")
-	}
-	if es.Ports == nil || len(es.Labels) != 2 {
-		t.Error("TrimSlice modified its argument")
-	}
-}
-
 func TestTrimOthers(t *testing.T) {
 	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "w", ResourceVersion: "9", Labels: map[string]string{"a": "b"}},

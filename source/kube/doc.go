@@ -1,7 +1,7 @@
 // Package kube is what the readers of the cluster's objects share: the
 // conversions of the objects the rules need (Pods, Services,
 // EndpointSlices, Nodes and ServiceCIDRs) into a trimmed snapshot.Kube,
-// the informer transforms that trim them (TrimPod, TrimSlice, TrimNode,
+// the informer transforms that trim them (TrimPod, TrimNode,
 // TrimMeta), what a snapshot.Kube holds in a report (Describe), the names
 // of the resources and what an API error about one means (DescribeError),
 // and the client set-up (ClientFromFlags, ClientForConfig, Probe).

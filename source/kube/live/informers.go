@@ -151,7 +151,7 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 				onlyServices(&o)
 				return disc.EndpointSlices("").Watch(ctx, o)
 			},
-			idx, kube.TrimSlice},
+			idx, keepEndpoints},
 		{kube.ResourceNodes, &corev1.Node{},
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				onlyNode(&o, "metadata.name")
@@ -196,6 +196,21 @@ func signal(c chan struct{}) {
 	default:
 	}
 }
+
+// keptSlice is what the informer of EndpointSlices keeps of one: its
+// endpoints, converted once as the slice arrives (kube.Endpoints), and not
+// the API object: a node holds every endpoint of the cluster's Services,
+// and the conversion is about half the trimmed object's size.
+type keptSlice = informer.Converted[[]snapshot.Endpoint]
+
+// keepEndpoints is the transform of the informer of EndpointSlices.
+var keepEndpoints = informer.Keep(func(obj any) ([]snapshot.Endpoint, bool) {
+	es, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok || es == nil {
+		return nil, false
+	}
+	return kube.Endpoints(es), true
+})
 
 // sliceSelector selects the EndpointSlices kube-proxy reads: those
 // labelled with their Service, but a headless Service's.
@@ -312,11 +327,9 @@ func (i *Informers) changed(resource string, objs ...any) {
 			for _, ip := range o.Status.PodIPs {
 				add(ip.IP)
 			}
-		case *discoveryv1.EndpointSlice:
-			for _, ep := range o.Endpoints {
-				for _, a := range ep.Addresses {
-					add(a)
-				}
+		case *keptSlice:
+			for _, ep := range o.V {
+				i.changes.Addrs[ep.Address.Unmap()] = struct{}{}
 			}
 		case *corev1.Service, *corev1.Node, *networkingv1.ServiceCIDR:
 			i.changes.Frontends = true
@@ -380,8 +393,8 @@ func (i *Informers) Snapshot() *snapshot.Kube {
 				k.Pods = append(k.Pods, kube.Pod(o))
 			case *corev1.Service:
 				k.Services = append(k.Services, kube.Service(o))
-			case *discoveryv1.EndpointSlice:
-				k.Endpoints = append(k.Endpoints, kube.Endpoints(o)...)
+			case *keptSlice:
+				k.Endpoints = append(k.Endpoints, o.V...)
 			case *corev1.Node:
 				k.Nodes = append(k.Nodes, kube.Node(o))
 			case *networkingv1.ServiceCIDR:

@@ -5,11 +5,9 @@ import (
 	"sync"
 	"time"
 
-	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
-	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
 // endpointSince remembers, for each address the EndpointSlices list, since
@@ -80,14 +78,14 @@ func (e *endpointSince) learn(a netip.Addr, uid string, at time.Time) {
 	}
 }
 
-// sliceEndpoints converts the EndpointSlice an event carries, if any.
+// sliceEndpoints returns the endpoints of the slice an event carries, if
+// any.
 func sliceEndpoints(obj any) []snapshot.Endpoint {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	es, ok := obj.(*discoveryv1.EndpointSlice)
-	if !ok || es == nil {
-		return nil
+	if es, ok := obj.(*keptSlice); ok && es != nil {
+		return es.V
 	}
-	return kube.Endpoints(es)
+	return nil
 }
