@@ -383,9 +383,20 @@ func (i *Informers) HasSynced() bool {
 }
 
 // Snapshot converts what the informers hold now, sorted by namespace and
-// name. Before WaitForSync succeeds it may be incomplete.
+// name. Before WaitForSync succeeds it may be incomplete. A node's
+// snapshots share their Endpoints until a slice changes: a reader that
+// would change one copies them first.
 func (i *Informers) Snapshot() *snapshot.Kube {
 	k := &snapshot.Kube{}
+	// A node's informers keep the endpoints they converted last, dated and
+	// sorted, until a slice changes (endpointSince): every audit's
+	// snapshot shares them.
+	var gen uint64
+	cached := false
+	if i.since != nil {
+		gen = i.since.generation()
+		k.Endpoints, cached = i.since.cached(gen)
+	}
 	for _, w := range i.watched {
 		for _, obj := range w.Store().List() {
 			switch o := obj.(type) {
@@ -394,7 +405,9 @@ func (i *Informers) Snapshot() *snapshot.Kube {
 			case *corev1.Service:
 				k.Services = append(k.Services, kube.Service(o))
 			case *keptSlice:
-				k.Endpoints = append(k.Endpoints, o.V...)
+				if !cached {
+					k.Endpoints = append(k.Endpoints, o.V...)
+				}
 			case *corev1.Node:
 				k.Nodes = append(k.Nodes, kube.Node(o))
 			case *networkingv1.ServiceCIDR:
@@ -407,20 +420,27 @@ func (i *Informers) Snapshot() *snapshot.Kube {
 	}
 	if i.node != "" {
 		k.PodsPartial, k.PodNode = true, i.node
-		i.since.fill(k.Endpoints, i.now())
+	}
+	if !cached {
+		if i.since != nil {
+			i.since.fill(k.Endpoints, i.now())
+		}
+		sort.Slice(k.Endpoints, func(a, b int) bool {
+			x, y := &k.Endpoints[a], &k.Endpoints[b]
+			if x.Service != y.Service {
+				return refLess(x.Service, y.Service)
+			}
+			if x.Slice != y.Slice {
+				return x.Slice < y.Slice
+			}
+			return x.Address.Less(y.Address)
+		})
+		if i.since != nil {
+			i.since.keep(gen, k.Endpoints)
+		}
 	}
 	sort.Slice(k.Pods, func(a, b int) bool { return refLess(k.Pods[a].Ref(), k.Pods[b].Ref()) })
 	sort.Slice(k.Services, func(a, b int) bool { return refLess(k.Services[a].Ref(), k.Services[b].Ref()) })
-	sort.Slice(k.Endpoints, func(a, b int) bool {
-		x, y := &k.Endpoints[a], &k.Endpoints[b]
-		if x.Service != y.Service {
-			return refLess(x.Service, y.Service)
-		}
-		if x.Slice != y.Slice {
-			return x.Slice < y.Slice
-		}
-		return x.Address.Less(y.Address)
-	})
 	sort.Slice(k.Nodes, func(a, b int) bool { return k.Nodes[a].Name < k.Nodes[b].Name })
 	sort.Slice(k.ServiceCIDRs, func(a, b int) bool { return k.ServiceCIDRs[a].Name < k.ServiceCIDRs[b].Name })
 	return k

@@ -171,6 +171,49 @@ func TestEndpointSinceFollowsThePod(t *testing.T) {
 	}
 }
 
+// A node's snapshots share one copy of the endpoints while no slice
+// changes; a change gives the next snapshot a copy of its own and leaves
+// the earlier one as it was, and so does a pod's start learned by a lookup.
+func TestSnapshotsShareEndpointsUntilASliceChanges(t *testing.T) {
+	clk := fakeclock.New(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC))
+	objs := twoNodes(clk.Now().Add(-time.Hour))
+	client := kubefake.NewClientset(objs...)
+	inf := NewInformers(client, InformerOptions{Node: "node-a", Now: clk.Now})
+	startSynced(t, inf)
+	first, second := inf.Snapshot().Endpoints, inf.Snapshot().Endpoints
+	if len(first) != 2 || &first[0] != &second[0] {
+		t.Fatalf("two snapshots with no change between: %d endpoints, shared %v; want 2, shared", len(first), len(first) > 0 && &first[0] == &second[0])
+	}
+	if cap(first) != len(first) {
+		t.Errorf("the shared endpoints have room to grow (len %d, cap %d): an append would write into them", len(first), cap(first))
+	}
+	kept := slices.Clone(first)
+	clk.Advance(time.Minute)
+	c := runningPod("web", "c", "uid-c", "node-b", clk.Now(), "10.244.2.7")
+	es := slice("web", "api", "api-1", objs[3].(*corev1.Pod), c)
+	if _, err := client.DiscoveryV1().EndpointSlices("web").Update(context.Background(), es, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var now []snapshot.Endpoint
+	poll.Until(t, 10*time.Second, "the new pod's endpoint", func() bool {
+		now = inf.Snapshot().Endpoints
+		return slices.ContainsFunc(now, func(e snapshot.Endpoint) bool { return e.PodUID == "uid-c" && e.Since.Equal(clk.Now()) })
+	})
+	if !slices.Equal(first, kept) {
+		t.Errorf("a slice's change rewrote an earlier snapshot's endpoints: %v, was %v", first, kept)
+	}
+	// A lookup learns that c started earlier than its endpoint was seen.
+	inf.since.learn(netip.MustParseAddr("10.244.2.7"), "uid-c", clk.Now().Add(-30*time.Second))
+	after := inf.Snapshot().Endpoints
+	i := slices.IndexFunc(after, func(e snapshot.Endpoint) bool { return e.PodUID == "uid-c" })
+	if i < 0 || !after[i].Since.Equal(clk.Now().Add(-30*time.Second)) {
+		t.Errorf("after a lookup learned the pod's start, the endpoint is %+v; want since 30s earlier", after)
+	}
+	if j := slices.IndexFunc(now, func(e snapshot.Endpoint) bool { return e.PodUID == "uid-c" }); !now[j].Since.Equal(clk.Now()) {
+		t.Errorf("learning rewrote an earlier snapshot's endpoint: %+v", now[j])
+	}
+}
+
 // lookupAPI is a fake API server whose pods are looked up by address, with
 // every list of pods recorded.
 func lookupAPI(t *testing.T, objs ...runtime.Object) (*Holders, *fakeclock.Clock, func() []string) {

@@ -2,6 +2,7 @@ package live
 
 import (
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,6 +24,12 @@ type endpointSince struct {
 	// seen is keyed by the address's 16-byte form: no pointer for the
 	// garbage collector to follow in a map of every endpoint.
 	seen map[[16]byte]sinceEntry
+	// gen counts the changes to the slices and to seen; flat holds the
+	// endpoints of every slice, dated and sorted, as of flatGen: a
+	// snapshot shares it until the next change rather than copying every
+	// endpoint of the cluster's Services at every audit.
+	gen, flatGen uint64
+	flat         []snapshot.Endpoint
 }
 
 type sinceEntry struct {
@@ -37,6 +44,7 @@ type sinceEntry struct {
 func (e *endpointSince) update(old, cur any, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.gen++
 	listed := map[[16]byte]bool{}
 	for _, ep := range sliceEndpoints(cur) {
 		a := ep.Address.As16()
@@ -75,6 +83,35 @@ func (e *endpointSince) learn(a netip.Addr, uid string, at time.Time) {
 	k := a.As16()
 	if s, ok := e.seen[k]; ok && s.uid == uid && at.UnixNano() < s.at {
 		e.seen[k] = sinceEntry{uid: uid, at: at.UnixNano()}
+		e.gen++
+	}
+}
+
+// generation returns the count of changes so far: endpoints built from
+// the informer's store after it was taken may be kept under it.
+func (e *endpointSince) generation() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.gen
+}
+
+// cached returns the endpoints kept under gen, if nothing changed since.
+// They are shared: readers must not modify them.
+func (e *endpointSince) cached(gen uint64) ([]snapshot.Endpoint, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.flat == nil || e.flatGen != gen || e.gen != gen {
+		return nil, false
+	}
+	return e.flat, true
+}
+
+// keep keeps eps under gen, unless something changed since gen was taken.
+func (e *endpointSince) keep(gen uint64, eps []snapshot.Endpoint) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.gen == gen {
+		e.flat, e.flatGen = slices.Clip(eps), gen
 	}
 }
 
