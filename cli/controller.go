@@ -46,6 +46,7 @@ type controllerOptions struct {
 	logFormat      string
 	logLevel       string
 	gossipInterval time.Duration
+	gossipClusters string
 	remedies       []string
 	dryRun         bool
 	grace          time.Duration
@@ -88,7 +89,26 @@ above and create and patch on Events; its Role get, create and update on its
 Lease, in its namespace. Discovery needs no grant.
 
 Gossip clusters (Consul, Serf, and memberlist applications using the
-ghostwatch/gossip package) are read from their pods' annotations:
+ghostwatch/gossip package) are read only when the operator declares them, in
+the file --gossip-clusters names, with the credential each is read with:
+
+  clusters:
+  - system: consul              # consul | serf | memberlist
+    namespace: shop             # only pods of this namespace speak for it
+    name: consul                # the pods' ghostwatch.io/gossip-cluster (default: the system)
+    scheme: https               # over the pods' ghostwatch.io/gossip-scheme
+    tokenSecret: {name: ghostwatch-consul, key: token}   # a Secret of the namespace
+    # tokenFile: /etc/ghostwatch/gossip/shop/token       # or a mounted one
+    caFile: /etc/ghostwatch/gossip/shop/ca.pem
+    tlsServerName: server.dc1.consul
+    # allowPlaintextCredentials: true   # Consul over http, or Serf (no TLS)
+
+A credential is sent to the pod asked and nowhere else: never over plain HTTP
+(nor Serf's RPC) unless its cluster allows it, never after a redirect. A pod
+annotated as a member of a cluster not declared is asked nothing; the gossip
+source names such clusters once. The environment's CONSUL_HTTP_TOKEN and
+SERF_RPC_AUTH are not read. Within the declared namespaces, the pods name
+their agents with annotations:
 
   ghostwatch.io/gossip: consul | serf | memberlist
   ghostwatch.io/gossip-port: the agent's HTTP API (consul, 8500 by default),
@@ -100,9 +120,7 @@ ghostwatch/gossip package) are read from their pods' annotations:
 Every --gossip-interval, and about a second after an annotated pod goes, the
 leader reads one member's view of each cluster, the oldest running pod's first. The answer must come from the pod asked (the
 agent's own member is at the pod's address) and the pod must still hold its
-address alone. Consul's ACL token and CA come from CONSUL_HTTP_TOKEN (or
-CONSUL_HTTP_TOKEN_FILE) and CONSUL_CACERT, Serf's RPC key from SERF_RPC_AUTH,
-as their own CLIs read them. A cluster that cannot be read is judged on its
+address alone. A cluster that cannot be read is judged on its
 last view (ghostwatch_gossip_cluster_up is 0, the log names the pod and the
 error, and nothing is forced out of it); when none can be read, the gossip
 source is not ready.
@@ -138,6 +156,7 @@ leader once it has listed every Pod and Node.`,
 	f.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.DurationVar(&o.gossipInterval, "gossip-interval", gossip.DefaultInterval, "how often the leader reads the member list of each gossip cluster (one request per cluster)")
+	f.StringVar(&o.gossipClusters, "gossip-clusters", "", "a YAML `FILE` declaring the gossip clusters to read and their credentials (see above; default none: no gossip cluster is read)")
 	ids := rule.RemedyIDs(controllerRemedies(rules))
 	f.StringSliceVar(&o.remedies, "remedy", nil, "remedies to turn on: "+strings.Join(ids, ", ")+" (default none: report only)")
 	f.BoolVar(&o.dryRun, "dry-run", false, "with --remedy, say what would be done (Events and metrics) and do nothing")
@@ -212,7 +231,13 @@ func (o *controllerOptions) run(ctx context.Context, streams genericiooptions.IO
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
-	sources, clusters := controllerSources(client, dyn, o.gossipInterval, log)
+	var decls *gossip.Declarations
+	if o.gossipClusters != "" {
+		if decls, err = gossip.ReadDeclarations(o.gossipClusters); err != nil {
+			return cmdline.WithCode(ExitError, fmt.Errorf("--gossip-clusters: %w", err))
+		}
+	}
+	sources, clusters := controllerSources(client, dyn, o.gossipInterval, decls, log)
 	var rems []*remedy.Remedy
 	if len(o.remedies) > 0 {
 		st := remedy.Settings{Grace: o.grace, DryRun: o.dryRun, Budget: o.budget, BudgetInterval: o.budgetInterval}
@@ -244,11 +269,12 @@ func (o *controllerOptions) run(ctx context.Context, streams genericiooptions.IO
 // and Node (kube), Calico's IPAM ledger where the API server serves it
 // (calico), and the member lists of the gossip clusters whose pods are
 // annotated (gossip), which learns of those pods from kube's informer. The
-// gossip watch also reads a cluster again for the remedy.
-func controllerSources(client kubernetes.Interface, dyn dynamic.Interface, gossipInterval time.Duration, log *slog.Logger) ([]source.Source, *gossip.Watch) {
+// gossip watch also reads a cluster again for the remedy. Only the gossip
+// clusters decls declares are read.
+func controllerSources(client kubernetes.Interface, dyn dynamic.Interface, gossipInterval time.Duration, decls *gossip.Declarations, log *slog.Logger) ([]source.Source, *gossip.Watch) {
 	pods := &live.ClusterWatch{Client: client, KeepAnnotations: []string{gossip.AnnotationPrefix}}
 	ledger := &calico.Watch{Discovery: client.Discovery(), Dynamic: dyn, Log: log}
-	views := &gossip.Watch{Pods: pods, Interval: gossipInterval}
+	views := &gossip.Watch{Pods: pods, Interval: gossipInterval, Clusters: decls, Secrets: client.CoreV1()}
 	return []source.Source{pods, ledger, views}, views
 }
 

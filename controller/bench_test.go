@@ -171,7 +171,8 @@ func benchCluster(b *testing.B, now time.Time) (sources []source.Source, heap be
 	// A Consul cluster of the first benchMembers pods, read as the
 	// leader reads it, from an agent that answers a fixed view.
 	gw := &sourcegossip.Watch{Pods: kw, Interval: time.Hour, Now: clock,
-		Agent: func(sourcegossip.Member) (sourcegossip.Agent, error) { return benchAgentOf(pods), nil }}
+		Clusters: &sourcegossip.Declarations{Clusters: []sourcegossip.Declared{{System: "consul", Namespace: "ns"}}},
+		Agent:    func(sourcegossip.Member) (sourcegossip.Agent, error) { return benchAgentOf(pods), nil }}
 	discovery := fake.NewClientset()
 	servingCalico(discovery)
 	cw := &calico.Watch{Discovery: discovery.Discovery(), Dynamic: benchLedger{lists: lists}, Now: clock}

@@ -82,7 +82,13 @@ func startReplicaWith(t *testing.T, client kubernetes.Interface, id string, s se
 	}
 	rules := clusterRules()
 	pods := &live.ClusterWatch{Client: client, KeepAnnotations: []string{sourcegossip.AnnotationPrefix}}
-	views := &sourcegossip.Watch{Pods: pods, Interval: s.gossipInterval, Agent: s.agent}
+	// The clusters the tests' pods are annotated as members of, declared
+	// as an operator would.
+	decl := &sourcegossip.Declarations{}
+	for _, sys := range []string{"consul", "serf", "memberlist"} {
+		decl.Clusters = append(decl.Clusters, sourcegossip.Declared{System: sys, Namespace: "shop"})
+	}
+	views := &sourcegossip.Watch{Pods: pods, Interval: s.gossipInterval, Agent: s.agent, Clusters: decl}
 	sources := []source.Source{pods, &calico.Watch{Discovery: client.Discovery(), Dynamic: s.dyn}, views}
 	rems, err := remedy.Build(rules, s.remedies, s.settings, &remedy.Members{Clusters: views})
 	if err != nil {

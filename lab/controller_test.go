@@ -6,7 +6,9 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -93,7 +95,12 @@ func TestRealController(t *testing.T) {
 	}
 	// The gossip remedy on, with the member lists read every second and a
 	// grace of 2 s (defaults: 30 s and 1 min), for the test's patience.
-	metrics := e.realController(t, "--remedy=gossip-force-leave", "--gossip-interval=1s", "--grace=2s")
+	// The Serf cluster of namespace gossip declared, as an operator would.
+	clusters := filepath.Join(t.TempDir(), "gossip-clusters.yaml")
+	if err := os.WriteFile(clusters, []byte("clusters:\n- {system: serf, namespace: gossip}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	metrics := e.realController(t, "--remedy=gossip-force-leave", "--gossip-interval=1s", "--grace=2s", "--gossip-clusters="+clusters)
 	e.eventually(t, time.Minute, "the controller to lead", func() bool {
 		l, err := e.api.CoordinationV1().Leases("ghostwatch").Get(ctx, "ghostwatch-controller", metav1.GetOptions{})
 		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == "controller-0"

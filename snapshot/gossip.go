@@ -9,6 +9,9 @@ import (
 // members, each as one member of the cluster sees it.
 type Gossip struct {
 	Views []GossipView
+	// Undeclared names the clusters pods are annotated as members of
+	// that the operator did not declare: not read, so not judged.
+	Undeclared []string
 }
 
 // GossipView is one member's view of its cluster: consul members, serf

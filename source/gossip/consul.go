@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"strings"
@@ -24,8 +25,13 @@ type Consul struct {
 	// Addr is the agent's address: http://host:8500, https://host:8501,
 	// or host:port (http).
 	Addr string
-	// Token is the ACL token sent as X-Consul-Token; empty sends none.
+	// Token is the ACL token sent as X-Consul-Token; empty sends none. It
+	// is sent to Addr only: never after a redirect, and over http only
+	// when AllowPlaintext says so.
 	Token string
+	// AllowPlaintext lets Token travel over http. ConsulFromEnv sets it
+	// for a loopback address, which the token does not leave the host by.
+	AllowPlaintext bool
 	// Client does the requests; nil means one with a 10 s timeout and,
 	// for https, the system's roots (ConsulFromEnv adds CONSUL_CACERT's).
 	Client *http.Client
@@ -40,6 +46,11 @@ func ConsulFromEnv(addr string) (*Consul, error) {
 	}
 	if c.Addr == "" {
 		c.Addr = "127.0.0.1:8500"
+	}
+	if u, err := c.base(); err == nil {
+		if a, err := netip.ParseAddr(u.Hostname()); err == nil && a.IsLoopback() || u.Hostname() == "localhost" {
+			c.AllowPlaintext = true
+		}
 	}
 	c.Token = os.Getenv("CONSUL_HTTP_TOKEN")
 	if f := os.Getenv("CONSUL_HTTP_TOKEN_FILE"); c.Token == "" && f != "" {
@@ -70,9 +81,36 @@ func (c *Consul) base() (*url.URL, error) {
 	}
 	u, err := url.Parse(a)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, fmt.Errorf("consul address %q: want http://host:port or https://host:port", c.Addr)
+		return nil, fmt.Errorf("consul address %q: want http://host:port or https://host:port", Redact(c.Addr))
 	}
 	return u, nil
+}
+
+// Redact returns addr with the password of a URL's user information
+// replaced by xxxxx (the whole user information, when it has no
+// password): an address is printed in views, logs and errors.
+func Redact(addr string) string {
+	if !strings.Contains(addr, "@") {
+		return addr
+	}
+	a := addr
+	if !strings.Contains(a, "://") {
+		a = "http://" + a
+	}
+	u, err := url.Parse(a)
+	if err != nil || u.User == nil {
+		// Not a URL: keep what follows the last @ alone.
+		return "xxxxx@" + addr[strings.LastIndex(addr, "@")+1:]
+	}
+	if _, ok := u.User.Password(); !ok {
+		// A user alone may be the secret (a token as the user name).
+		u.User = url.User("xxxxx")
+	}
+	r := u.Redacted()
+	if !strings.Contains(addr, "://") {
+		r = strings.TrimPrefix(r, "http://")
+	}
+	return r
 }
 
 func (c *Consul) do(ctx context.Context, method, path string, query url.Values) ([]byte, error) {
@@ -84,6 +122,9 @@ func (c *Consul) do(ctx context.Context, method, path string, query url.Values) 
 	u.RawQuery = query.Encode()
 	var header http.Header
 	if c.Token != "" {
+		if u.Scheme != "https" && !c.AllowPlaintext {
+			return nil, fmt.Errorf("consul %s %s: the ACL token would travel in clear text over http: use https (or allow clear text for this cluster)", method, u.Redacted())
+		}
 		header = http.Header{"X-Consul-Token": {c.Token}}
 	}
 	resp, body, err := request(ctx, c.Client, method, u, header, "consul "+method)
@@ -113,12 +154,12 @@ func (c *Consul) Members(ctx context.Context) (*snapshot.GossipView, error) {
 	}
 	v, err := parseConsulAPI(body)
 	if err != nil {
-		return nil, fmt.Errorf("consul %s/v1/agent/members:%w", c.Addr, err)
+		return nil, fmt.Errorf("consul %s/v1/agent/members:%w", Redact(c.Addr), err)
 	}
 	if err := checkNames(v); err != nil {
-		return nil, fmt.Errorf("consul %s/v1/agent/members: %w", c.Addr, err)
+		return nil, fmt.Errorf("consul %s/v1/agent/members: %w", Redact(c.Addr), err)
 	}
-	v.From = c.Addr
+	v.From = Redact(c.Addr)
 	if self, err := c.do(ctx, http.MethodGet, "/v1/agent/self", nil); err == nil {
 		v.Local = selfName(self)
 	}
@@ -158,7 +199,13 @@ func request(ctx context.Context, client *http.Client, method string, u *url.URL
 	if client == nil {
 		client = &http.Client{Timeout: 10 * time.Second}
 	}
-	resp, err := client.Do(req)
+	// A redirect is never followed: the request's credential (Consul's
+	// X-Consul-Token, which Go's client does not strip on a redirect to
+	// another host) goes to the address given and nowhere else, and a
+	// force-leave is not sent twice.
+	noRedirect := *client
+	noRedirect.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := noRedirect.Do(req)
 	if err != nil {
 		var uerr *url.Error
 		if errors.As(err, &uerr) {
@@ -167,6 +214,13 @@ func request(ctx context.Context, client *http.Client, method string, u *url.URL
 		return nil, nil, fmt.Errorf("%s %s: %w", what, u.Redacted(), err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode/100 == 3 {
+		loc := resp.Header.Get("Location")
+		if l, err := url.Parse(loc); err == nil {
+			loc = l.Redacted()
+		}
+		return nil, nil, fmt.Errorf("%s %s: %s to %q: not followed: the request goes to the address given, and its credential with it, nowhere else", what, u.Redacted(), resp.Status, loc)
+	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxFile+1))
 	switch {
 	case err != nil:

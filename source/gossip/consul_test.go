@@ -52,7 +52,7 @@ func consulAgent(t *testing.T, tls bool) (*httptest.Server, *[]string) {
 
 func TestConsulMembers(t *testing.T) {
 	srv, _ := consulAgent(t, false)
-	c := &Consul{Addr: srv.URL, Token: "reader"}
+	c := &Consul{Addr: srv.URL, Token: "reader", AllowPlaintext: true}
 	v, err := c.Members(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +70,7 @@ func TestConsulMembers(t *testing.T) {
 func TestConsulACLDenied(t *testing.T) {
 	srv, _ := consulAgent(t, false)
 	for token, hint := range map[string]string{"": "set CONSUL_HTTP_TOKEN", "writer-only": "the token given lacks the permission"} {
-		_, err := (&Consul{Addr: srv.URL, Token: token}).Members(context.Background())
+		_, err := (&Consul{Addr: srv.URL, Token: token, AllowPlaintext: true}).Members(context.Background())
 		if err == nil || !strings.Contains(err.Error(), "403 Forbidden (ACL denied: Permission denied") || !strings.Contains(err.Error(), hint) {
 			t.Errorf("token %q: %v", token, err)
 		}
@@ -86,7 +86,7 @@ func TestConsulErrors(t *testing.T) {
 		{"http://127.0.0.1:1", "connection refused"},
 		{srv.URL + "/nothing", "404 Not Found"},
 	} {
-		_, err := (&Consul{Addr: tc.addr, Token: "reader"}).Members(context.Background())
+		_, err := (&Consul{Addr: tc.addr, Token: "reader", AllowPlaintext: true}).Members(context.Background())
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.addr, err, tc.want)
 		}
@@ -124,10 +124,83 @@ func TestConsulTLS(t *testing.T) {
 
 func TestConsulForceLeave(t *testing.T) {
 	srv, asked := consulAgent(t, false)
-	if err := (&Consul{Addr: srv.URL, Token: "operator"}).ForceLeave(context.Background(), "node-abc-old"); err != nil {
+	if err := (&Consul{Addr: srv.URL, Token: "operator", AllowPlaintext: true}).ForceLeave(context.Background(), "node-abc-old"); err != nil {
 		t.Fatal(err)
 	}
 	if len(*asked) != 1 || (*asked)[0] != "node-abc-old?prune=1 token=operator" {
 		t.Errorf("asked %q", *asked)
+	}
+}
+
+// A token is not sent over http unless allowed: ConsulFromEnv allows it
+// to a loopback address only, which it does not leave the host by.
+func TestConsulTokenNotInClearText(t *testing.T) {
+	srv, asked := consulAgent(t, false)
+	err := (&Consul{Addr: srv.URL, Token: "operator"}).ForceLeave(context.Background(), "node-abc-old")
+	if err == nil || !strings.Contains(err.Error(), "the ACL token would travel in clear text over http") || len(*asked) != 0 {
+		t.Errorf("force-leave over http without leave: %v; agent asked %q", err, *asked)
+	}
+	t.Setenv("CONSUL_HTTP_TOKEN", "operator")
+	t.Setenv("CONSUL_HTTP_TOKEN_FILE", "")
+	t.Setenv("CONSUL_CACERT", "")
+	for addr, allowed := range map[string]bool{srv.URL: true, "localhost:8500": true, "http://10.0.0.5:8500": false, "[::1]:8500": true, "https://10.0.0.5:8501": false} {
+		c, err := ConsulFromEnv(addr)
+		if err != nil || c.AllowPlaintext != allowed {
+			t.Errorf("ConsulFromEnv(%q): clear text allowed %v, %v; want %v", addr, c.AllowPlaintext, err, allowed)
+		}
+	}
+}
+
+// A redirect is not followed, and the token does not go where it points:
+// not with a read (302), not with a force-leave (307 would send the PUT
+// again).
+func TestConsulRedirectNotFollowed(t *testing.T) {
+	var got []string
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.Method+" "+r.URL.Path+" token="+r.Header.Get("X-Consul-Token"))
+	}))
+	t.Cleanup(elsewhere.Close)
+	for _, code := range []int{http.StatusFound, http.StatusTemporaryRedirect} {
+		agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, elsewhere.URL+r.URL.Path, code)
+		}))
+		c := &Consul{Addr: agent.URL, Token: "operator", AllowPlaintext: true}
+		_, err := c.Members(context.Background())
+		if err == nil || !strings.Contains(err.Error(), "not followed") {
+			t.Errorf("%d: members: %v", code, err)
+		}
+		if err := c.ForceLeave(context.Background(), "node-abc-old"); err == nil || !strings.Contains(err.Error(), "not followed") {
+			t.Errorf("%d: force-leave: %v", code, err)
+		}
+		agent.Close()
+	}
+	if len(got) != 0 {
+		t.Errorf("the redirect's target was asked: %q", got)
+	}
+}
+
+// A password in the agent's address is not printed: not in the view's
+// From, not in an error.
+func TestConsulAddressRedacted(t *testing.T) {
+	srv, _ := consulAgent(t, false)
+	addr := strings.Replace(srv.URL, "http://", "http://user:hunter2@", 1)
+	v, err := (&Consul{Addr: addr, Token: "reader", AllowPlaintext: true}).Members(context.Background())
+	if err != nil || strings.Contains(v.From, "hunter2") || !strings.Contains(v.From, "user:xxxxx@") {
+		t.Errorf("From %q, %v", v.From, err)
+	}
+	_, err = (&Consul{Addr: addr + "/nothing", Token: "reader", AllowPlaintext: true}).Members(context.Background())
+	if err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("error %v", err)
+	}
+	for in, want := range map[string]string{
+		"http://user:pw@host:8500": "http://user:xxxxx@host:8500",
+		"user:pw@host:8500":        "user:xxxxx@host:8500",
+		"http://token@host:8500":   "http://xxxxx@host:8500",
+		"host:8500":                "host:8500",
+		"%zz:pw@host":              "xxxxx@host",
+	} {
+		if got := Redact(in); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

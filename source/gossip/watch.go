@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
@@ -82,10 +83,17 @@ type Watch struct {
 	// member's pod that goes or leaves its address brings the next round
 	// forward: the last views still count it where it was.
 	Interval time.Duration
+	// Clusters are the clusters the operator declared: only they are
+	// read, only through pods of their namespace, and only with their own
+	// credential. A pod annotated as a member of a cluster not declared
+	// is asked nothing (Describe names such clusters once).
+	Clusters *Declarations
+	// Secrets reads the Secrets the declarations name (tokenSecret).
+	Secrets corev1client.SecretsGetter
 	// Agent returns the API of an annotated pod's gossip agent; nil means
 	// Consul's HTTP API, Serf's RPC or the ghostwatch/gossip package's
-	// member list at the pod's address, configured from the environment
-	// (ConsulFromEnv, SerfFromEnv, Endpoint at MemberlistPath).
+	// member list at the pod's address, with the credential and TLS its
+	// cluster's declaration gives.
 	Agent func(Member) (Agent, error)
 	// Now is the clock that stamps when a member was first read listed;
 	// nil means time.Now.
@@ -240,13 +248,30 @@ func (w *Watch) Collect(_ context.Context, s *snapshot.Snapshot) error {
 	switch {
 	case !w.read:
 		return errNotRead
+	case len(w.Clusters.list()) == 0:
+		return source.Unsupported("no gossip cluster is declared: give the controller --gossip-clusters FILE to read the clusters its pods annotate %s", AnnotationGossip)
 	case len(w.pods) == 0 && len(w.views) == 0 && len(w.errs) == 0:
 		return source.Unsupported("no running pod is annotated %s", AnnotationGossip)
+	case len(w.views) == 0 && len(w.errs) == 0:
+		return source.Unsupported("no running pod of a declared cluster is annotated %s; annotated but not declared, so not read: %s", AnnotationGossip, strings.Join(w.undeclared(), ", "))
 	case w.fresh == 0 && len(w.errs) > 0:
 		return errors.New(strings.Join(w.errs, "; "))
 	}
-	s.Gossip = &snapshot.Gossip{Views: slices.Clone(w.views)}
+	s.Gossip = &snapshot.Gossip{Views: slices.Clone(w.views), Undeclared: w.undeclared()}
 	return nil
+}
+
+// undeclared names the clusters running pods are annotated as members of
+// that no declaration names, sorted; w.mu is held.
+func (w *Watch) undeclared() []string {
+	var out []string
+	for _, p := range w.pods {
+		if !w.Clusters.covers(p) {
+			out = append(out, clusterName(p.key))
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // Describe says how many clusters and members were read, and which
@@ -264,6 +289,9 @@ func (*Watch) Describe(s *snapshot.Snapshot) string {
 		}
 	}
 	d := fmt.Sprintf("%d clusters, %d members", len(s.Gossip.Views), members)
+	if u := s.Gossip.Undeclared; len(u) > 0 {
+		d += fmt.Sprintf("; %d annotated but not declared, not read: %s", len(u), strings.Join(u, ", "))
+	}
 	if len(unread) > 0 {
 		d += fmt.Sprintf("; %d not read again, judged on their last view: %s", len(unread), strings.Join(unread, "; "))
 	}
@@ -506,16 +534,20 @@ func (w *Watch) readCluster(ctx context.Context, gen uint64, k snapshot.GossipCl
 }
 
 func (w *Watch) readPod(ctx context.Context, gen uint64, p annotated) (*snapshot.GossipView, Agent, error) {
-	agentOf := w.Agent
-	if agentOf == nil {
-		agentOf = newAgent
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	var a Agent
+	var err error
+	if agentOf := w.Agent; agentOf != nil {
+		a, err = agentOf(p.member())
+	} else if d := w.Clusters.Find(p.key); d != nil {
+		a, err = d.agent(ctx, p.member(), w.Secrets)
+	} else {
+		err = fmt.Errorf("cluster %s is not declared", clusterName(p.key))
 	}
-	a, err := agentOf(p.member())
 	if err != nil {
 		return nil, nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, readTimeout)
-	defer cancel()
 	v, err := a.Members(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -542,22 +574,6 @@ func (w *Watch) readPod(ctx context.Context, gen uint64, p annotated) (*snapshot
 	v.From = "pod " + p.ref() + " (" + v.From + ")"
 	w.stamp(gen, p.key, v)
 	return v, a, nil
-}
-
-// newAgent returns the API of m's gossip agent, as the environment
-// configures it: CONSUL_HTTP_TOKEN (or _FILE) and CONSUL_CACERT for
-// Consul, SERF_RPC_AUTH for Serf.
-func newAgent(m Member) (Agent, error) {
-	hostPort := m.Addr.String()
-	switch m.System {
-	case "consul":
-		return ConsulFromEnv(m.Scheme + "://" + hostPort)
-	case "serf":
-		return SerfFromEnv(hostPort, ""), nil
-	case "memberlist":
-		return &Endpoint{URL: m.Scheme + "://" + hostPort + MemberlistPath}, nil
-	}
-	return nil, fmt.Errorf("no reader of %s", m.System)
 }
 
 // still returns nil when p is still annotated, at the same address, and
@@ -605,12 +621,16 @@ func (w *Watch) stamp(gen uint64, k snapshot.GossipCluster, v *snapshot.GossipVi
 	w.listed[k] = seen
 }
 
-// targets returns the annotated pods by cluster, oldest first.
+// targets returns the annotated pods of the declared clusters by cluster,
+// oldest first (and those of a declared namespace whose annotations
+// cannot be used, to say why).
 func (w *Watch) targets() map[snapshot.GossipCluster][]annotated {
 	w.mu.Lock()
 	out := map[snapshot.GossipCluster][]annotated{}
 	for _, g := range w.pods {
-		out[g.key] = append(out[g.key], g)
+		if w.Clusters.covers(g) {
+			out[g.key] = append(out[g.key], g)
+		}
 	}
 	w.mu.Unlock()
 	for _, ps := range out {

@@ -2,19 +2,30 @@ package gossip
 
 import (
 	"context"
+	"encoding/pem"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/serf/serf"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	pkg "github.com/ghostwatch/ghostwatch/gossip"
+	"github.com/ghostwatch/ghostwatch/internal/kubefake"
 	"github.com/ghostwatch/ghostwatch/internal/memberlisttest"
 	"github.com/ghostwatch/ghostwatch/internal/serftest"
 	"github.com/ghostwatch/ghostwatch/internal/testenv"
@@ -22,23 +33,54 @@ import (
 )
 
 // Without Watch.Agent, a pod's agent is the API its annotations name, at
-// its address.
-func TestNewAgent(t *testing.T) {
-	t.Setenv("CONSUL_HTTP_TOKEN_FILE", "")
-	t.Setenv("CONSUL_CACERT", "")
-	t.Setenv("SERF_RPC_AUTH", "")
+// its address, with what its cluster's declaration says: the declared
+// scheme over the annotated one, the credential read from the declared
+// file or Secret, and no agent at all where the credential would travel in
+// clear text unless the declaration allows it.
+func TestDeclaredAgent(t *testing.T) {
+	t.Setenv("CONSUL_HTTP_TOKEN", "from-env")
+	t.Setenv("SERF_RPC_AUTH", "from-env")
+	ctx := context.Background()
 	at := netip.MustParseAddrPort("10.244.1.5:8501")
-	if a, err := newAgent(Member{System: "consul", Addr: at, Scheme: "https"}); err != nil || a.(*Consul).Addr != "https://10.244.1.5:8501" {
-		t.Errorf("consul: %#v, %v", a, err)
+	token := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(token, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
 	}
-	if a, err := newAgent(Member{System: "serf", Addr: at, Scheme: "http"}); err != nil || a.(*Serf).Addr != "10.244.1.5:8501" {
-		t.Errorf("serf: %#v, %v", a, err)
-	}
-	if a, err := newAgent(Member{System: "memberlist", Addr: at, Scheme: "http"}); err != nil || a.(*Endpoint).URL != "http://10.244.1.5:8501"+MemberlistPath {
-		t.Errorf("memberlist: %#v, %v", a, err)
-	}
-	if _, err := newAgent(Member{System: "zookeeper", Addr: at}); err == nil {
-		t.Error("an agent for zookeeper")
+	secrets := kubefake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "consul-acl"}, Data: map[string][]byte{"token": []byte("from-secret")}}).CoreV1()
+	for _, tc := range []struct {
+		name string
+		d    Declared
+		m    Member
+		want string // the agent's address and credential, or the error
+	}{
+		{"consul over https, token from a file", Declared{System: "consul", Namespace: "shop", TokenFile: token}, Member{System: "consul", Addr: at, Scheme: "https"}, "consul https://10.244.1.5:8501 s3cret"},
+		{"consul, token from the namespace's Secret", Declared{System: "consul", Namespace: "shop", Scheme: "https", TokenSecret: &SecretKey{Name: "consul-acl", Key: "token"}}, Member{System: "consul", Addr: at, Scheme: "http"}, "consul https://10.244.1.5:8501 from-secret"},
+		{"consul without a token, over http", Declared{System: "consul", Namespace: "shop"}, Member{System: "consul", Addr: at, Scheme: "http"}, "consul http://10.244.1.5:8501 "},
+		{"consul, a token over http refused", Declared{System: "consul", Namespace: "shop", TokenFile: token}, Member{System: "consul", Addr: at, Scheme: "http"},
+			"the pod is asked over http, and the ACL token would travel in clear text: declare scheme: https for cluster shop/consul (consul) (or allowPlaintextCredentials: true)"},
+		{"consul, a token over http allowed", Declared{System: "consul", Namespace: "shop", TokenFile: token, AllowPlaintextCredentials: true}, Member{System: "consul", Addr: at, Scheme: "http"}, "consul http://10.244.1.5:8501 s3cret"},
+		{"consul, the Secret's key missing", Declared{System: "consul", Namespace: "shop", TokenSecret: &SecretKey{Name: "consul-acl", Key: "acl"}}, Member{System: "consul", Addr: at, Scheme: "https"}, `tokenSecret shop/consul-acl: no key "acl"`},
+		{"serf with its key, allowed in clear", Declared{System: "serf", Namespace: "shop", TokenFile: token, AllowPlaintextCredentials: true}, Member{System: "serf", Addr: at}, "serf 10.244.1.5:8501 s3cret"},
+		{"serf without a key", Declared{System: "serf", Namespace: "shop"}, Member{System: "serf", Addr: at}, "serf 10.244.1.5:8501 "},
+		{"memberlist", Declared{System: "memberlist", Namespace: "shop"}, Member{System: "memberlist", Addr: at, Scheme: "http"}, "memberlist http://10.244.1.5:8501" + MemberlistPath},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, err := tc.d.agent(ctx, tc.m, secrets)
+			var got string
+			switch a := a.(type) {
+			case nil:
+				got = err.Error()
+			case *Consul:
+				got = "consul " + a.Addr + " " + a.Token
+			case *Serf:
+				got = "serf " + a.Addr + " " + a.AuthKey
+			case *Endpoint:
+				got = "memberlist " + a.URL
+			}
+			if got != tc.want {
+				t.Errorf("got  %s\nwant %s", got, tc.want)
+			}
+		})
 	}
 }
 
@@ -150,5 +192,95 @@ func TestWatchReadsMemberlist(t *testing.T) {
 	v2, leave, err := w.ReadCluster(context.Background(), snapshot.GossipCluster{System: "memberlist", Cluster: "shop/memberlist"})
 	if err != nil || v2.Local != "cache-0-7f3a" || leave != nil {
 		t.Errorf("ReadCluster: %+v, leave %v, %v", v2, leave != nil, err)
+	}
+}
+
+// consulAt is a Consul-shaped agent named name, listening at ip (TLS when
+// tls is set: its certificate names example.com), that records each
+// request with the token it carried.
+func consulAt(t *testing.T, ip, name string, tls bool) (srv *httptest.Server, port uint16, asked func() []string) {
+	t.Helper()
+	var mu sync.Mutex
+	var got []string
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Method+" "+r.URL.Path+" token="+r.Header.Get("X-Consul-Token"))
+		mu.Unlock()
+		switch r.URL.Path {
+		case "/v1/agent/members":
+			fmt.Fprintf(w, `[{"Name": %q, "Addr": %q, "Port": 8301, "Tags": {"dc": "dc1"}, "Status": 1}]`, name, ip)
+		case "/v1/agent/self":
+			fmt.Fprintf(w, `{"Config": {"Datacenter": "dc1", "NodeName": %q}}`, name)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+	srv = httptest.NewUnstartedServer(mux)
+	l, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Listener.Close()
+	srv.Listener = l
+	if tls {
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
+	t.Cleanup(srv.Close)
+	return srv, uint16(l.Addr().(*net.TCPAddr).Port), func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
+}
+
+// The credential goes to the clusters the operator declared, and to
+// nothing else: a pod of a tenant namespace annotated as a Consul agent
+// is asked nothing (the environment's token, which the controller once
+// sent to any annotated pod, is not read at all), and the declared
+// cluster's agent gets its own token, from its file, over TLS checked
+// against the declared CA and server name. The cluster not declared is
+// named once.
+func TestWatchSendsTheTokenOnlyToDeclaredClusters(t *testing.T) {
+	t.Setenv("CONSUL_HTTP_TOKEN", "env-operator-token")
+	shop, shopPort, shopAsked := consulAt(t, "127.0.0.51", "consul-0", true)
+	_, tenantPort, tenantAsked := consulAt(t, "127.0.0.52", "evil", false)
+	dir := t.TempDir()
+	ca, token := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "token")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: shop.Certificate().Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(token, []byte("shop-reader\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pods := newPods()
+	w := &Watch{Pods: pods, Interval: time.Hour, Clusters: &Declarations{Clusters: []Declared{
+		{System: "consul", Namespace: "shop", Scheme: "https", TokenFile: token, CAFile: ca, TLSServerName: "example.com"},
+	}}}
+	start(t, w)
+	hour := time.Now().Add(-time.Hour)
+	evil := gossipPod("evil", "u9", "127.0.0.52", "consul", tenantPort, hour.Add(-time.Minute))
+	evil.Namespace = "tenant"
+	pods.list(gossipPod("consul-0", "u0", "127.0.0.51", "consul", shopPort, hour), evil)
+	waitFor(t, "a round", w.Settled)
+	s, err := collect(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := view(s, "consul", "shop/consul"); !ok || v.Unread != "" || v.Local != "consul-0" {
+		t.Errorf("the declared cluster's view: %+v", v)
+	}
+	if got := tenantAsked(); len(got) != 0 {
+		t.Errorf("the tenant's pod was asked: %q", got)
+	}
+	for _, r := range shopAsked() {
+		if !strings.HasSuffix(r, " token=shop-reader") {
+			t.Errorf("the declared agent was asked %q: want its own token", r)
+		}
+	}
+	if d := w.Describe(s); d != "1 clusters, 1 members; 1 annotated but not declared, not read: tenant/consul (consul)" {
+		t.Errorf("Describe: %q", d)
 	}
 }

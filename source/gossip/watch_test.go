@@ -214,12 +214,29 @@ func (c *clock) set(t time.Time) {
 // start starts w until the test ends.
 func start(t *testing.T, w *Watch) context.CancelFunc {
 	t.Helper()
+	if w.Clusters == nil {
+		w.Clusters = shopClusters()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	return cancel
+}
+
+// shopClusters declares the clusters the tests' pods are annotated as
+// members of: consul, serf and memberlist in namespace shop, and consul's
+// mesh-0 to mesh-19 there, without credentials.
+func shopClusters() *Declarations {
+	d := &Declarations{}
+	for _, sys := range []string{"consul", "serf", "memberlist"} {
+		d.Clusters = append(d.Clusters, Declared{System: sys, Namespace: "shop"})
+	}
+	for i := range 20 {
+		d.Clusters = append(d.Clusters, Declared{System: "consul", Namespace: "shop", Name: fmt.Sprintf("mesh-%d", i)})
+	}
+	return d
 }
 
 // collect collects w into a new snapshot.
@@ -846,7 +863,7 @@ func TestWatchStartsAfresh(t *testing.T) {
 	pods := newPods()
 	var mu sync.Mutex
 	var asked []string
-	w := &Watch{Pods: pods, Interval: time.Hour, Now: clk.Now, Agent: func(m Member) (Agent, error) {
+	w := &Watch{Pods: pods, Clusters: shopClusters(), Interval: time.Hour, Now: clk.Now, Agent: func(m Member) (Agent, error) {
 		mu.Lock()
 		asked = append(asked, m.Name)
 		mu.Unlock()
