@@ -38,6 +38,7 @@ type scanOptions struct {
 	conntrackFile     string
 	gossipMembers     []string
 	consulAddrs       []string
+	plaintextToken    bool
 	serfAddrs         []string
 	serfAuth          string
 	capturedAt        string
@@ -92,7 +93,8 @@ source was incomplete (then no finding is claimed for what it would have read).`
 	f.StringArrayVar(&o.kubeObjects, "kube-objects", nil, "read cluster objects from this file instead of the API server (kubectl get ... -o yaml|json output; repeatable)")
 	f.StringVar(&o.conntrackFile, "conntrack-file", "", "read flows from this `FILE`, a conntrack -L listing, instead of the kernel (\"-\" for stdin)")
 	f.StringArrayVar(&o.gossipMembers, "gossip-members", nil, "read a gossip cluster's member list from this `FILE` (repeatable, one cluster's view each, \"-\" for stdin): consul members -detailed, the Consul API's /v1/agent/members, serf members -format=json, or the member list of the ghostwatch/gossip package; the format is detected from the content")
-	f.StringArrayVar(&o.consulAddrs, "consul", nil, "read the members of the Consul agent at this `ADDR` live (http://host:8500 or https://host:8501; repeatable), with CONSUL_HTTP_TOKEN (or CONSUL_HTTP_TOKEN_FILE) and CONSUL_CACERT as consul's CLI reads them")
+	f.StringArrayVar(&o.consulAddrs, "consul", nil, "read the members of the Consul agent at this `ADDR` live (http://host:8500 or https://host:8501; repeatable), with CONSUL_HTTP_TOKEN (or CONSUL_HTTP_TOKEN_FILE) and CONSUL_CACERT as consul's CLI reads them; the token goes over http to a loopback address only, unless --allow-plaintext-token")
+	f.BoolVar(&o.plaintextToken, "allow-plaintext-token", false, "send CONSUL_HTTP_TOKEN over plain http to a --consul address that is not loopback")
 	f.StringArrayVar(&o.serfAddrs, "serf", nil, "read the members of the Serf agent whose RPC listens at this `ADDR` live (host:port, as serf agent -rpc-addr; repeatable)")
 	f.StringVar(&o.serfAuth, "serf-auth", "", "the Serf agents' RPC auth `KEY` (serf agent -rpc-auth); default $SERF_RPC_AUTH, which keeps it out of the process list")
 	f.StringVar(&o.nodeName, "node-name", "", "the Node this scan runs on: its addresses are the NodePort frontends (default $NODE_NAME, else the hostname)")
@@ -222,8 +224,9 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 			for _, a := range o.consulAddrs {
 				c, err := gossip.ConsulFromEnv(a)
 				if err != nil {
-					return cmdline.WithCode(ExitError, fmt.Errorf("--consul %s: %w", a, err))
+					return cmdline.WithCode(ExitError, fmt.Errorf("--consul %s: %w", gossip.Redact(a), err))
 				}
+				c.AllowPlaintext = c.AllowPlaintext || o.plaintextToken
 				src.Agents = append(src.Agents, c)
 			}
 			sources = append(sources, src)

@@ -365,6 +365,15 @@ func TestScanConsulLive(t *testing.T) {
 	if code != ExitFindings || !strings.Contains(out, `"ip": "10.0.1.50"`) || !strings.Contains(out, `"force_leave": "consul force-leave -prune node-abc-old"`) {
 		t.Errorf("exit %d, stdout %s, stderr %s", code, out, errOut)
 	}
+	// A password in the address is printed nowhere: not in the view, not
+	// in an error.
+	withPassword := strings.Replace(srv.URL, "http://", "http://ops:hunter2@", 1)
+	for _, a := range []string{withPassword, withPassword + "/nothing"} {
+		code, out, errOut = run(t, "", "scan", "--kube-objects", "testdata/scan/gossip-reuse/objects.yaml", "--consul", a, "--rule", "gossip-ghost-member", "-o", "yaml")
+		if strings.Contains(out+errOut, "hunter2") || !strings.Contains(out+errOut, "ops:xxxxx@") {
+			t.Errorf("--consul %s: exit %d, stdout %s, stderr %s", a, code, out, errOut)
+		}
+	}
 	// Without the token: a degraded source, and no finding claimed.
 	t.Setenv("CONSUL_HTTP_TOKEN", "")
 	code, _, errOut = run(t, "", args...)

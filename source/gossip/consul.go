@@ -123,7 +123,7 @@ func (c *Consul) do(ctx context.Context, method, path string, query url.Values) 
 	var header http.Header
 	if c.Token != "" {
 		if u.Scheme != "https" && !c.AllowPlaintext {
-			return nil, fmt.Errorf("consul %s %s: the ACL token would travel in clear text over http: use https (or allow clear text for this cluster)", method, u.Redacted())
+			return nil, fmt.Errorf("consul %s %s: the ACL token would travel in clear text over http: use https (or allow it: allowPlaintextCredentials in the controller's --gossip-clusters, --allow-plaintext-token for scan)", method, u.Redacted())
 		}
 		header = http.Header{"X-Consul-Token": {c.Token}}
 	}
