@@ -31,6 +31,30 @@ func (a *Members) Verify(ctx context.Context, t finding.Target) error {
 	if err != nil {
 		return err
 	}
+	return stillGone(mt, v)
+}
+
+// Act reads the member's cluster once more, and forces the member out
+// through the agent that answered only when that very list still shows
+// it gone at the same address and port: a member that rejoined under its
+// name since Verify (a StatefulSet's pod, a Consul server) is not pruned.
+func (a *Members) Act(ctx context.Context, t finding.Target) error {
+	mt, v, leave, err := a.read(ctx, t)
+	if err != nil {
+		return err
+	}
+	if err := stillGone(mt, v); err != nil {
+		return err
+	}
+	if leave == nil {
+		return fmt.Errorf("%s has no force-leave", mt.System)
+	}
+	return leave(ctx, mt.Name)
+}
+
+// stillGone returns nil when v lists mt's member gone, at mt's address and
+// port.
+func stillGone(mt *finding.MemberTarget, v *snapshot.GossipView) error {
 	for _, m := range v.Members {
 		if m.Name != mt.Name {
 			continue
@@ -44,19 +68,6 @@ func (a *Members) Verify(ctx context.Context, t finding.Target) error {
 		return nil
 	}
 	return fmt.Errorf("%w: %s no longer lists %s", ErrGone, v.From, mt.Name)
-}
-
-// Act forces the member out, through the agent that answered a read of
-// its cluster made now.
-func (a *Members) Act(ctx context.Context, t finding.Target) error {
-	mt, _, leave, err := a.read(ctx, t)
-	if err != nil {
-		return err
-	}
-	if leave == nil {
-		return fmt.Errorf("%s has no force-leave", mt.System)
-	}
-	return leave(ctx, mt.Name)
 }
 
 func (a *Members) read(ctx context.Context, t finding.Target) (*finding.MemberTarget, *snapshot.GossipView, func(context.Context, string) error, error) {

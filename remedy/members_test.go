@@ -11,9 +11,11 @@ import (
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
-// clusterReader answers one view, and records who was forced out.
+// clusterReader answers one view (then the views of later, one a read,
+// the last one repeated), and records who was forced out.
 type clusterReader struct {
 	view   *snapshot.GossipView
+	later  []*snapshot.GossipView
 	err    error
 	noKick bool
 	asked  []snapshot.GossipCluster
@@ -25,10 +27,14 @@ func (r *clusterReader) ReadCluster(_ context.Context, c snapshot.GossipCluster)
 	if r.err != nil {
 		return nil, nil, r.err
 	}
-	if r.noKick {
-		return r.view, nil, nil
+	v := r.view
+	if n := len(r.asked) - 2; n >= 0 && len(r.later) > 0 {
+		v = r.later[min(n, len(r.later)-1)]
 	}
-	return r.view, func(_ context.Context, m string) error { r.left = append(r.left, m); return nil }, nil
+	if r.noKick {
+		return v, nil, nil
+	}
+	return v, func(_ context.Context, m string) error { r.left = append(r.left, m); return nil }, nil
 }
 
 // A gone member is forced out only while its cluster, read again, lists
@@ -79,5 +85,37 @@ func TestMembersVerifyAndAct(t *testing.T) {
 	}
 	if err := (&Members{}).Act(context.Background(), target); err == nil {
 		t.Error("Act without a reader passed")
+	}
+}
+
+// Act holds the member against the very list it reads before forcing it
+// out: a member that rejoined under its name after Verify (a
+// StatefulSet's pod, a Consul server back in the Raft peers), or came
+// back at another address, is not pruned.
+func TestMembersActRechecksTheListItRead(t *testing.T) {
+	addr := netip.MustParseAddr("10.244.1.5")
+	target := &finding.MemberTarget{System: "consul", Cluster: "ns/consul", Name: "consul-0", Addr: addr, Port: 8301, Status: "failed"}
+	view := func(status string, a netip.Addr) *snapshot.GossipView {
+		return &snapshot.GossipView{System: "consul", Cluster: "ns/consul", From: "pod ns/consul-1",
+			Members: []snapshot.GossipMember{{Name: "consul-0", Addr: a, Port: 8301, Status: status}}}
+	}
+	for _, c := range []struct {
+		name  string
+		later *snapshot.GossipView
+		want  string
+	}{
+		{"rejoined", view("alive", addr), "lists consul-0 alive again"},
+		{"rejoined elsewhere", view("alive", netip.MustParseAddr("10.244.3.9")), "lists consul-0 alive again"},
+		{"failed elsewhere", view("failed", netip.MustParseAddr("10.244.3.9")), "at another address now"},
+	} {
+		r := &clusterReader{view: view("failed", addr), later: []*snapshot.GossipView{c.later}}
+		m := &Members{Clusters: r}
+		if err := m.Verify(context.Background(), target); err != nil {
+			t.Fatalf("%s: Verify = %v", c.name, err)
+		}
+		err := m.Act(context.Background(), target)
+		if err == nil || !strings.Contains(err.Error(), c.want) || len(r.left) != 0 {
+			t.Errorf("%s: Act = %v, forced out %v; want %q and no one forced out", c.name, err, r.left, c.want)
+		}
 	}
 }
