@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/source/nodefs"
 )
 
 // Reservations writes host-local reservations (finding.ReservationTarget)
@@ -86,6 +87,9 @@ func (r *Reservations) Act(ctx context.Context, t finding.Target) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("making the store %s: %w", rt.Store, readOnlyHint(err))
 	}
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("the store %s is not a directory (a symbolic link is not followed): nothing written", rt.Store)
+	}
 	unlock, err := lockStore(ctx, dir)
 	if err != nil {
 		return fmt.Errorf("taking host-local's lock of %s: %w", rt.Store, readOnlyHint(err))
@@ -124,6 +128,8 @@ func (r *Reservations) target(t finding.Target) (*finding.ReservationTarget, str
 		return nil, "", fmt.Errorf("the reservation of %s names no valid container and interface", rt.IP)
 	case !filepath.IsAbs(rt.Store) || filepath.Clean(rt.Store) != rt.Store:
 		return nil, "", fmt.Errorf("the store %q is not a clean absolute path", rt.Store)
+	case !nodefs.ValidNetworkName(filepath.Base(rt.Store)):
+		return nil, "", fmt.Errorf("the store %q is not a host-local network's directory: CNI refuses %q as a network's name", rt.Store, filepath.Base(rt.Store))
 	}
 	root := r.Root
 	if root == "" {

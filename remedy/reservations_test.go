@@ -114,6 +114,7 @@ func TestReservationsRefuseWhatIsNotAReservation(t *testing.T) {
 		"a line break in the ID":      bad(func(t *finding.ReservationTarget) { t.ContainerID = "a\r\neth9" }),
 		"a relative store":            bad(func(t *finding.ReservationTarget) { t.Store = "run/cni-ipam-state/kindnet" }),
 		"a store that climbs":         bad(func(t *finding.ReservationTarget) { t.Store = "/run/../etc/kindnet" }),
+		"a store CNI cannot name":     bad(func(t *finding.ReservationTarget) { t.Store = "/run/cni-ipam-state/-x" }),
 		"a flow":                      &finding.FlowTarget{},
 	} {
 		if err := r.Act(context.Background(), tgt); err == nil {
@@ -122,6 +123,29 @@ func TestReservationsRefuseWhatIsNotAReservation(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("files written: %v", entries)
+	}
+}
+
+// A store that is a symbolic link is not written through: on the node
+// it points elsewhere than under the host root.
+func TestReservationsRefuseALinkedStore(t *testing.T) {
+	root, dir := store(t, nil)
+	elsewhere := filepath.Join(root, "elsewhere")
+	if err := os.MkdirAll(elsewhere, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, dir); err != nil {
+		t.Fatal(err)
+	}
+	err := (&Reservations{Root: root}).Act(context.Background(), reservation("10.244.2.3"))
+	if err == nil || !strings.Contains(err.Error(), "is not a directory (a symbolic link is not followed)") {
+		t.Errorf("Act through a linked store: %v", err)
+	}
+	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
+		t.Errorf("written through the link: %v", entries)
 	}
 }
 

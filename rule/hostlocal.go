@@ -70,6 +70,11 @@ func newHostLocalView(s *snapshot.Snapshot) *hostLocalView {
 	}
 	for i := range s.HostLocal.Networks {
 		n := &s.HostLocal.Networks[i]
+		if n.Unjudged != "" {
+			// A leftover store: its reservations say nothing of the
+			// pods running now.
+			continue
+		}
 		hn := hostLocalNet{n: n, sets: n.RangeSets, reserved: map[netip.Addr]*snapshot.Reservation{}}
 		if hn.sets == nil {
 			for _, c := range v.node.PodCIDRs {

@@ -102,6 +102,15 @@ func TestIPAMUnbookedIP(t *testing.T) {
 			want: []hlWant{{"10.244.2.3", finding.Critical, "10.244.2.3"}},
 		},
 		{
+			name: "a leftover store (no configuration names it, the node's network is not flannel's): nothing is judged",
+			s: func() *snapshot.Snapshot {
+				n := kindNet("10.244.2.2", "10.244.2.2")
+				n.RangeSets, n.Config, n.Name, n.Dir = nil, "", "k8s-pod-network", "/var/lib/cni/networks/k8s-pod-network"
+				n.Unjudged = "a leftover store"
+				return worker3(debugPods("10.244.2.2", "10.244.2.3"), n)
+			}(),
+		},
+		{
 			name: "a node the cluster objects do not hold: no pod can be tied to it, nothing is judged",
 			s: func() *snapshot.Snapshot {
 				s := worker3(debugPods("10.244.2.2"), kindNet(""))

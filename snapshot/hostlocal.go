@@ -18,6 +18,9 @@ type HostLocal struct {
 	Cached []CachedResult
 	// CacheSkipped counts the files of the cache that are not results.
 	CacheSkipped int
+	// Unjudged says what of the node's configurations is not read, and
+	// why (a network's name CNI refuses).
+	Unjudged []string
 }
 
 // CachedResult is one cached ADD result.
@@ -54,6 +57,10 @@ type HostLocalNetwork struct {
 	RangeSets []RangeSet
 	// Config is the configuration file the range sets come from.
 	Config string
+	// Unjudged says why the network is not judged, when it is not: a
+	// store no configuration names, on a node whose network does not
+	// hand addresses out from it (a leftover).
+	Unjudged string
 	// Ignored counts the entries of the directory that are neither a
 	// reservation, a last_reserved_ip file nor the lock, with an example.
 	Ignored        int

@@ -58,7 +58,7 @@ func (src *Source) Collect(_ context.Context, s *snapshot.Snapshot) error {
 	}
 	n := &snapshot.CalicoNode{}
 	for i, file := range confs {
-		b, err := nodefs.ReadFile(filepath.Join(root, file))
+		b, err := nodefs.ReadIn(root, file)
 		if err != nil {
 			return fmt.Errorf("reading the CNI configuration %s: %w", file, err)
 		}
@@ -80,7 +80,7 @@ func (src *Source) Collect(_ context.Context, s *snapshot.Snapshot) error {
 		return source.Unsupported("no CNI configuration in %s gives pods to Calico", ConfDir)
 	}
 	f := filepath.Join(root, filepath.FromSlash(path.Clean("/"+n.NodenameFile)))
-	b, err := nodefs.ReadFile(f)
+	b, err := nodefs.ReadIn(root, n.NodenameFile)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if _, perr := os.Stat(filepath.Dir(f)); perr != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"path"
-	"path/filepath"
 	"strings"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -25,8 +24,28 @@ type conf struct {
 // single plugin (*.conf, *.json) or a list of them (*.conflist).
 type netConf struct {
 	Name    string       `json:"name"`
+	Type    string       `json:"type"`
 	IPAM    *ipamConf    `json:"ipam"`
 	Plugins []pluginConf `json:"plugins"`
+}
+
+// mainType is the type of the configuration's first plugin: the one that
+// gives the pod its interface.
+func (nc *netConf) mainType() string {
+	if len(nc.Plugins) > 0 {
+		return nc.Plugins[0].Type
+	}
+	return nc.Type
+}
+
+// configs are the host-local networks of a node's CNI configurations.
+type configs struct {
+	nets []conf
+	// kubelet is the network of the first configuration, which the
+	// kubelet uses: its name and its first plugin's type.
+	kubeletNet, kubeletType string
+	// unjudged says what is not read, and why.
+	unjudged []string
 }
 
 type pluginConf struct {
@@ -51,39 +70,56 @@ type rangeConf struct {
 
 // readConfigs returns the host-local networks of the CNI configurations in
 // root's ConfDir, in the order the kubelet reads the files (by name); a
-// network named twice keeps its first configuration.
-func readConfigs(root string) ([]conf, error) {
+// network named twice keeps its first configuration. A network whose name
+// CNI refuses allocates nothing: it is left out, and said.
+func readConfigs(root string) (*configs, error) {
 	files, err := nodefs.CNIConfigs(root)
 	if err != nil {
 		return nil, err
 	}
-	var out []conf
+	out := &configs{}
 	seen := map[string]bool{}
-	for _, file := range files {
-		b, err := nodefs.ReadFile(filepath.Join(root, file))
+	for i, file := range files {
+		b, err := nodefs.ReadIn(root, file)
 		if err != nil {
 			return nil, fmt.Errorf("reading the CNI configuration %s: %w", file, err)
 		}
-		cs, err := parseConfig(file, b)
-		if err != nil {
+		cs, nc, err := parseConfig(file, b)
+		var bad badName
+		switch {
+		case errors.As(err, &bad):
+			out.unjudged = append(out.unjudged, bad.Error())
+			continue
+		case err != nil:
 			return nil, err
+		}
+		if i == 0 {
+			out.kubeletNet, out.kubeletType = nc.Name, nc.mainType()
 		}
 		for _, c := range cs {
 			if !seen[c.name] {
 				seen[c.name] = true
-				out = append(out, c)
+				out.nets = append(out.nets, c)
 			}
 		}
 	}
 	return out, nil
 }
 
+// badName is a configuration whose host-local network has a name CNI
+// refuses (nodefs.ValidNetworkName).
+type badName struct{ file, name string }
+
+func (b badName) Error() string {
+	return fmt.Sprintf("the CNI configuration %s names its network %q, which CNI refuses (letters, digits, _ . and -, starting with a letter or a digit): nothing is allocated from it, and it is not read", b.file, b.name)
+}
+
 // parseConfig returns the host-local networks one configuration file
 // defines (none when its IPAM is another plugin's).
-func parseConfig(file string, b []byte) ([]conf, error) {
+func parseConfig(file string, b []byte) ([]conf, *netConf, error) {
 	var nc netConf
 	if err := json.Unmarshal(b, &nc); err != nil {
-		return nil, fmt.Errorf("the CNI configuration %s is not valid JSON: %w", file, err)
+		return nil, nil, fmt.Errorf("the CNI configuration %s is not valid JSON: %w", file, err)
 	}
 	ipams := []*ipamConf{nc.IPAM}
 	for _, p := range nc.Plugins {
@@ -95,7 +131,10 @@ func parseConfig(file string, b []byte) ([]conf, error) {
 			continue
 		}
 		if nc.Name == "" {
-			return nil, fmt.Errorf("the CNI configuration %s gives host-local a network without a name", file)
+			return nil, nil, fmt.Errorf("the CNI configuration %s gives host-local a network without a name", file)
+		}
+		if !nodefs.ValidNetworkName(nc.Name) {
+			return nil, nil, badName{file, nc.Name}
 		}
 		c := conf{file: file, name: nc.Name, dataDir: DefaultDataDir}
 		if ic.DataDir != "" {
@@ -110,7 +149,7 @@ func parseConfig(file string, b []byte) ([]conf, error) {
 			for j, r := range set {
 				ir, err := canonical(r)
 				if err != nil {
-					return nil, fmt.Errorf("the CNI configuration %s, network %s, range %d of set %d: %w", file, nc.Name, j, i, err)
+					return nil, nil, fmt.Errorf("the CNI configuration %s, network %s, range %d of set %d: %w", file, nc.Name, j, i, err)
 				}
 				rs = append(rs, ir)
 			}
@@ -118,7 +157,7 @@ func parseConfig(file string, b []byte) ([]conf, error) {
 		}
 		out = append(out, c)
 	}
-	return out, nil
+	return out, &nc, nil
 }
 
 // canonical applies host-local's defaults (snapshot.DefaultRange) to one

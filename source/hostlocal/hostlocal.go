@@ -57,7 +57,7 @@ func (src *Source) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	if err != nil {
 		return err
 	}
-	h := &snapshot.HostLocal{}
+	h := &snapshot.HostLocal{Unjudged: confs.unjudged}
 	byDir := map[string]int{}
 	add := func(n snapshot.HostLocalNetwork) *snapshot.HostLocalNetwork {
 		if i, ok := byDir[n.Dir]; ok {
@@ -71,7 +71,7 @@ func (src *Source) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	// names.
 	dataDirs := []string{DefaultDataDir}
 	named := map[string]string{}
-	for _, c := range confs {
+	for _, c := range confs.nets {
 		if !slices.Contains(dataDirs, c.dataDir) {
 			dataDirs = append(dataDirs, c.dataDir)
 		}
@@ -82,6 +82,9 @@ func (src *Source) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	for _, dd := range dataDirs {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if fi, err := os.Lstat(filepath.Join(root, dd)); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			return fmt.Errorf("host-local's data directory %s is a symbolic link: ghostwatch does not follow it (under its host root it would resolve elsewhere than on the node); mount the directory it points to at %s", dd, dd)
 		}
 		entries, err := os.ReadDir(filepath.Join(root, dd))
 		switch {
@@ -101,7 +104,14 @@ func (src *Source) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 			return fmt.Errorf("reading host-local's data directory %s: %w", dd, err)
 		}
 		for _, e := range entries {
-			if !e.IsDir() {
+			switch {
+			case !nodefs.ValidNetworkName(e.Name()):
+				// host-local makes dataDir/<network>, and CNI refuses
+				// such a network's name: not a store.
+				continue
+			case e.Type()&fs.ModeSymlink != 0:
+				return fmt.Errorf("host-local network %s is a symbolic link: host-local's store is the directory %s itself, and ghostwatch does not follow a link (under its host root it would resolve elsewhere than on the node)", path.Join(dd, e.Name()), path.Join(dd, e.Name()))
+			case !e.IsDir():
 				continue
 			}
 			n := add(snapshot.HostLocalNetwork{Name: e.Name(), Dir: path.Join(dd, e.Name())})
@@ -110,11 +120,27 @@ func (src *Source) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 			}
 		}
 	}
-	for _, c := range confs {
+	for _, c := range confs.nets {
 		n := add(snapshot.HostLocalNetwork{Name: c.name, Dir: path.Join(c.dataDir, c.name), Missing: true})
 		if n.Config == "" {
 			n.Config, n.RangeSets = c.file, c.rangeSets
 		}
+	}
+	// A store no configuration names is judged on the Node's pod CIDRs only
+	// where the node's network hands it to host-local without saying so:
+	// flannel's plugin delegates to host-local under the network's own
+	// name, in the default data directory. Anywhere else it is a leftover
+	// (of a CNI the node ran before): its reservations say nothing of the
+	// pods running now.
+	for i := range h.Networks {
+		n := &h.Networks[i]
+		if n.Config != "" {
+			continue
+		}
+		if confs.kubeletType == "flannel" && n.Name == confs.kubeletNet && n.Dir == path.Join(DefaultDataDir, n.Name) {
+			continue
+		}
+		n.Unjudged = fmt.Sprintf("no CNI configuration names it, and the node's network (%s) does not hand out its addresses: a leftover store", orUnknown(confs.kubeletNet, confs.kubeletType))
 	}
 	if len(h.Networks) > 0 {
 		if err := readCache(root, h); err != nil {
@@ -129,6 +155,14 @@ func (src *Source) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	return nil
 }
 
+// orUnknown names the node's network by its name and first plugin.
+func orUnknown(name, typ string) string {
+	if name == "" && typ == "" {
+		return "none configured"
+	}
+	return fmt.Sprintf("%s, plugin %s", name, typ)
+}
+
 // Describe says what was read.
 func (src *Source) Describe(s *snapshot.Snapshot) string {
 	var parts []string
@@ -137,7 +171,10 @@ func (src *Source) Describe(s *snapshot.Snapshot) string {
 		if n.Missing {
 			p = fmt.Sprintf("%s empty (no %s)", n.Name, n.Dir)
 		}
-		if n.RangeSets == nil {
+		switch {
+		case n.Unjudged != "":
+			p += ", not judged: " + n.Unjudged
+		case n.RangeSets == nil:
 			p += ", no configuration"
 		}
 		if n.Ignored > 0 {
@@ -145,6 +182,7 @@ func (src *Source) Describe(s *snapshot.Snapshot) string {
 		}
 		parts = append(parts, p)
 	}
+	parts = append(parts, s.HostLocal.Unjudged...)
 	return strings.Join(parts, "; ")
 }
 

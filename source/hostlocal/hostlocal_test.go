@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
@@ -124,7 +126,7 @@ func TestCollect(t *testing.T) {
 		t.Errorf("dual: %+v\nwant ranges %+v", dual, wantDual)
 	}
 	old := byName["old"]
-	if old.RangeSets != nil || old.Config != "" || len(old.Reservations) != 1 || old.Reservations[0].ContainerID != "cafe" {
+	if old.RangeSets != nil || old.Config != "" || len(old.Reservations) != 1 || old.Reservations[0].ContainerID != "cafe" || old.Unjudged == "" {
 		t.Errorf("old: %+v", old)
 	}
 	wantCache := []snapshot.CachedResult{{File: "/var/lib/cni/results/kindnet-fc3a04aa-eth0", Network: "kindnet", ContainerID: "fc3a04aa", IfName: "eth0",
@@ -132,7 +134,7 @@ func TestCollect(t *testing.T) {
 	if !reflect.DeepEqual(h.Cached, wantCache) || h.CacheSkipped != 1 {
 		t.Errorf("cache %+v (skipped %d), want %+v and the half-written file skipped", h.Cached, h.CacheSkipped, wantCache)
 	}
-	if d := (&Source{}).Describe(&snapshot.Snapshot{HostLocal: h}); !strings.Contains(d, "kindnet 3 reserved, 1 other files ignored (10.244.2.2.bak)") || !strings.Contains(d, "old 1 reserved, no configuration") {
+	if d := (&Source{}).Describe(&snapshot.Snapshot{HostLocal: h}); !strings.Contains(d, "kindnet 3 reserved, 1 other files ignored (10.244.2.2.bak)") || !strings.Contains(d, "old 1 reserved, not judged: no CNI configuration names it, and the node's network (kindnet, plugin ptp) does not hand out its addresses: a leftover store") {
 		t.Errorf("Describe = %q", d)
 	}
 }
@@ -209,6 +211,101 @@ func TestCollectErrors(t *testing.T) {
 	}
 }
 
+// What a host root may hold besides host-local's files: a named pipe where
+// a file is read (which blocked the read, and the scan, forever), a
+// symbolic link (which would resolve against ghostwatch's own /), a
+// network name CNI refuses (which would lead out of the data directory),
+// a leftover store of a CNI the node no longer runs. Each is said, none
+// blocks, and none reads the node's pods as unbooked.
+func TestCollectHostRootHazards(t *testing.T) {
+	kindnet := `{"name":"kindnet","plugins":[{"type":"ptp","ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.2.0/24"}]]}}]}`
+	fifo := func(t *testing.T, p string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mkfifo(p, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name  string
+		files map[string]string
+		setup func(t *testing.T, root string)
+		// want is the error, or (when it starts with "describe:") what
+		// Describe says of a ledger collected.
+		want string
+	}{
+		{"a named pipe as last_reserved_ip.0", map[string]string{"etc/cni/net.d/10-kindnet.conflist": kindnet, "var/lib/cni/networks/kindnet/10.244.2.2": "c1"},
+			func(t *testing.T, root string) {
+				fifo(t, filepath.Join(root, "var/lib/cni/networks/kindnet/last_reserved_ip.0"))
+			},
+			"reading /var/lib/cni/networks/kindnet/last_reserved_ip.0: a named pipe, not a regular file: not read"},
+		{"a named pipe as the CNI configuration", nil,
+			func(t *testing.T, root string) { fifo(t, filepath.Join(root, "etc/cni/net.d/10-kindnet.conflist")) },
+			"reading the CNI configuration /etc/cni/net.d/10-kindnet.conflist: a named pipe, not a regular file: not read"},
+		{"a symbolic link as a network's store", map[string]string{"etc/cni/net.d/10-kindnet.conflist": kindnet, "elsewhere/10.244.2.2": "c1"},
+			func(t *testing.T, root string) {
+				os.MkdirAll(filepath.Join(root, "var/lib/cni/networks"), 0o755)
+				if err := os.Symlink("/elsewhere", filepath.Join(root, "var/lib/cni/networks/kindnet")); err != nil {
+					t.Fatal(err)
+				}
+			},
+			"host-local network /var/lib/cni/networks/kindnet is a symbolic link: host-local's store is the directory /var/lib/cni/networks/kindnet itself, and ghostwatch does not follow a link (under its host root it would resolve elsewhere than on the node)"},
+		{"a symbolic link as a reservation", map[string]string{"etc/cni/net.d/10-kindnet.conflist": kindnet, "var/lib/cni/networks/kindnet/10.244.2.3": "c2"},
+			func(t *testing.T, root string) {
+				if err := os.Symlink("/etc/shadow", filepath.Join(root, "var/lib/cni/networks/kindnet/10.244.2.2")); err != nil {
+					t.Fatal(err)
+				}
+			},
+			"describe:kindnet 1 reserved, 1 other files ignored (10.244.2.2)"},
+		{"a network named out of the data directory", map[string]string{
+			"etc/cni/net.d/10-evil.conflist":    `{"name":"../../../../etc","plugins":[{"type":"ptp","ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.2.0/24"}]]}}]}`,
+			"etc/cni/net.d/20-kindnet.conflist": kindnet, "var/lib/cni/networks/kindnet/10.244.2.2": "c1"}, nil,
+			`describe:kindnet 1 reserved; the CNI configuration /etc/cni/net.d/10-evil.conflist names its network "../../../../etc", which CNI refuses (letters, digits, _ . and -, starting with a letter or a digit): nothing is allocated from it, and it is not read`},
+		{"a leftover store on a Calico node", map[string]string{
+			"etc/cni/net.d/10-calico.conflist":              `{"name":"k8s-pod-network","plugins":[{"type":"calico","ipam":{"type":"calico-ipam"}}]}`,
+			"var/lib/cni/networks/k8s-pod-network/lock":     "",
+			"var/lib/cni/networks/k8s-pod-network/10.1.1.1": "old"}, nil,
+			"describe:k8s-pod-network 1 reserved, not judged: no CNI configuration names it, and the node's network (k8s-pod-network, plugin calico) does not hand out its addresses: a leftover store"},
+		{"flannel's store, which no configuration names", map[string]string{
+			"etc/cni/net.d/10-flannel.conflist":    `{"name":"cbr0","plugins":[{"type":"flannel","delegate":{"hairpinMode":true}},{"type":"portmap"}]}`,
+			"var/lib/cni/networks/cbr0/10.244.2.2": "c1"}, nil,
+			"describe:cbr0 1 reserved, no configuration"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			root := node(t, c.files)
+			if c.setup != nil {
+				c.setup(t, root)
+			}
+			done := make(chan struct{})
+			var h *snapshot.HostLocal
+			var err error
+			go func() {
+				defer close(done)
+				h, err = collect(t, root)
+			}()
+			select {
+			case <-done:
+			case <-time.After(nodefs.ReadTimeout + 5*time.Second):
+				t.Fatal("Collect hangs")
+			}
+			if d, ok := strings.CutPrefix(c.want, "describe:"); ok {
+				if err != nil {
+					t.Fatalf("Collect: %v", err)
+				}
+				if got := (&Source{}).Describe(&snapshot.Snapshot{HostLocal: h}); got != d {
+					t.Errorf("Describe:\n got %s\nwant %s", got, d)
+				}
+				return
+			}
+			if err == nil || err.Error() != c.want {
+				t.Errorf("error:\n got %v\nwant %s", err, c.want)
+			}
+		})
+	}
+}
+
 // A node without host-local is not a failed source.
 func TestCollectUnsupported(t *testing.T) {
 	root := node(t, map[string]string{
@@ -227,12 +324,12 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(`{"name":"x","ipam":{"type":"host-local","ranges":[[{"subnet":"::ffff:10.0.0.0/120"}]]}}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		cs, err := parseConfig("/etc/cni/net.d/f.conf", b)
+		cs, _, err := parseConfig("/etc/cni/net.d/f.conf", b)
 		if err != nil {
 			return
 		}
 		for _, c := range cs {
-			if c.name == "" || !strings.HasPrefix(c.dataDir, "/") {
+			if !nodefs.ValidNetworkName(c.name) || !strings.HasPrefix(c.dataDir, "/") {
 				t.Errorf("network %+v", c)
 			}
 			for _, rs := range c.rangeSets {

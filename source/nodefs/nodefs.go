@@ -1,7 +1,14 @@
 // Package nodefs reads a node's files under a host root (the node's / as
-// mounted into ghostwatch, or a copy of it): small files, bounded, and the
-// CNI configuration files in the order the kubelet reads them. The sources
-// of a node's ledgers (host-local's store, Calico's node name) share it.
+// mounted into ghostwatch, or a copy of it): small regular files, bounded
+// in size and in time, and the CNI configuration files in the order the
+// kubelet reads them. The sources of a node's ledgers (host-local's store,
+// Calico's node name) share it.
+//
+// A host root is the node's: a symbolic link in it points into the node's
+// tree, not ghostwatch's, and a named pipe or a device would block a read
+// forever. ReadFile reads regular files only and follows no link; ReadIn
+// follows a link of the file it reads within the host root, as the node
+// would; both give up on a file that does not answer within ReadTimeout.
 package nodefs
 
 import (
@@ -12,7 +19,10 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"syscall"
+	"time"
 )
 
 // CNIConfDir is where the kubelet reads CNI configurations.
@@ -22,14 +32,91 @@ const CNIConfDir = "/etc/cni/net.d"
 // configuration is bytes to kilobytes.
 const MaxFile = 1 << 20
 
-// ReadFile reads the file at p (a path of this process), refusing one
-// larger than MaxFile.
+// ReadTimeout bounds the reading of one file: a file on a mount that no
+// longer answers (a hung NFS export) fails rather than hang the reader.
+const ReadTimeout = 5 * time.Second
+
+// maxLinks bounds the links ReadIn follows, as the kernel's ELOOP does.
+const maxLinks = 8
+
+// ReadFile reads the regular file at p (a path of this process), refusing
+// a symbolic link, anything but a regular file (a named pipe, a device, a
+// socket, a directory), and a file larger than MaxFile.
 func ReadFile(p string) ([]byte, error) {
-	f, err := os.Open(p)
+	return readRegular(p)
+}
+
+// ReadIn reads the file at nodePath (a path as the node sees it) under
+// root: a symbolic link is followed as the node would follow it, an
+// absolute target from the node's /, and never out of root. The file read
+// must be a regular file, as for ReadFile.
+func ReadIn(root, nodePath string) ([]byte, error) {
+	cur := path.Clean("/" + nodePath)
+	for range maxLinks {
+		full := filepath.Join(root, cur)
+		fi, err := os.Lstat(full)
+		if err != nil {
+			return nil, err
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			return readRegular(full)
+		}
+		target, err := os.Readlink(full)
+		if err != nil {
+			return nil, err
+		}
+		if path.IsAbs(target) {
+			cur = path.Clean(target)
+		} else {
+			cur = path.Clean(path.Join(path.Dir(cur), target))
+		}
+	}
+	return nil, fmt.Errorf("more than %d symbolic links to follow", maxLinks)
+}
+
+// readRegular reads the regular file p, without following a link or
+// blocking on a pipe, within ReadTimeout.
+func readRegular(p string) ([]byte, error) {
+	type result struct {
+		b   []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		b, err := readNow(p)
+		done <- result{b, err}
+	}()
+	t := time.NewTimer(ReadTimeout)
+	defer t.Stop()
+	select {
+	case r := <-done:
+		return r.b, r.err
+	case <-t.C:
+		return nil, fmt.Errorf("no answer within %s (a mount that no longer answers?)", ReadTimeout)
+	}
+}
+
+func readNow(p string) ([]byte, error) {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return nil, err
+	}
+	if err := regular(fi); err != nil {
+		return nil, err
+	}
+	// O_NONBLOCK: a pipe put in the file's place between the check and
+	// the open does not block the open; O_NOFOLLOW: nor does a link.
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	if fi, err = f.Stat(); err != nil {
+		return nil, err
+	}
+	if err := regular(fi); err != nil {
+		return nil, err
+	}
 	b, err := io.ReadAll(io.LimitReader(f, MaxFile+1))
 	if err != nil {
 		return nil, err
@@ -38,6 +125,36 @@ func ReadFile(p string) ([]byte, error) {
 		return nil, fmt.Errorf("larger than %d bytes", MaxFile)
 	}
 	return b, nil
+}
+
+// regular returns nil for a regular file, and says what else it is.
+func regular(fi fs.FileInfo) error {
+	m := fi.Mode()
+	switch {
+	case m.IsRegular():
+		return nil
+	case m&fs.ModeSymlink != 0:
+		return errors.New("a symbolic link: not followed")
+	case m.IsDir():
+		return errors.New("a directory, not a file")
+	case m&fs.ModeNamedPipe != 0:
+		return errors.New("a named pipe, not a regular file: not read")
+	case m&fs.ModeSocket != 0:
+		return errors.New("a socket, not a regular file: not read")
+	case m&fs.ModeDevice != 0:
+		return errors.New("a device, not a regular file: not read")
+	}
+	return fmt.Errorf("not a regular file (%s): not read", m.Type())
+}
+
+// networkName is CNI's rule for a network's name (libcni's
+// ValidateNetworkName): the name is a directory's under host-local's data
+// directory, so nothing else can name one.
+var networkName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`)
+
+// ValidNetworkName reports whether CNI accepts name as a network's name.
+func ValidNetworkName(name string) bool {
+	return networkName.MatchString(name)
 }
 
 // CNIConfigs lists the CNI configuration files under root (*.conf,
