@@ -44,8 +44,51 @@ func QuorumListed() []schema.GroupResource {
 // status.podIP): in a dual-stack cluster a pod's address of the other
 // family cannot be looked up. When a Node's pod CIDRs show that an address
 // is of the second family, Quorum fails rather than report that no pod
-// holds it.
+// holds it; so it does when no Node gives pod CIDRs (Calico, Cilium's
+// cluster pool, AWS's VPC CNI) and no pod was found at the address: which
+// family comes first is then not known (QuorumFamilies says).
 func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.Query) (*snapshot.Kube, error) {
+	return QuorumFamilies(ctx, client, q, Families{})
+}
+
+// Families is what the pods a source watches show of the cluster's pod
+// address families, for when no Node's pod CIDRs say it: a pod with two
+// addresses gives their order (dual-stack); pods with one address each,
+// all of one family, a single-stack network, where no pod holds an
+// address of the other family.
+type Families struct {
+	// Known is false when no pod showed an address.
+	Known bool
+	// Dual is true when a pod has addresses of both families; First4
+	// whether the first is IPv4 (the family of every pod's one address,
+	// single-stack).
+	Dual, First4 bool
+}
+
+// FamiliesOf returns what pods show of the families: host-network pods,
+// whose addresses are the node's, aside.
+func FamiliesOf(pods []snapshot.Pod) Families {
+	var f Families
+	for i := range pods {
+		p := &pods[i]
+		if p.HostNetwork || len(p.IPs) == 0 {
+			continue
+		}
+		if len(p.IPs) > 1 && p.IPs[0].Is4() != p.IPs[1].Is4() {
+			return Families{Known: true, Dual: true, First4: p.IPs[0].Is4()}
+		}
+		if f.Known && f.First4 != p.IPs[0].Is4() {
+			// One address each, of both families: nothing is known.
+			return Families{}
+		}
+		f = Families{Known: true, First4: p.IPs[0].Is4()}
+	}
+	return f
+}
+
+// QuorumFamilies is Quorum, told what the pods a source watches show of
+// the families (fam) for when no Node's pod CIDRs say it.
+func QuorumFamilies(ctx context.Context, client kubernetes.Interface, q snapshot.Query, fam Families) (*snapshot.Kube, error) {
 	// The reads are independent: they run at once, so that a re-check
 	// costs one round trip to the API server, not one per object.
 	var (
@@ -164,7 +207,7 @@ func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.Query) 
 		k.ServiceCIDRs = append(k.ServiceCIDRs, kube.ServiceCIDR(&cidrs[i]))
 	}
 	if len(owners.Services) > 0 {
-		ok, err := Quorum(ctx, client, owners)
+		ok, err := QuorumFamilies(ctx, client, owners, fam)
 		if err != nil {
 			return nil, err
 		}
@@ -196,10 +239,16 @@ func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.Query) 
 			}
 		}
 	}
+	if primary == nil && fam.Known && fam.Dual {
+		primary = &fam.First4
+	}
 	for i, a := range q.PodIPs {
 		a = a.Unmap()
 		if primary != nil && a.Is4() != *primary {
 			return nil, fmt.Errorf("cannot prove from the API server which pod holds %s: pods are selected by their first address only, and %s is of the cluster's second address family", a, a)
+		}
+		if primary == nil && !fam.Known && len(pods[i]) == 0 {
+			return nil, fmt.Errorf("cannot prove from the API server that no pod holds %s: pods are selected by their first address only, and neither a Node's pod CIDRs nor the pods watched show whether %s is of the cluster's first address family", a, a)
 		}
 		for j := range pods[i] {
 			p := kube.Pod(&pods[i][j])
@@ -217,14 +266,17 @@ func Quorum(ctx context.Context, client kubernetes.Interface, q snapshot.Query) 
 // source that watches the cluster (source.Fresher); it leaves s as it is
 // when q names no cluster object (a gossip cluster only). It fails,
 // leaving s untouched, without a client or when a read fails.
-func Collect(ctx context.Context, client kubernetes.Interface, q snapshot.Query, s *snapshot.Snapshot) error {
+//
+// fam is what the pods the source watches show of the pod address
+// families (QuorumFamilies).
+func Collect(ctx context.Context, client kubernetes.Interface, q snapshot.Query, fam Families, s *snapshot.Snapshot) error {
 	if !q.Kube() {
 		return nil
 	}
 	if client == nil {
 		return errors.New("no Kubernetes client to re-check against the API server")
 	}
-	k, err := Quorum(ctx, client, q)
+	k, err := QuorumFamilies(ctx, client, q, fam)
 	if err != nil {
 		return err
 	}

@@ -123,11 +123,11 @@ func TestCollect(t *testing.T) {
 	q := snapshot.Query{Nodes: []string{"node-a"}}
 	kept := &snapshot.Kube{}
 	s := &snapshot.Snapshot{Kube: kept}
-	if err := Collect(ctx, nil, q, s); err == nil || s.Kube != kept {
+	if err := Collect(ctx, nil, q, Families{}, s); err == nil || s.Kube != kept {
 		t.Errorf("without a client: %v, Kube replaced: %v", err, s.Kube != kept)
 	}
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}})
-	if err := Collect(ctx, client, q, s); err != nil {
+	if err := Collect(ctx, client, q, Families{}, s); err != nil {
 		t.Fatal(err)
 	}
 	if s.Kube == kept || len(s.Kube.Nodes) != 1 || s.Kube.Nodes[0].Name != "node-a" {
@@ -137,12 +137,39 @@ func TestCollect(t *testing.T) {
 	client.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("connection refused")
 	})
-	if err := Collect(ctx, client, q, s); err == nil || s.Kube != kept {
+	if err := Collect(ctx, client, q, Families{}, s); err == nil || s.Kube != kept {
 		t.Errorf("a failed read: %v, Kube replaced: %v", err, s.Kube != kept)
 	}
 	// A query of a gossip cluster only names nothing here.
 	gossipOnly := snapshot.Query{Gossip: []snapshot.GossipCluster{{System: "consul", Cluster: "ns/consul"}}}
-	if err := Collect(ctx, nil, gossipOnly, s); err != nil || s.Kube != kept {
+	if err := Collect(ctx, nil, gossipOnly, Families{}, s); err != nil || s.Kube != kept {
 		t.Errorf("a query of no cluster object: %v, Kube replaced: %v", err, s.Kube != kept)
+	}
+}
+
+func TestFamiliesOf(t *testing.T) {
+	pod := func(host bool, ips ...string) snapshot.Pod {
+		p := snapshot.Pod{HostNetwork: host}
+		for _, ip := range ips {
+			p.IPs = append(p.IPs, netip.MustParseAddr(ip))
+		}
+		return p
+	}
+	for _, c := range []struct {
+		name string
+		pods []snapshot.Pod
+		want Families
+	}{
+		{"no pod", nil, Families{}},
+		{"host-network pods only", []snapshot.Pod{pod(true, "192.168.1.10")}, Families{}},
+		{"single-stack IPv4", []snapshot.Pod{pod(false, "10.0.0.5"), pod(false, "10.0.0.6"), pod(false)}, Families{Known: true, First4: true}},
+		{"single-stack IPv6", []snapshot.Pod{pod(false, "fd00::5")}, Families{Known: true}},
+		{"dual-stack, IPv6 first", []snapshot.Pod{pod(false, "fd00::5"), pod(false, "fd00::6", "10.0.0.6")}, Families{Known: true, Dual: true}},
+		{"dual-stack, IPv4 first", []snapshot.Pod{pod(false, "10.0.0.6", "fd00::6")}, Families{Known: true, Dual: true, First4: true}},
+		{"one address each, of both families", []snapshot.Pod{pod(false, "10.0.0.5"), pod(false, "fd00::5")}, Families{}},
+	} {
+		if got := FamiliesOf(c.pods); got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
 	}
 }

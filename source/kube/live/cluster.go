@@ -58,6 +58,9 @@ type ClusterWatch struct {
 	notify  func()
 	changed bool
 	onPod   []func(p *corev1.Pod, deleted bool)
+	// families is what the pods of the last Collect show of the pod
+	// address families, for a re-check's quorum reads.
+	families fresh.Families
 
 	// lent is the term whose index the last Collect lent, until Return;
 	// only the program's pass touches it.
@@ -310,6 +313,10 @@ func (w *ClusterWatch) Collect(_ context.Context, s *snapshot.Snapshot) error {
 	t.mu.Lock()
 	w.lent = t
 	s.Kube = &snapshot.Kube{Pods: t.idx.Pods(), Nodes: nodes, Index: t.idx}
+	fam := fresh.FamiliesOf(s.Kube.Pods)
+	w.mu.Lock()
+	w.families = fam
+	w.mu.Unlock()
 	return nil
 }
 
@@ -333,5 +340,8 @@ func (w *ClusterWatch) Describe(s *snapshot.Snapshot) string {
 // for a remedy's last re-check (source.Fresher); it leaves s as it is when
 // q names none.
 func (w *ClusterWatch) Fresh(ctx context.Context, q snapshot.Query, s *snapshot.Snapshot) error {
-	return fresh.Collect(ctx, w.Client, q, s)
+	w.mu.Lock()
+	fam := w.families
+	w.mu.Unlock()
+	return fresh.Collect(ctx, w.Client, q, fam, s)
 }

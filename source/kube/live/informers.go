@@ -372,6 +372,19 @@ func (i *Informers) Stale(now time.Time) error {
 	return nil
 }
 
+// Pods converts the pods the informers hold (a node's, when scoped to one).
+func (i *Informers) Pods() []snapshot.Pod {
+	var out []snapshot.Pod
+	for _, w := range i.watched {
+		for _, obj := range w.Store().List() {
+			if p, ok := obj.(*corev1.Pod); ok {
+				out = append(out, kube.Pod(p))
+			}
+		}
+	}
+	return out
+}
+
 // HasSynced reports whether every informer has listed its resource.
 func (i *Informers) HasSynced() bool {
 	for _, w := range i.watched {

@@ -184,5 +184,9 @@ func (w *Watch) Describe(s *snapshot.Snapshot) string { return kube.Describe(s.K
 // Fresh reads with quorum reads what q names into s.Kube, for a remedy's
 // last re-check (source.Fresher).
 func (w *Watch) Fresh(ctx context.Context, q snapshot.Query, s *snapshot.Snapshot) error {
-	return fresh.Collect(ctx, w.Client, q, s)
+	var fam fresh.Families
+	if w.Informers != nil {
+		fam = fresh.FamiliesOf(w.Informers.Pods())
+	}
+	return fresh.Collect(ctx, w.Client, q, fam, s)
 }
