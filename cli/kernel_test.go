@@ -21,7 +21,7 @@ func TestScanWithoutNetAdmin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "scan", "--kube-objects", objects, "--node-name", "worker-1", "-o", "json")
+	cmd := exec.Command(bin, "scan", "--kube-objects", objects, "--live", "--node-name", "worker-1", "-o", "json")
 	cmd.Env = append(os.Environ(), "GHOSTWATCH_RUN_MAIN=1")
 	cmd.Dir = filepath.Dir(bin)
 	// nobody: no capabilities at all.

@@ -19,6 +19,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/internal/cmdline"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/sink"
+	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/calico"
 	"github.com/ghostwatch/ghostwatch/source/caliconode"
@@ -51,6 +52,7 @@ type scanOptions struct {
 	syncTimeout       time.Duration
 	clockSkew         time.Duration
 	hostRoot          string
+	live              bool
 }
 
 func newScanCommand(streams genericiooptions.IOStreams) *cobra.Command {
@@ -105,6 +107,7 @@ source was incomplete (then no finding is claimed for what it would have read).`
 	f.StringVar(&o.capturedAt, "captured-at", "", "with --conntrack-file: when the listing was captured (RFC 3339, e.g. 2026-11-22T14:05:00Z); flow ages (delta-time=) count from it. Default: the file's modification time; for stdin, unknown")
 	f.DurationVar(&o.syncTimeout, "sync-timeout", 30*time.Second, "how long to wait for the API server to list the objects")
 	f.DurationVar(&o.clockSkew, "clock-skew", 2*time.Second, "how far the node clock may be ahead of the API server's when proving a flow predates a pod")
+	f.BoolVar(&o.live, "live", false, "with saved evidence (--kube-objects, --conntrack-file, --gossip-members), read what none of them gives live, from this host and the API server, and judge the saved evidence with it (only when it was saved just now); without it, what is not given is not judged")
 	f.StringVar(&o.hostRoot, "host-root", "/", "the node's / as this process sees it: host-local's store, the CNI configurations and Calico's nodename file are read under it ("+hostlocal.DefaultDataDir+", "+hostlocal.ConfDir+", "+caliconode.DefaultNodename+"); offline (with --kube-objects or --conntrack-file) they are read only when this is given, from a copy")
 	cmdline.AddOutputFlag(cmd, &o.output, `text is the table ("table" works too), json and yaml the report as one object`)
 	cmdline.CompleteWith(cmd, "fail-on", "info", "warning", "critical", "none")
@@ -117,7 +120,7 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	if o.failOn != "none" {
 		var err error
 		if failOn, err = finding.ParseSeverity(o.failOn); err != nil {
-			return cmdline.WithCode(ExitError, fmt.Errorf("--fail-on: %w", err))
+			return cmdline.WithCode(ExitError, fmt.Errorf("--fail-on %q: want info, warning, critical or none", o.failOn))
 		}
 	}
 	output, err := cmdline.CheckOutput(o.output, map[string]string{"table": "text"})
@@ -137,24 +140,17 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	if err != nil {
 		return cmdline.WithCode(ExitError, fmt.Errorf("--rule: %w", err))
 	}
-	// host-local's store is this host's when scanning live; offline, only
-	// the copy --host-root names: without it the rules that need the
-	// node's files do not run, and naming one is an error. A rule that
-	// judges them as one of its ledgers judges the others.
-	offline := len(o.kubeObjects) > 0 || o.conntrackFile != ""
-	readStore := !offline || cmd.Flags().Changed("host-root")
-	if !readStore {
-		var kept []rule.Rule
-		for _, r := range rules {
-			need := r.Info().Sources
-			if !slices.Contains(need, hostlocal.Name) && !slices.Contains(need, caliconode.Name) {
-				kept = append(kept, r)
-			} else if len(o.rules) > 0 {
-				return cmdline.WithCode(ExitError, fmt.Errorf("--rule %s reads the node's files, and an offline scan reads none of this host: pass --host-root with a copy of the node's %s, %s and %s", r.Info().ID, hostlocal.ConfDir, hostlocal.DefaultDataDir, path.Dir(caliconode.DefaultNodename)))
-			}
-		}
-		rules = kept
+	// A scan of saved evidence reads nothing live that it was not asked
+	// to: not this host's conntrack table, addresses or files, not the
+	// API server. What no flag gives is not given, and the rules that
+	// read it are not judged (the report says so once, with how to give
+	// it), unless --live asks to judge the saved evidence with live reads.
+	offline := len(o.kubeObjects) > 0 || o.conntrackFile != "" || len(o.gossipMembers) > 0
+	readLive := !offline || o.live
+	if o.live && !offline {
+		return cmdline.WithCode(ExitError, errors.New("--live: this scan reads everything live already; it mixes live reads into a scan of saved evidence (--kube-objects, --conntrack-file, --gossip-members)"))
 	}
+	readStore := readLive || cmd.Flags().Changed("host-root")
 	node := resolveNodeName(o.nodeName)
 
 	if n := stdinUses(o.kubeObjects, o.conntrackFile) + stdinUses(o.gossipMembers, ""); n > 1 {
@@ -169,6 +165,8 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	if len(o.kubeObjects) > 0 {
 		objects = &kubectl.Files{Paths: o.kubeObjects, Stdin: streams.In}
 		kubeSrc = saved.NewFileSource(objects)
+	} else if !readLive {
+		kubeSrc = source.Absent{Source: kube.Name, Why: "no cluster objects: pass --kube-objects FILE, saved when the rest was (" + saved.SaveCommand + " > objects.yaml), or --live to judge the rest against the API server as it is now"}
 	} else {
 		client, _, err := kube.ClientFromFlags(o.kubeFlags)
 		if err != nil {
@@ -180,9 +178,18 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	// when a rule reads it: the cluster rules run anywhere kubectl does.
 	readsTable := len(rule.ReadersOf(rules, conntrack.Name)) > 0
 	if !readsTable && (o.conntrackFile != "" || o.capturedAt != "") {
-		return cmdline.WithCode(ExitError, fmt.Errorf("--conntrack-file and --captured-at: no rule of this scan reads the conntrack table (%s)", strings.Join(rule.IDs(rules), ", ")))
+		var given []string
+		for _, f := range []string{"conntrack-file", "captured-at"} {
+			if cmd.Flags().Changed(f) {
+				given = append(given, "--"+f)
+			}
+		}
+		return cmdline.WithCode(ExitError, fmt.Errorf("%s: no rule of this scan reads the conntrack table (%s)", strings.Join(given, " and "), strings.Join(rule.IDs(rules), ", ")))
 	}
 	var ctSrc source.Source = &conntrack.KernelSource{}
+	if !readLive {
+		ctSrc = source.Absent{Source: conntrack.Name, Why: "no conntrack listing: pass --conntrack-file FILE (on the node: sudo conntrack -L -o extended,id > conntrack.txt), or --live to read this host's table"}
+	}
 	if o.conntrackFile != "" {
 		fs := &conntrack.FileSource{Path: o.conntrackFile, Stdin: streams.In}
 		if o.capturedAt != "" {
@@ -203,11 +210,15 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	// frontends).
 	sources := []source.Source{kubeSrc}
 	if len(rule.ReadersOf(rules, calico.Name)) > 0 {
-		src, err := o.calicoSource(objects)
-		if err != nil {
-			return cmdline.WithCode(ExitError, err)
+		if objects == nil && !readLive {
+			sources = append(sources, source.Absent{Source: calico.Name, Why: "no cluster objects (Calico's IPAM objects are saved with them): pass --kube-objects FILE"})
+		} else {
+			src, err := o.calicoSource(objects)
+			if err != nil {
+				return cmdline.WithCode(ExitError, err)
+			}
+			sources = append(sources, src)
 		}
-		sources = append(sources, src)
 	}
 	memberFlags := o.memberFlags()
 	if o.serfAuth != "" && len(o.serfAddrs) == 0 {
@@ -242,17 +253,26 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	} else if len(memberFlags) > 0 {
 		return cmdline.WithCode(ExitError, fmt.Errorf("%s: no rule of this scan reads gossip members (%s)", strings.Join(memberFlags, ", "), strings.Join(rule.IDs(rules), ", ")))
 	}
-	if readsTable && o.conntrackFile == "" && len(npa) == 0 {
+	if readsTable && o.conntrackFile == "" && readLive && len(npa) == 0 {
 		sources = append(sources, &host.Addresses{})
 	}
 	if readsTable {
 		sources = append(sources, ctSrc)
 	}
-	if readStore && len(rule.ReadersOf(rules, hostlocal.Name)) > 0 {
-		sources = append(sources, &hostlocal.Source{Root: o.hostRoot})
+	nodeFiles := fmt.Sprintf("no copy of the node's files: pass --host-root DIR, a copy of the node's %s, %s and %s, or --live to read this host's", hostlocal.ConfDir, hostlocal.DefaultDataDir, path.Dir(caliconode.DefaultNodename))
+	if len(rule.ReadersOf(rules, hostlocal.Name)) > 0 {
+		if readStore {
+			sources = append(sources, &hostlocal.Source{Root: o.hostRoot})
+		} else {
+			sources = append(sources, source.Absent{Source: hostlocal.Name, Why: nodeFiles})
+		}
 	}
-	if readStore && len(rule.ReadersOf(rules, caliconode.Name)) > 0 {
-		sources = append(sources, &caliconode.Source{Root: o.hostRoot})
+	if len(rule.ReadersOf(rules, caliconode.Name)) > 0 {
+		if readStore {
+			sources = append(sources, &caliconode.Source{Root: o.hostRoot})
+		} else {
+			sources = append(sources, source.Absent{Source: caliconode.Name, Why: nodeFiles})
+		}
 	}
 	res := audit.Run(cmd.Context(), audit.Config{
 		NodeName: node,
@@ -342,6 +362,10 @@ func checkNodeForHostLocal(res *audit.Result, node string) error {
 		return nil
 	}
 	if _, ok := kube.LookupNode(s.Kube, node); ok {
+		return nil
+	}
+	if len(s.Kube.Nodes) == 0 && slices.ContainsFunc(s.Kube.Pods, func(p snapshot.Pod) bool { return p.Node == node }) {
+		// No Node given: the pods bound to the node tie it to its files.
 		return nil
 	}
 	return fmt.Errorf("node %q is not in the cluster objects, so no pod can be tied to its IPAM files: pass --node-name (the Node's name, not the hostname), and save nodes with the objects (%s)", node, saved.SaveCommand)

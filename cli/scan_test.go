@@ -71,6 +71,12 @@ type jsonReport struct {
 	Sources []struct {
 		Name, Status, Detail string
 	} `json:"sources"`
+	Skipped []struct {
+		Rule          string `json:"rule"`
+		Reason        string `json:"reason"`
+		NotApplicable bool   `json:"not_applicable"`
+		NotGiven      bool   `json:"not_given"`
+	} `json:"skipped"`
 }
 
 func decodeOne(t *testing.T, s string) jsonReport {
@@ -105,13 +111,15 @@ func TestScanOfflineJSON(t *testing.T) {
 	if got["10.244.1.100"] != "web/api" || got["10.244.3.47"] != "db/postgres" {
 		t.Errorf("ghost IPs -> services = %v", got)
 	}
-	// The saved objects hold no Calico ledger, and no gossip member list
-	// was given: unsupported, not failed.
+	// The saved objects hold no Calico ledger: unsupported; no gossip
+	// member list and no copy of the node's files were given: not given;
+	// neither failed.
 	status := map[string]string{}
 	for _, s := range r.Sources {
 		status[s.Name] = string(s.Status)
 	}
-	if len(status) != 4 || status["kube"] != "ok" || status["conntrack"] != "ok" || status["calico"] != "unsupported" || status["gossip"] != "unsupported" {
+	if len(status) != 6 || status["kube"] != "ok" || status["conntrack"] != "ok" || status["calico"] != "unsupported" || status["gossip"] != "not given" ||
+		status["hostlocal"] != "not given" || status["calico-node"] != "not given" {
 		t.Errorf("sources = %+v", r.Sources)
 	}
 }
@@ -123,7 +131,7 @@ func TestScanFailOn(t *testing.T) {
 	if code, _, _ := run(t, "", append(offline, "--fail-on", "none")...); code != ExitOK {
 		t.Errorf("--fail-on none: exit %d, want 0", code)
 	}
-	if code, _, errOut := run(t, "", append(offline, "--fail-on", "loud")...); code != ExitError || !strings.Contains(errOut, "--fail-on") {
+	if code, _, errOut := run(t, "", append(offline, "--fail-on", "loud")...); code != ExitError || !strings.Contains(errOut, `--fail-on "loud": want info, warning, critical or none`) {
 		t.Errorf("--fail-on loud: exit %d, stderr %q", code, errOut)
 	}
 }
@@ -233,7 +241,7 @@ func TestScanBadInput(t *testing.T) {
 func TestScanUnreachableAPIServer(t *testing.T) {
 	// Nothing listens on port 1 of loopback: the connection is refused.
 	code, out, errOut := run(t, "", "scan", "--server", "https://127.0.0.1:1", "--insecure-skip-tls-verify", "--token", "x",
-		"--sync-timeout", "3s", "--conntrack-file", "testdata/conntrack.txt", "--node-name", "worker-1", "-o", "json")
+		"--sync-timeout", "3s", "--conntrack-file", "testdata/conntrack.txt", "--live", "--node-name", "worker-1", "-o", "json")
 	if code != ExitError {
 		t.Fatalf("exit %d, want %d; stderr %s", code, ExitError, errOut)
 	}
@@ -454,5 +462,54 @@ func TestOutputNamesShared(t *testing.T) {
 	names, _, _ := strings.Cut(out, ":")
 	if code != ExitOK || names != "text\njson\nyaml\n" {
 		t.Errorf("completing scan -o: exit %d, stdout %q, stderr %q; want text, json, yaml", code, out, errOut)
+	}
+}
+
+// A scan of saved evidence reads nothing of the machine it runs on unless
+// asked by --live: not its conntrack table, not its addresses, not its
+// files. The conntrack rules are not judged, and the report says which
+// file would judge them. (As root, the scan once read this machine's table
+// for a node not in the dump and printed "No ghosts found.")
+func TestScanOfSavedEvidenceReadsNothingLive(t *testing.T) {
+	code, out, errOut := run(t, "", "scan", "--kube-objects", "testdata/scan/deleted-service/objects.yaml", "--node-name", "worker-1", "-o", "json")
+	if code != ExitOK {
+		t.Fatalf("exit %d, stderr %s", code, errOut)
+	}
+	r := decodeOne(t, out)
+	status := map[string]string{}
+	for _, s := range r.Sources {
+		status[s.Name] = string(s.Status) + ": " + s.Detail
+	}
+	if _, ok := status["host"]; ok {
+		t.Errorf("this host's addresses were read: %s", status["host"])
+	}
+	for _, src := range []string{"conntrack", "hostlocal", "calico-node"} {
+		if !strings.HasPrefix(status[src], "not given: ") {
+			t.Errorf("source %s = %q, want not given", src, status[src])
+		}
+	}
+	notGiven := 0
+	for _, sk := range r.Skipped {
+		if sk.Rule == "stale-nat-flow" && !sk.NotGiven {
+			t.Errorf("stale-nat-flow skipped as %+v, want not given", sk)
+		}
+		if sk.NotGiven {
+			notGiven++
+		}
+	}
+	if notGiven == 0 {
+		t.Errorf("no rule said not judged for want of input: %+v", r.Skipped)
+	}
+	code, _, errOut = run(t, "", "scan", "--live")
+	if code != ExitError || !strings.Contains(errOut, "--live: this scan reads everything live already") {
+		t.Errorf("--live alone: exit %d, %s", code, errOut)
+	}
+}
+
+// An error names the flags that were given, not those that were not.
+func TestScanNamesTheFlagGiven(t *testing.T) {
+	code, _, errOut := run(t, "", "scan", "--kube-objects", "testdata/scan/pods-only/objects.yaml", "--rule", "duplicate-pod-ip", "--conntrack-file", "testdata/conntrack.txt")
+	if code != ExitError || !strings.Contains(errOut, "--conntrack-file: no rule of this scan reads the conntrack table") || strings.Contains(errOut, "--captured-at") {
+		t.Errorf("exit %d, stderr %s", code, errOut)
 	}
 }

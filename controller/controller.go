@@ -441,7 +441,7 @@ func (c *Controller) logSkipped(now map[string]finding.Skipped) {
 	log := c.cfg.Log
 	for _, id := range slices.Sorted(maps.Keys(now)) {
 		sk := now[id]
-		if was, ok := c.skipped[id]; ok && was == sk {
+		if was, ok := c.skipped[id]; ok && was.Reason == sk.Reason && was.NotApplicable == sk.NotApplicable {
 			continue
 		}
 		if sk.NotApplicable {

@@ -72,7 +72,7 @@ func NewMetrics(reg prometheus.Registerer, rules []rule.Rule) *Metrics {
 func (m *Metrics) Gossip(s *snapshot.Snapshot) {
 	st, ok := s.Source(GossipSource)
 	switch {
-	case ok && (s.Gossip != nil || st.Status == snapshot.StatusUnsupported):
+	case ok && (s.Gossip != nil || st.Status.Absent()):
 		m.GossipClusterUp.Reset()
 		m.upClusters = nil
 		if s.Gossip != nil {
@@ -90,7 +90,7 @@ func (m *Metrics) Gossip(s *snapshot.Snapshot) {
 			m.GossipClusterUp.WithLabelValues(c[0], c[1]).Set(0)
 		}
 	}
-	if !ok || (st.Status != snapshot.StatusOK && st.Status != snapshot.StatusUnsupported) {
+	if !ok || (st.Status != snapshot.StatusOK && !st.Status.Absent()) {
 		return
 	}
 	m.GossipMembers.Reset()

@@ -322,6 +322,13 @@ type Skipped struct {
 	// exist here (unsupported: no Calico in this cluster, no host-local on
 	// this node): nothing was missed.
 	NotApplicable bool `json:"not_applicable,omitempty"`
+	// NotGiven is true when what the rule lacked was not given to a scan
+	// of saved evidence: it is not judged, and no source failed.
+	NotGiven bool `json:"not_given,omitempty"`
+	// Causes are the reasons one by one, one per source not ready
+	// ("kube: not given: ..."): rules skipped for the same cause are
+	// said together.
+	Causes []string `json:"-"`
 }
 
 // AtLeast reports whether any finding has a severity of min or worse.

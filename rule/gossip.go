@@ -40,8 +40,10 @@ const GossipIPIdentityID = "gossip-ip-identity"
 // is that member's pod only when proven by time or namespace.
 type GossipGhostMember struct{}
 
-// KubeKinds says the rule reads Pods and Nodes (snapshot.KindReader).
-func (*GossipGhostMember) KubeKinds() []string { return []string{"Pod", "Node"} }
+// KubeKinds says the rule reads Pods (snapshot.KindReader). It reads the
+// Nodes too when there are any: without them, a live member at an address
+// no pod holds is not judged (it may run on a node, outside any pod).
+func (*GossipGhostMember) KubeKinds() []string { return []string{"Pod"} }
 
 // Info describes the rule.
 func (*GossipGhostMember) Info() Info {
@@ -191,7 +193,7 @@ func (r *GossipGhostMember) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 			}
 			for _, m := range live {
 				if len(pods) == 0 {
-					if _, ok := nodeAddrs[a]; ok || m.Status == snapshot.MemberLeaving {
+					if _, ok := nodeAddrs[a]; ok || m.Status == snapshot.MemberLeaving || len(s.Kube.Nodes) == 0 {
 						continue
 					}
 					out = append(out, ghost(v, a, finding.Warning, m, nil, nil,

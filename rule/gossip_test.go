@@ -88,6 +88,10 @@ func TestGossipGhostMember(t *testing.T) {
 		{"an alive member no pod or node holds", func(s *snapshot.Snapshot) {
 			s.Gossip.Views[0].Members = append(s.Gossip.Views[0].Members, member("consul-9", "10.244.1.99", snapshot.MemberAlive))
 		}, []got{{"10.244.1.99", "consul-9", finding.Warning}}, "which no pod or node holds"},
+		{"an alive member no pod holds, no Node given (a dump of pods alone): it may run on a node, not judged", func(s *snapshot.Snapshot) {
+			s.Gossip.Views[0].Members = append(s.Gossip.Views[0].Members, member("consul-9", "10.244.1.99", snapshot.MemberAlive))
+			s.Kube.Nodes = nil
+		}, nil, ""},
 		{"memberlist#241: a pod of another namespace joined", func(s *snapshot.Snapshot) {
 			s.Gossip.Views[0].Members = append(s.Gossip.Views[0].Members, member("alertmanager-1", "10.244.1.60", snapshot.MemberAlive))
 			s.Kube.Pods = append(s.Kube.Pods, pod("monitoring", "alertmanager-1", "u8", "10.244.1.60", t0))

@@ -56,6 +56,12 @@ func newHostLocalView(s *snapshot.Snapshot) *hostLocalView {
 			v.node = &s.Kube.Nodes[i]
 		}
 	}
+	if v.node == nil && len(s.Kube.Nodes) == 0 && slices.ContainsFunc(s.Kube.Pods, func(p snapshot.Pod) bool { return p.Node == s.NodeName }) {
+		// No Node was given (a dump of pods alone): the pods bound to the
+		// node tie it to the store; a store no configuration names has no
+		// ranges to judge.
+		v.node = &snapshot.Node{Name: s.NodeName}
+	}
 	if v.node == nil {
 		return nil
 	}
@@ -165,8 +171,10 @@ const IPAMUnbookedIPID = "ipam-unbooked-ip"
 // CIDRs.
 type IPAMUnbookedIP struct{}
 
-// KubeKinds says the rule reads Pods and Nodes (snapshot.KindReader).
-func (*IPAMUnbookedIP) KubeKinds() []string { return []string{"Pod", "Node"} }
+// KubeKinds says the rule reads Pods (snapshot.KindReader), and the node's
+// Node when there are Nodes: its pod CIDRs are the ranges of a store no
+// configuration names.
+func (*IPAMUnbookedIP) KubeKinds() []string { return []string{"Pod"} }
 
 // Info describes the rule.
 func (*IPAMUnbookedIP) Info() Info {
@@ -428,8 +436,9 @@ const LeakMinAge = 2 * time.Minute
 // younger than LeakMinAge are left alone.
 type IPAMLeakedIP struct{}
 
-// KubeKinds says the rule reads Pods and Nodes (snapshot.KindReader).
-func (*IPAMLeakedIP) KubeKinds() []string { return []string{"Pod", "Node"} }
+// KubeKinds says the rule reads Pods (snapshot.KindReader), and the node's
+// Node when there are Nodes.
+func (*IPAMLeakedIP) KubeKinds() []string { return []string{"Pod"} }
 
 // Info describes the rule.
 func (*IPAMLeakedIP) Info() Info {

@@ -102,6 +102,25 @@ func TestIPAMUnbookedIP(t *testing.T) {
 			want: []hlWant{{"10.244.2.3", finding.Critical, "10.244.2.3"}},
 		},
 		{
+			name: "no Node given (a dump of pods alone): the pods bound to the node tie it to its store",
+			s: func() *snapshot.Snapshot {
+				s := worker3(debugPods("10.244.2.2", "10.244.2.3"), kindNet("10.244.2.2", "10.244.2.2"))
+				s.Kube.Nodes = nil
+				return s
+			}(),
+			want: []hlWant{{"10.244.2.3", finding.Critical, "10.244.2.3"}},
+		},
+		{
+			name: "no Node given: a store no configuration names has no ranges to judge",
+			s: func() *snapshot.Snapshot {
+				n := kindNet("10.244.2.2", "10.244.2.2")
+				n.RangeSets, n.Config, n.Name, n.Dir = nil, "", "cbr0", "/var/lib/cni/networks/cbr0"
+				s := worker3(debugPods("10.244.2.2", "10.244.2.3"), n)
+				s.Kube.Nodes = nil
+				return s
+			}(),
+		},
+		{
 			name: "a leftover store (no configuration names it, the node's network is not flannel's): nothing is judged",
 			s: func() *snapshot.Snapshot {
 				n := kindNet("10.244.2.2", "10.244.2.2")

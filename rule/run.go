@@ -2,6 +2,8 @@ package rule
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/ghostwatch/ghostwatch/finding"
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -17,12 +19,27 @@ func Run(s *snapshot.Snapshot, rules []Rule) ([]finding.Finding, []finding.Skipp
 	n := 0
 	for _, r := range rules {
 		info := r.Info()
-		if err := s.Ready(info.Sources...); err != nil {
-			skipped = append(skipped, finding.Skipped{Rule: info.ID, Reason: err.Error(), NotApplicable: unsupported(s, info.Sources, false)})
+		bad, kinds := s.NotReady(info.Sources...), missingKinds(s, r)
+		switch {
+		case len(bad) > 0:
+			na, ng := unsupported(s, info.Sources, false)
+			causes := missed(s, info.Sources)
+			if kinds != "" && !na {
+				// A ledger that does not exist here misses nothing; one
+				// not given, or failed, misses as much as the kinds.
+				bad, causes = append(bad, kinds), append(causes, kinds)
+			}
+			skipped = append(skipped, finding.Skipped{Rule: info.ID, Reason: "sources not ready (" + strings.Join(bad, "; ") + ")", Causes: causes,
+				NotApplicable: na, NotGiven: ng})
+			continue
+		case kinds != "":
+			skipped = append(skipped, finding.Skipped{Rule: info.ID, Reason: "sources not ready (" + kinds + ")", Causes: []string{kinds}, NotGiven: true})
 			continue
 		}
 		if err := anyLedger(s, info.Ledgers); err != nil {
-			skipped = append(skipped, finding.Skipped{Rule: info.ID, Reason: err.Error(), NotApplicable: unsupported(s, ledgerSources(info.Ledgers), true)})
+			names := ledgerSources(info.Ledgers)
+			na, ng := unsupported(s, names, true)
+			skipped = append(skipped, finding.Skipped{Rule: info.ID, Reason: err.Error(), Causes: missed(s, names), NotApplicable: na, NotGiven: ng})
 			continue
 		}
 		fs := r.Evaluate(s)
@@ -42,6 +59,52 @@ func Run(s *snapshot.Snapshot, rules []Rule) ([]finding.Finding, []finding.Skipp
 	return out, skipped
 }
 
+// missed returns why each of the named sources is not ready, leaving out
+// those whose ledger does not exist here (unsupported) when another is
+// missed: that one missed nothing.
+func missed(s *snapshot.Snapshot, names []string) []string {
+	var out, absent []string
+	for _, n := range names {
+		st, ok := s.Source(n)
+		bad := s.NotReady(n)
+		switch {
+		case len(bad) == 0:
+		case ok && st.Status == snapshot.StatusUnsupported:
+			absent = append(absent, bad...)
+		default:
+			out = append(out, bad...)
+		}
+	}
+	if len(out) == 0 {
+		return absent
+	}
+	return out
+}
+
+// missingKinds says, when r reads kinds of cluster objects that saved
+// objects lack (snapshot.Kube.Missing), which: "kube: not given: no
+// Service, no EndpointSlice in the objects given; save them with: ...".
+func missingKinds(s *snapshot.Snapshot, r Rule) string {
+	k := s.Kube
+	if k == nil || len(k.Missing) == 0 || !slices.Contains(r.Info().Reads(), "kube") {
+		return ""
+	}
+	var lack []string
+	for _, kind := range snapshot.KindsOf(r) {
+		if slices.Contains(k.Missing, kind) {
+			lack = append(lack, kind)
+		}
+	}
+	if len(lack) == 0 {
+		return ""
+	}
+	res := make([]string, len(lack))
+	for i, kind := range lack {
+		res[i] = strings.ToLower(kind) + "s"
+	}
+	return fmt.Sprintf("kube: %s: no %s in the objects given; save them with: "+k.SaveMissing, snapshot.StatusNotGiven, strings.Join(lack, ", no "), strings.Join(res, ","))
+}
+
 // ReadersOf returns, as a source's Narrow expects them, the rules that read
 // the named source.
 func ReadersOf(rules []Rule, source string) []any {
@@ -57,22 +120,27 @@ func ReadersOf(rules []Rule, source string) []any {
 	return out
 }
 
-// unsupported reports whether every source of names that is not ready was
-// found unsupported: the ledger does not exist here. With absentToo, a
-// source not collected at all counts as unsupported too: a ledger this
-// process does not read (the agent reads no Calico datastore, the
-// controller no node's files).
-func unsupported(s *snapshot.Snapshot, names []string, absentToo bool) bool {
+// unsupported reports, of the sources of names that are not ready,
+// whether each was found unsupported (na: the ledger does not exist here,
+// nothing was missed), or each absent and one of them not given (ng: a
+// scan of saved evidence had no file of it; what it would judge is not
+// judged, and said). With absentToo, a source not collected at all counts
+// as unsupported: a ledger this process does not read (the agent reads no
+// Calico datastore, the controller no node's files).
+func unsupported(s *snapshot.Snapshot, names []string, absentToo bool) (na, ng bool) {
+	na, absent := true, true
 	for _, n := range names {
 		st, ok := s.Source(n)
-		if !ok && absentToo {
-			continue
-		}
-		if !ok || (st.Status != snapshot.StatusOK && st.Status != snapshot.StatusUnsupported) {
-			return false
+		switch {
+		case !ok && absentToo, ok && st.Status == snapshot.StatusOK:
+		case ok && st.Status == snapshot.StatusUnsupported:
+		case ok && st.Status == snapshot.StatusNotGiven:
+			na, ng = false, true
+		default:
+			na, absent = false, false
 		}
 	}
-	return true
+	return na, ng && absent
 }
 
 // anyLedger returns nil when ledgers is empty or one of them is ready, and

@@ -221,13 +221,16 @@ func Table(w io.Writer, r *finding.Report, catalog []rule.Rule) error {
 			notJudged = append(notJudged, sk)
 		}
 	}
-	complete := len(notJudged) == 0
+	complete, failed := len(notJudged) == 0, false
 	for _, s := range r.Sources {
-		complete = complete && s.Status != snapshot.StatusError
+		failed = failed || s.Status == snapshot.StatusError
 	}
+	notGiven := !failed && !slices.ContainsFunc(notJudged, func(sk finding.Skipped) bool { return !sk.NotGiven })
 	switch {
-	case len(r.Findings) == 0 && complete:
+	case len(r.Findings) == 0 && complete && !failed:
 		ew.printf("No ghosts found.\n")
+	case len(r.Findings) == 0 && notGiven:
+		ew.printf("No ghosts found by the rules that could be judged; the others were not, for what was not given (below).\n")
 	case len(r.Findings) == 0:
 		ew.printf("No ghosts found in what could be read: the scan is incomplete (see Sources).\n")
 	}
@@ -284,15 +287,41 @@ func Table(w io.Writer, r *finding.Report, catalog []rule.Rule) error {
 		ew.printf("\n")
 	}
 	if len(notJudged) > 0 {
-		ew.printf("Not judged (a source they read was not complete):\n")
+		// Each cause once, with the rules it kept from being judged.
+		ew.printf("Not judged:\n")
+		var causes []string
+		rules := map[string][]string{}
 		for _, sk := range notJudged {
-			ew.printf("  %s: %s\n", sk.Rule, sk.Reason)
+			cs := sk.Causes
+			if len(cs) == 0 {
+				cs = []string{sk.Reason}
+			}
+			for _, c := range cs {
+				// An input not given is said once, whichever sources
+				// would have read it.
+				if _, rest, ok := strings.Cut(c, ": "+string(snapshot.StatusNotGiven)+": "); ok {
+					c = string(snapshot.StatusNotGiven) + ": " + rest
+				}
+				if _, ok := rules[c]; !ok {
+					causes = append(causes, c)
+				}
+				if !slices.Contains(rules[c], sk.Rule) {
+					rules[c] = append(rules[c], sk.Rule)
+				}
+			}
+		}
+		for _, c := range causes {
+			ew.printf("  %s\n    %s\n", strings.Join(rules[c], ", ")+":", c)
 		}
 		ew.printf("\n")
 	}
 	ew.printf("Sources:\n")
+	width := 10
 	for _, s := range r.Sources {
-		line := fmt.Sprintf("  %-10s %s", s.Name, s.Status)
+		width = max(width, len(s.Name))
+	}
+	for _, s := range r.Sources {
+		line := fmt.Sprintf("  %-*s %s", width, s.Name, s.Status)
 		if s.Detail != "" {
 			line += "  " + s.Detail
 		}

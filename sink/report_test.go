@@ -70,10 +70,35 @@ func TestTableSaysWhichRulesWereNotJudged(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := b.String()
-	for _, want := range []string{"No ghosts found in what could be read", "Not judged", "stale-nat-flow: sources not ready (conntrack: unsupported)"} {
+	for _, want := range []string{"No ghosts found in what could be read", "Not judged", "  stale-nat-flow:\n    sources not ready (conntrack: unsupported)"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("table lacks %q:\n%s", want, got)
 		}
+	}
+}
+
+// An input not given is said once, with every rule it kept from being
+// judged, whichever sources would have read it; and the table does not
+// say the scan found nothing.
+func TestTableSaysEachInputNotGivenOnce(t *testing.T) {
+	var b bytes.Buffer
+	files := "no copy of the node's files: pass --host-root DIR"
+	r := &finding.Report{
+		Sources: []snapshot.SourceStatus{{Name: "kube", Status: snapshot.StatusOK},
+			{Name: "hostlocal", Status: snapshot.StatusNotGiven, Detail: files}, {Name: "calico-node", Status: snapshot.StatusNotGiven, Detail: files}},
+		Skipped: []finding.Skipped{
+			{Rule: "ipam-unbooked-ip", NotGiven: true, Causes: []string{"hostlocal: not given: " + files}},
+			{Rule: "ipam-leaked-ip", NotGiven: true, Causes: []string{"hostlocal: not given: " + files}},
+			{Rule: "stale-nodename-file", NotGiven: true, Causes: []string{"calico-node: not given: " + files}},
+		},
+	}
+	if err := Table(&b, r, rule.All(rule.Config{})); err != nil {
+		t.Fatal(err)
+	}
+	got := b.String()
+	want := "Not judged:\n  ipam-unbooked-ip, ipam-leaked-ip, stale-nodename-file:\n    not given: " + files + "\n"
+	if !strings.Contains(got, want) || strings.Count(got, "not given: "+files) != 1 || !strings.HasPrefix(got, "No ghosts found by the rules that could be judged") {
+		t.Errorf("table:\n%s\nwant it to hold once:\n%s", got, want)
 	}
 }
 

@@ -35,6 +35,12 @@ type Kube struct {
 	// KnowsHolders before it reads "no pod holds this address" into
 	// Pods.
 	PodsPartial bool
+	// Missing are the kinds some rule reads that saved objects do not
+	// hold ("Service", ...): the rules that read one are not judged.
+	// SaveMissing is the command that saves them, %s standing for the
+	// resources as kubectl get names them ("services,nodes").
+	Missing     []string
+	SaveMissing string
 	// PodNode, when Pods is partial, is the node whose every pod Pods
 	// holds ("" when none).
 	PodNode string

@@ -57,6 +57,18 @@ type KindReader interface {
 	KubeKinds() []string
 }
 
+// DefaultKinds are the kinds a rule that says nothing reads.
+var DefaultKinds = []string{"Pod", "Service", "EndpointSlice"}
+
+// KindsOf returns the kinds of cluster objects r reads: its KubeKinds, or
+// DefaultKinds.
+func KindsOf(r any) []string {
+	if kr, ok := r.(KindReader); ok {
+		return kr.KubeKinds()
+	}
+	return DefaultKinds
+}
+
 // Query names what to read afresh from its source of truth before a
 // remedy acts: each Service with its EndpointSlices, the pods that hold
 // each address, and each Node (quorum reads of the API server), and each

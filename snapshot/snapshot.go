@@ -17,6 +17,10 @@ const (
 	// StatusUnsupported means the ledger does not exist here (no conntrack
 	// in this kernel, no Calico in this cluster). It is a normal result.
 	StatusUnsupported Status = "unsupported"
+	// StatusNotGiven means the ledger was not asked for: a scan of saved
+	// evidence given no file of it. Like unsupported, nothing of it is
+	// judged, and that is no failure.
+	StatusNotGiven Status = "not given"
 	// StatusError means the source failed; its data must not be used.
 	StatusError Status = "error"
 )
@@ -93,6 +97,19 @@ func (s *Snapshot) Source(name string) (SourceStatus, bool) {
 // Ready returns nil when every named source was collected with StatusOK, and
 // otherwise an error that names each source that was not.
 func (s *Snapshot) Ready(names ...string) error {
+	if bad := s.NotReady(names...); len(bad) > 0 {
+		return fmt.Errorf("sources not ready (%s)", strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// Absent reports whether the status says the ledger is not here to read
+// (unsupported, not given), which is no failure.
+func (st Status) Absent() bool { return st == StatusUnsupported || st == StatusNotGiven }
+
+// NotReady returns, for each of the named sources that is not ready, why:
+// "name: status: detail".
+func (s *Snapshot) NotReady(names ...string) []string {
 	var bad []string
 	for _, n := range names {
 		st, ok := s.Source(n)
@@ -107,8 +124,5 @@ func (s *Snapshot) Ready(names ...string) error {
 			bad = append(bad, n+": "+d)
 		}
 	}
-	if len(bad) > 0 {
-		return fmt.Errorf("sources not ready (%s)", strings.Join(bad, "; "))
-	}
-	return nil
+	return bad
 }

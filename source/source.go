@@ -26,6 +26,38 @@ type unsupported string
 func (e unsupported) Error() string        { return string(e) }
 func (e unsupported) Is(target error) bool { return target == ErrUnsupported }
 
+// ErrNotGiven is returned (wrapped) by a source of a scan of saved evidence
+// that was given no file of its ledger. The snapshot records it as
+// StatusNotGiven; it is ErrUnsupported too: nothing of the ledger is
+// judged, and that is no failure.
+var ErrNotGiven = errors.New("not given")
+
+// NotGiven returns an error that is ErrNotGiven and reads as the message
+// alone, which says how to give the ledger.
+func NotGiven(format string, args ...any) error {
+	return notGiven(fmt.Sprintf(format, args...))
+}
+
+type notGiven string
+
+func (e notGiven) Error() string { return string(e) }
+func (e notGiven) Is(target error) bool {
+	return target == ErrNotGiven || target == ErrUnsupported
+}
+
+// Absent is a source of a ledger a scan of saved evidence was given no
+// file of: it collects nothing, and says how to give it (Why).
+type Absent struct {
+	Source string
+	Why    string
+}
+
+// Name returns the ledger's source name.
+func (a Absent) Name() string { return a.Source }
+
+// Collect returns ErrNotGiven, saying Why.
+func (a Absent) Collect(context.Context, *snapshot.Snapshot) error { return NotGiven("%s", a.Why) }
+
 // Source reads one ledger into the snapshot.
 type Source interface {
 	// Name is the source's stable name: "kube", "conntrack", ...
@@ -106,6 +138,8 @@ func CollectInto(ctx context.Context, now func() time.Time, s *snapshot.Snapshot
 		err := src.Collect(ctx, s)
 		st := snapshot.SourceStatus{Name: src.Name(), Status: snapshot.StatusOK, Duration: now().Sub(start)}
 		switch {
+		case errors.Is(err, ErrNotGiven):
+			st.Status, st.Detail = snapshot.StatusNotGiven, err.Error()
 		case errors.Is(err, ErrUnsupported):
 			st.Status, st.Detail = snapshot.StatusUnsupported, err.Error()
 		case err != nil:

@@ -3,6 +3,7 @@ package calico
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
@@ -105,9 +106,23 @@ func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 		return err
 	}
 	c := savedLedger(objs)
-	if c == nil {
-		return source.Unsupported("the saved objects hold no Calico IPAM object; save them with: %s", SaveCommand)
+	switch {
+	case c == nil && plausible(s.Kube):
+		return source.Unsupported("the saved objects hold no Calico IPAM object, though Calico runs in the cluster; save them with: %s", SaveCommand)
+	case c == nil:
+		return source.Unsupported("no Calico in the saved objects: no Calico IPAM object, and no calico-node pod")
 	}
 	s.Calico = c
 	return nil
+}
+
+// plausible reports whether the saved pods show Calico running: a pod of
+// namespace calico-system, or a calico-node or calico-kube-controllers pod.
+func plausible(k *snapshot.Kube) bool {
+	for _, p := range k.Pods {
+		if p.Namespace == "calico-system" || strings.HasPrefix(p.Name, "calico-node-") || strings.HasPrefix(p.Name, "calico-kube-controllers-") {
+			return true
+		}
+	}
+	return false
 }

@@ -236,7 +236,7 @@ func TestReadSavedErrors(t *testing.T) {
 		{"metadata of the wrong type", []string{write("uid.yaml", "apiVersion: crd.projectcalico.org/v1\nkind: IPAMHandle\nmetadata: {name: h, uid: 7}\n")},
 			write("uid.yaml", "apiVersion: crd.projectcalico.org/v1\nkind: IPAMHandle\nmetadata: {name: h, uid: 7}\n") + ":1: IPAMHandle h: metadata.uid: expected a string, found number: quote it"},
 		// No Calico object: no ledger, as on a cluster without Calico.
-		{"no Calico object", []string{pods}, "the saved objects hold no Calico IPAM object; save them with: " + SaveCommand},
+		{"no Calico object", []string{pods}, "no Calico in the saved objects: no Calico IPAM object, and no calico-node pod"},
 	} {
 		s, err := collect(tc.paths...)
 		if err == nil || err.Error() != tc.want {
@@ -263,7 +263,11 @@ func TestFileSource(t *testing.T) {
 		{"ledger read", &snapshot.Snapshot{Kube: &snapshot.Kube{}}, []string{objs},
 			snapshot.SourceStatus{Name: Name, Status: snapshot.StatusOK, Detail: "1 block (1 allocation), 1 handle, 1 affinity, 1 pool, leak grace period 5s"}},
 		{"no Calico object", &snapshot.Snapshot{Kube: &snapshot.Kube{}}, []string{write("pods.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n")},
-			snapshot.SourceStatus{Name: Name, Status: snapshot.StatusUnsupported, Detail: "the saved objects hold no Calico IPAM object; save them with: " + SaveCommand}},
+			snapshot.SourceStatus{Name: Name, Status: snapshot.StatusUnsupported, Detail: "no Calico in the saved objects: no Calico IPAM object, and no calico-node pod"}},
+		// The hint to save the ledger only where Calico runs.
+		{"no Calico object, calico-node running", &snapshot.Snapshot{Kube: &snapshot.Kube{Pods: []snapshot.Pod{{Namespace: "calico-system", Name: "calico-node-x7k2p"}}}},
+			[]string{write("pods.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n")},
+			snapshot.SourceStatus{Name: Name, Status: snapshot.StatusUnsupported, Detail: "the saved objects hold no Calico IPAM object, though Calico runs in the cluster; save them with: " + SaveCommand}},
 		{"kube source failed", &snapshot.Snapshot{}, []string{objs},
 			snapshot.SourceStatus{Name: Name, Status: snapshot.StatusError, Detail: "the saved objects could not be read (see the kube source)"}},
 	} {

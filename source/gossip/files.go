@@ -102,5 +102,5 @@ func (NotGiven) Name() string { return Name }
 
 // Collect reports the source unsupported.
 func (NotGiven) Collect(context.Context, *snapshot.Snapshot) error {
-	return source.Unsupported("no member list given: pass --consul ADDR or --serf ADDR to read an agent live, or save one (consul members -detailed, serf members -format=json) and pass it with --gossip-members")
+	return source.NotGiven("no member list: pass --consul ADDR or --serf ADDR to read an agent live, or save one (consul members -detailed, serf members -format=json) and pass it with --gossip-members")
 }

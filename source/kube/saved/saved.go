@@ -188,12 +188,19 @@ func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	if kinds == nil {
 		kinds = defaultKinds
 	}
-	if err := complete(objs, paths, kinds); err != nil {
+	missing, err := complete(objs, paths, kinds)
+	if err != nil {
 		return err
 	}
 	k := savedLedger(objs)
-	if err := whole(&k, paths); err != nil {
+	if err := whole(&k, paths, objs.Saw("Pod")); err != nil {
 		return err
+	}
+	if len(missing) > 0 {
+		// The rules that read a kind the files lack are not judged; the
+		// others are.
+		k.Missing = missing
+		k.SaveMissing = "kubectl get %s -A -o yaml > more.yaml, and pass that file too"
 	}
 	s.Kube = &k
 	return nil
@@ -219,7 +226,12 @@ func (e *missingFile) Unwrap() error { return e.err }
 // signs give it away: an EndpointSlice listing a pod of a namespace that
 // has no Pod in the files, and every object in a single namespace (a
 // cluster always runs pods in kube-system).
-func whole(k *snapshot.Kube, paths []string) error {
+func whole(k *snapshot.Kube, paths []string, pods bool) error {
+	if !pods {
+		// No Pod saved at all: the rules that read Pods are not judged,
+		// and no pod can read as missing.
+		return nil
+	}
 	podNS := map[string]bool{}
 	for _, p := range k.Pods {
 		podNS[p.Namespace] = true
@@ -252,16 +264,17 @@ func whole(k *snapshot.Kube, paths []string) error {
 		strings.Join(paths, ", "), why, SaveCommand)
 }
 
-// complete fails unless the objects include each of kinds.
-func complete(objs *kubectl.Objects, paths []string, kinds []string) error {
+// complete returns the kinds of kinds the objects do not include, and
+// fails when they include none of them: nothing the rules read was saved.
+func complete(objs *kubectl.Objects, paths []string, kinds []string) ([]string, error) {
 	var missing []string
 	for _, kind := range kinds {
 		if !objs.Saw(kind) {
 			missing = append(missing, kind)
 		}
 	}
-	if len(missing) == 0 {
-		return nil
+	if len(missing) < len(kinds) || len(kinds) == 0 {
+		return missing, nil
 	}
 	msg := fmt.Sprintf("%s: no %s found", strings.Join(paths, ", "), strings.Join(missing, ", no "))
 	if len(objs.Ignored) > 0 {
@@ -272,5 +285,5 @@ func complete(objs *kubectl.Objects, paths []string, kinds []string) error {
 		sort.Strings(ig)
 		msg += " (ignored: " + strings.Join(ig, ", ") + ")"
 	}
-	return errors.New(msg + "; save them all with: " + SaveCommand)
+	return nil, errors.New(msg + "; save them all with: " + SaveCommand)
 }
