@@ -136,8 +136,10 @@ Every action and refusal is an Event on the pods the finding concerns and a
 sample of ghostwatch_remedy_actions_total.
 
 A replica that loses the Lease while leading exits with status 2, so that its
-restart campaigns afresh. /readyz is ready on a standby replica, and on the
-leader once it has listed every Pod and Node.`,
+restart campaigns afresh. A replica that cannot reach the API server at start
+stays up, not ready (/readyz says why), and tries again, up to every 30s.
+/readyz is ready on a standby replica, and on the leader once it has listed
+every Pod and Node.`,
 		Example: `  # in the cluster: kubectl apply -k deploy/controller
   ghostwatch controller --kubeconfig ~/.kube/config --lease-namespace default --log-format text
 
@@ -218,13 +220,6 @@ func (o *controllerOptions) run(ctx context.Context, streams genericiooptions.IO
 	dyn, err := dynamic.NewForConfig(restConfig)
 	if err != nil {
 		return cmdline.WithCode(ExitError, fmt.Errorf("API server %s: %w", server, err))
-	}
-	// An API server it cannot reach at start is an error that says so:
-	// the replica restarts (CrashLoopBackOff shows why) rather than stand
-	// by for a Lease it can never read. Later outages are the leader
-	// election's to ride out.
-	if err := reachable(ctx, client); err != nil {
-		return cmdline.WithCode(ExitError, fmt.Errorf("controller: the API server at %s: %w", server, err))
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -380,23 +375,6 @@ func othersList(others []rule.Rule) string {
 		rs = append(rs, r.Info().ID+" (needs "+strings.Join(missing, ", ")+")")
 	}
 	return "\n" + wrap("It does not read, and leaves to ghostwatch scan, what these cluster rules need: "+strings.Join(rs, ", ")+".", "", 80)
-}
-
-// reachable asks the API server its version, within 30 seconds.
-func reachable(ctx context.Context, client kubernetes.Interface) error {
-	done := make(chan error, 1)
-	go func() {
-		_, err := client.Discovery().ServerVersion()
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(30 * time.Second):
-		return errors.New("no answer within 30s")
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // firstOf returns the first non-empty string.

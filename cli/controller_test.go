@@ -2,6 +2,10 @@ package cli
 
 import (
 	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +16,7 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/controller"
 	"github.com/ghostwatch/ghostwatch/deploy"
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/source/gossip"
 )
@@ -33,12 +38,49 @@ func TestDeployedControllerArgsAreValid(t *testing.T) {
 	}
 }
 
-// Without an API server it says which and exits 2, before campaigning.
+// Without an API server at start it stays up, not ready: /readyz answers
+// 503 with the server and the error, and it tries again; it stops cleanly
+// when told to. (It used to exit 2, into a crash loop.)
 func TestControllerWithoutAnAPIServer(t *testing.T) {
-	code, _, errOut := run(t, "", "controller", "--server=https://127.0.0.1:1", "--listen=", "--lease-namespace=x", "--identity=me",
-		"--request-timeout=2s", "--log-format=text")
-	if code != ExitError || !strings.Contains(errOut, "127.0.0.1:1") {
-		t.Errorf("exit %d, stderr %q", code, errOut)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut bytes.Buffer
+	streams := genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}
+	done := make(chan int, 1)
+	go func() {
+		done <- Execute(ctx, NewRootCommand(streams), []string{"controller", "--server=https://127.0.0.1:1", "--listen=" + addr,
+			"--lease-namespace=x", "--identity=me", "--request-timeout=2s", "--log-format=text"}, streams)
+	}()
+	var body string
+	poll.Until(t, 20*time.Second, "/readyz to say the API server cannot be reached", func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		return resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(body, "the API server cannot be reached") && strings.Contains(body, "127.0.0.1:1")
+	})
+	select {
+	case code := <-done:
+		t.Fatalf("the controller exited (%d) while the API server was unreachable", code)
+	default:
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("exit %d after being told to stop", code)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the controller did not stop")
 	}
 }
 

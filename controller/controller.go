@@ -99,6 +99,67 @@ type Status struct {
 	Findings int
 	// Skipped are the rules the last pass did not run, and why.
 	Skipped []finding.Skipped
+	// Unreachable says why the API server could not be reached, while the
+	// replica waits for it before campaigning for the Lease.
+	Unreachable string
+}
+
+// maxUnreachableRetry bounds the wait between two tries of an API server
+// that could not be reached at start.
+const maxUnreachableRetry = 30 * time.Second
+
+// waitForAPIServer asks the API server its version until it answers
+// (true), or ctx ends (false); meanwhile Status().Unreachable says why not.
+func (c *Controller) waitForAPIServer(ctx context.Context) bool {
+	wait := time.Second
+	for {
+		err := c.reach(ctx)
+		if err == nil {
+			c.mu.Lock()
+			was := c.status.Unreachable
+			c.status.Unreachable = ""
+			c.mu.Unlock()
+			if was != "" {
+				c.cfg.Log.Info("the API server answers: campaigning for the Lease")
+			}
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		why := fmt.Sprintf("the API server cannot be reached: %v; trying again in %s", err, wait)
+		c.mu.Lock()
+		c.status.Unreachable = why
+		c.mu.Unlock()
+		c.cfg.Log.Warn("not ready: the API server cannot be reached; trying again", "err", err, "in", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		wait = min(2*wait, maxUnreachableRetry)
+	}
+}
+
+// reach asks the API server its version, within 10s.
+func (c *Controller) reach(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.cfg.Client.Discovery().ServerVersion()
+		done <- err
+	}()
+	t := time.NewTimer(10 * time.Second)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return errors.New("no answer within 10s")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Controller is the cluster-wide watcher.
@@ -190,6 +251,13 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	if len(cfg.Sources) == 0 {
 		return errors.New("controller: no sources to read")
+	}
+	// An API server it cannot reach at start leaves the replica up, not
+	// ready, saying why and trying again, rather than exiting into a crash
+	// loop that says less; later outages are the leader election's to ride
+	// out.
+	if !c.waitForAPIServer(ctx) {
+		return nil
 	}
 	lost := false
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,10 +16,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	fakediscovery "k8s.io/client-go/discovery/fake"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/ghostwatch/ghostwatch/internal/eventstest"
 	"github.com/ghostwatch/ghostwatch/internal/poll"
@@ -207,4 +211,44 @@ func get(t *testing.T, url string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// A replica that cannot reach the API server at start stays up, not
+// ready, saying why, and tries again; once the server answers it leads.
+// (It used to exit 2, into a crash loop.)
+func TestUnreachableAPIServerAtStartIsNotReadyThenLeads(t *testing.T) {
+	client := fake.NewClientset(podWithIP("web-0", "0", "node-a", "10.244.2.2", time.Now().Add(-time.Hour)))
+	var down atomic.Bool
+	down.Store(true)
+	client.Discovery().(*fakediscovery.FakeDiscovery).PrependReactor("get", "version", func(clienttesting.Action) (bool, kruntime.Object, error) {
+		if down.Load() {
+			return true, nil, errors.New("dial tcp 10.96.0.1:443: connect: connection refused")
+		}
+		return false, nil, nil
+	})
+	a := startReplica(t, client, "replica-a")
+	srv := httptest.NewServer(a.c.Handler(prometheus.NewRegistry()))
+	defer srv.Close()
+	poll.Until(t, 10*time.Second, "the replica to say the API server cannot be reached", func() bool {
+		return strings.Contains(a.c.Status().Unreachable, "connection refused")
+	})
+	resp, err := http.Get(srv.URL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "the API server cannot be reached: dial tcp 10.96.0.1:443: connect: connection refused; trying again in") {
+		t.Errorf("/readyz: %d %q", resp.StatusCode, body)
+	}
+	select {
+	case err := <-a.done:
+		t.Fatalf("the replica exited: %v", err)
+	default:
+	}
+	down.Store(false)
+	poll.Until(t, 20*time.Second, "the replica to lead and pass once the server answers", func() bool {
+		st := a.c.Status()
+		return st.Unreachable == "" && st.Leading && !st.LastPass.IsZero()
+	})
 }

@@ -18,6 +18,8 @@ func (c *Controller) Handler(g prometheus.Gatherer) http.Handler {
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		st := c.Status()
 		switch {
+		case st.Unreachable != "":
+			http.Error(w, "not ready: "+st.Unreachable, http.StatusServiceUnavailable)
 		case !st.Leading:
 			leader := st.Leader
 			if leader == "" {
