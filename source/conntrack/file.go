@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"io/fs"
+	"net/netip"
 	"os"
 	"time"
 
@@ -92,8 +94,18 @@ func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	kept := &snapshot.Conntrack{}
 	n := 0
 	cr := &countingReader{r: r}
+	// The kept flows' original tuples, hashed: a table holds each (and
+	// zone) once, so a tuple listed twice is a listing joined from two
+	// captures, not a table.
+	tuples := map[uint64]int{}
+	seed := maphash.MakeSeed()
 	seen, err := ParseText(cr, name, now, func(fl *snapshot.Flow) error {
 		if keep(fl) {
+			k := tupleHash(seed, fl)
+			if first, ok := tuples[k]; ok {
+				return fmt.Errorf("the flow %s is listed twice (entries %d and %d): a table holds each flow once, so this listing joins two captures or repeats one; capture it again", describeTuple(fl), first, n+1)
+			}
+			tuples[k] = n + 1
 			kept.Keep(fl)
 		}
 		if n++; n%4096 == 0 {
@@ -109,6 +121,9 @@ func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	}
 	if seen == 0 {
 		return &emptyListing{name: name, empty: cr.n == 0}
+	}
+	if cr.last != '\n' {
+		return fmt.Errorf("conntrack listing %s ends in the middle of a line (no newline after its last entry): it was cut short while it was saved or copied, and its last entry may lack fields; capture it again", name)
 	}
 	kept.Seen = seen
 	s.Conntrack = kept
@@ -138,16 +153,39 @@ func (e *emptyListing) Error() string {
 
 func (e *emptyListing) Unwrap() error { return ErrEmptyListing }
 
-// countingReader counts the bytes read through it.
+// countingReader counts the bytes read through it, and keeps the last.
 type countingReader struct {
-	r io.Reader
-	n int64
+	r    io.Reader
+	n    int64
+	last byte
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
+	if n > 0 {
+		c.last = p[n-1]
+	}
 	return n, err
+}
+
+// tupleHash hashes a flow's protocol, zone and original tuple.
+func tupleHash(seed maphash.Seed, fl *snapshot.Flow) uint64 {
+	var h maphash.Hash
+	h.SetSeed(seed)
+	var b [4 + 2*16 + 4]byte
+	b[0], b[1], b[2] = byte(fl.Proto), byte(fl.Zone>>8), byte(fl.Zone)
+	src, dst := fl.Orig.Src.As16(), fl.Orig.Dst.As16()
+	copy(b[4:], src[:])
+	copy(b[20:], dst[:])
+	b[36], b[37], b[38], b[39] = byte(fl.Orig.SrcPort>>8), byte(fl.Orig.SrcPort), byte(fl.Orig.DstPort>>8), byte(fl.Orig.DstPort)
+	h.Write(b[:])
+	return h.Sum64()
+}
+
+// describeTuple names a flow by its original tuple.
+func describeTuple(fl *snapshot.Flow) string {
+	return fmt.Sprintf("%s %s -> %s", fl.Proto, netip.AddrPortFrom(fl.Orig.Src, fl.Orig.SrcPort), netip.AddrPortFrom(fl.Orig.Dst, fl.Orig.DstPort))
 }
 
 // missingListing is the error for a listing file that does not exist. It

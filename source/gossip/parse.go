@@ -330,6 +330,9 @@ func hostPort(s string) (netip.Addr, uint16, error) {
 // checkNames refuses a view that lists one name twice: every system keys
 // its members by name.
 func checkNames(v *snapshot.GossipView) error {
+	if len(v.Members) == 0 {
+		return errors.New("no member listed: an agent's member list always lists the agent itself, so this is no agent's whole view (one not joined yet, or a capture that failed)")
+	}
 	seen := make(map[string]bool, len(v.Members))
 	for _, m := range v.Members {
 		if m.Name == "" {

@@ -126,3 +126,13 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// A member list that lists no member is no agent's view: a real one always
+// lists the agent that gave it.
+func TestParseRefusesAListOfNoMember(t *testing.T) {
+	for _, in := range []string{"[]", `{"members": []}`, "Node  Address  Status  Type  Build  Protocol  DC  Partition  Segment\n"} {
+		if _, err := Parse("members.json", []byte(in)); err == nil || !strings.Contains(err.Error(), "no member listed") {
+			t.Errorf("%q: %v", in, err)
+		}
+	}
+}
