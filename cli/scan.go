@@ -92,7 +92,7 @@ source was incomplete (then no finding is claimed for what it would have read).`
 	}
 	f := cmd.Flags()
 	o.kubeFlags.AddFlags(f)
-	f.StringArrayVar(&o.kubeObjects, "kube-objects", nil, "read cluster objects from this file instead of the API server (kubectl get ... -o yaml|json output; repeatable)")
+	f.StringArrayVar(&o.kubeObjects, "kube-objects", nil, "read cluster objects from this file, or the .json, .yaml and .yml files of this directory, instead of the API server (kubectl get ... -o yaml|json output; repeatable)")
 	f.StringVar(&o.conntrackFile, "conntrack-file", "", "read flows from this `FILE`, a conntrack -L listing, instead of the kernel (\"-\" for stdin)")
 	f.StringArrayVar(&o.gossipMembers, "gossip-members", nil, "read a gossip cluster's member list from this `FILE` (repeatable, one cluster's view each, \"-\" for stdin): consul members -detailed, the Consul API's /v1/agent/members, serf members -format=json, or the member list of the ghostwatch/gossip package; the format is detected from the content")
 	f.StringArrayVar(&o.consulAddrs, "consul", nil, "read the members of the Consul agent at this `ADDR` live (http://host:8500 or https://host:8501; repeatable), with CONSUL_HTTP_TOKEN (or CONSUL_HTTP_TOKEN_FILE) and CONSUL_CACERT as consul's CLI reads them; the token goes over http to a loopback address only, unless --allow-plaintext-token")

@@ -3,8 +3,10 @@ package kubectl
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 )
 
@@ -81,5 +83,39 @@ func (f *Files) readFile(path string) error {
 		return err
 	}
 	defer file.Close()
+	if fi, err := file.Stat(); err == nil && fi.IsDir() {
+		return f.readDir(path)
+	}
 	return f.objs.Read(path, file)
+}
+
+// readDir reads the files of dir whose names end in .json, .yaml or .yml,
+// by name, as kubectl -f DIR does (not its subdirectories).
+func (f *Files) readDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, e := range entries {
+		switch filepath.Ext(e.Name()) {
+		case ".json", ".yaml", ".yml":
+		default:
+			continue
+		}
+		if e.IsDir() {
+			continue
+		}
+		if !e.Type().IsRegular() {
+			return fmt.Errorf("%s: not a regular file (%s)", filepath.Join(dir, e.Name()), e.Type())
+		}
+		if err := f.readFile(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+		n++
+	}
+	if n == 0 {
+		return fmt.Errorf("%s: a directory with no .json, .yaml or .yml file", dir)
+	}
+	return nil
 }

@@ -79,3 +79,53 @@ func TestFiles(t *testing.T) {
 		}
 	})
 }
+
+// A directory is read as kubectl -f reads one: its .json, .yaml and .yml
+// files, by name, not its subdirectories; one with none of them is an
+// error.
+func TestFilesReadsADirectory(t *testing.T) {
+	dir := t.TempDir()
+	for name, text := range map[string]string{
+		"b-pods.yaml":  "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ns}\n",
+		"a-nodes.json": `{"apiVersion":"v1","kind":"Node","metadata":{"name":"w"}}`,
+		"notes.txt":    "not read",
+		"sub/c.yaml":   "apiVersion: v1\nkind: Pod\nmetadata: {name: deeper, namespace: ns}\n",
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := &Files{Paths: []string{dir}}
+	typed(&f.objs)
+	o, err := f.Read(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "Node w uid= rv= at " + filepath.Join(dir, "a-nodes.json") + ":1\nPod ns/p uid= rv= at " + filepath.Join(dir, "b-pods.yaml") + ":1\n"
+	if got := dump(o); got != want {
+		t.Errorf("got\n%swant\n%s", got, want)
+	}
+	empty := t.TempDir()
+	if _, err := (&Files{Paths: []string{empty}}).Read(context.Background()); err == nil || !strings.Contains(err.Error(), "a directory with no .json, .yaml or .yml file") {
+		t.Errorf("an empty directory: %v", err)
+	}
+}
+
+// A table kubectl printed (no -o, or -o wide) is named as such, with the
+// command that saves objects.
+func TestFilesNamesATable(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "pods.txt")
+	table := "NAMESPACE     NAME          READY   STATUS    RESTARTS   AGE   IP           NODE\ndefault       web-0         1/1     Running   0          5d    10.244.1.5   n1\n"
+	if err := os.WriteFile(p, []byte(table), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := &Files{Paths: []string{p}}
+	typed(&f.objs)
+	if _, err := f.Read(context.Background()); err == nil || !strings.Contains(err.Error(), "a table, as kubectl get prints it without -o or with -o wide, not the objects: save them with -o yaml") {
+		t.Errorf("a table: %v", err)
+	}
+}

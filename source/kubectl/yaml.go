@@ -129,6 +129,9 @@ func (rd *reader) yamlDoc(text []byte, start int) error {
 	case '[':
 		return errAt(line, "not a Kubernetes object: the document is a list")
 	default:
+		if isTable(text[first-1:]) {
+			return errAt(line, "a table, as kubectl get prints it without -o or with -o wide, not the objects: save them with -o yaml (kubectl get pods,services,endpointslices,nodes,servicecidrs -A -o yaml)")
+		}
 		return errAt(line, "not a Kubernetes object: the document is a scalar")
 	}
 	// The header, and how many items a list holds, in one pass.
@@ -274,4 +277,20 @@ func yamlError(err error, text []byte, first, start int) error {
 	n, _ := strconv.Atoi(m[1])
 	last := bytes.Count(bytes.TrimSuffix(text, []byte{'\n'}), []byte{'\n'}) + 1
 	return errAt(start+min(max(n, 1), last)-1, "%s", m[2])
+}
+
+// isTable reports whether text starts as kubectl get's table does: a
+// header of capitalised column names, NAME (after NAMESPACE with -A) first.
+func isTable(text []byte) bool {
+	head, _, _ := bytes.Cut(text, []byte("\n"))
+	f := strings.Fields(string(head))
+	if len(f) < 2 || (f[0] != "NAME" && f[0] != "NAMESPACE") {
+		return false
+	}
+	for _, c := range f {
+		if strings.ToUpper(c) != c {
+			return false
+		}
+	}
+	return true
 }
