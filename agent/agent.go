@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"k8s.io/client-go/tools/record"
 
 	"github.com/ghostwatch/ghostwatch/audit"
+	"github.com/ghostwatch/ghostwatch/finding"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/sink"
@@ -70,6 +72,9 @@ type Status struct {
 	Degraded string
 	// Findings of the last complete audit.
 	Findings int
+	// Blind says which rules cannot see their ledger on this node at all,
+	// and why (Service NAT outside conntrack); empty when none.
+	Blind string
 }
 
 // Agent is the node agent's loop.
@@ -318,9 +323,29 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string, full bool) (wait 
 	}
 	a.mu.Lock()
 	a.status.LastAudit, a.status.Degraded, a.status.Findings = cfg.Now(), "", len(res.Findings)
+	a.status.Blind = blind(res.Skipped)
 	a.mu.Unlock()
 	cfg.Log.Debug("audit", "trigger", trigger, "full", full, "findings", len(res.Findings))
 	return wait
+}
+
+// blind says which rules cannot see their ledger on this node, and why:
+// "stale-nat-flow, misdelivered-flow (proxy: ...)"; "" when none.
+func blind(skipped []finding.Skipped) string {
+	var rules []string
+	cause := ""
+	for _, sk := range skipped {
+		if sk.Blind {
+			rules = append(rules, sk.Rule)
+			if cause == "" && len(sk.Causes) > 0 {
+				cause = sk.Causes[0]
+			}
+		}
+	}
+	if len(rules) == 0 {
+		return ""
+	}
+	return strings.Join(rules, ", ") + " (" + cause + ")"
 }
 
 // graceWait returns how long until the first finding of the last complete

@@ -33,6 +33,9 @@ func (a *Agent) Handler(g prometheus.Gatherer) http.Handler {
 			http.Error(w, "no audit yet", http.StatusServiceUnavailable)
 		case st.Degraded != "":
 			http.Error(w, "degraded: "+st.Degraded, http.StatusServiceUnavailable)
+		case st.Blind != "":
+			// Ready: the rest is judged; what is not is said.
+			fmt.Fprintf(w, "ok: %d findings in the last audit; not judged on this node: %s\n", st.Findings, st.Blind)
 		default:
 			fmt.Fprintf(w, "ok: %d findings in the last audit\n", st.Findings)
 		}

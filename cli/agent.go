@@ -36,6 +36,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/source/hostlocal"
 	"github.com/ghostwatch/ghostwatch/source/kube"
 	"github.com/ghostwatch/ghostwatch/source/kube/live"
+	"github.com/ghostwatch/ghostwatch/source/proxy"
 )
 
 // agentRules are the rules the agent runs: the registry's node rules.
@@ -112,6 +113,7 @@ type agentOptions struct {
 	logLevel          string
 	clockSkew         time.Duration
 	hostRoot          string
+	kubeProxyMetrics  string
 }
 
 func newAgentCommand(streams genericiooptions.IOStreams) *cobra.Command {
@@ -190,6 +192,7 @@ and nothing else; it exits with status 2 when it lacks it.`,
 	f.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.DurationVar(&o.clockSkew, "clock-skew", 2*time.Second, "how far the node clock may be ahead of the API server's when proving a flow predates a pod")
+	f.StringVar(&o.kubeProxyMetrics, "kube-proxy-metrics-address", proxy.DefaultKubeProxy, "where kube-proxy serves its metrics on this node (its --metrics-bind-address): its /proxyMode says how Services are translated. An eBPF load balancer (Cilium's kube-proxy replacement) translates outside conntrack: the flow rules are then not judged here, and /readyz and the proxy source say so")
 	f.StringVar(&o.hostRoot, "host-root", "/host", "where the node's files are mounted: host-local's store, the CNI configurations and Calico's nodename file are read under it ("+hostlocal.DefaultDataDir+", "+hostlocal.ConfDir+", "+caliconode.DefaultNodename+"); deploy/agent mounts those read-only. A store that cannot be read leaves its rules out, not the conntrack audits")
 	return cmd, o
 }
@@ -342,7 +345,7 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 	cfg := agent.Config{
 		NodeName: node,
 		Sources:  sources,
-		Ledgers:  []source.Source{&hostlocal.Source{Root: o.hostRoot}, &caliconode.Source{Root: o.hostRoot}},
+		Ledgers:  []source.Source{&hostlocal.Source{Root: o.hostRoot}, &caliconode.Source{Root: o.hostRoot}, &proxy.Source{KubeProxy: o.kubeProxyMetrics}},
 		Rules:    rules,
 		Remedies: rems,
 

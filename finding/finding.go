@@ -325,6 +325,9 @@ type Skipped struct {
 	// NotGiven is true when what the rule lacked was not given to a scan
 	// of saved evidence: it is not judged, and no source failed.
 	NotGiven bool `json:"not_given,omitempty"`
+	// Blind is true when the rule cannot see its ledger on this host at
+	// all (Service NAT outside conntrack): not a failure, but no verdict.
+	Blind bool `json:"blind,omitempty"`
 	// Causes are the reasons one by one, one per source not ready
 	// ("kube: not given: ..."): rules skipped for the same cause are
 	// said together.

@@ -52,6 +52,7 @@ func (*MisdeliveredFlow) Info() Info {
 	return Info{
 		ID:      MisdeliveredFlowID,
 		Sources: []string{"kube", "conntrack"},
+		Guards:  []string{"proxy"},
 		Scope:   ScopeNode,
 		Columns: []string{"service", "flow", "ip"},
 		Detail: func(f finding.Finding) string {

@@ -50,6 +50,11 @@ type Info struct {
 	// Sources the rule reads; all must be ready for it to run, or it is
 	// skipped with the reason in the report.
 	Sources []string
+	// Guards are sources the rule does not read that, when collected and
+	// found unsupported, say the rule cannot see its ledger here (the
+	// proxy source: Service NAT outside conntrack): it is then not
+	// applicable, with the reason. Not collected, they change nothing.
+	Guards []string
 	// Scope says where the rule runs. A rule with Ledgers runs in the
 	// scopes of its ledgers instead.
 	Scope Scope

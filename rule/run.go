@@ -19,6 +19,10 @@ func Run(s *snapshot.Snapshot, rules []Rule) ([]finding.Finding, []finding.Skipp
 	n := 0
 	for _, r := range rules {
 		info := r.Info()
+		if cause := guarded(s, info.Guards); cause != "" {
+			skipped = append(skipped, finding.Skipped{Rule: info.ID, Reason: "not judged here (" + cause + ")", Causes: []string{cause}, NotApplicable: true, Blind: true})
+			continue
+		}
 		bad, kinds := s.NotReady(info.Sources...), missingKinds(s, r)
 		switch {
 		case len(bad) > 0:
@@ -57,6 +61,17 @@ func Run(s *snapshot.Snapshot, rules []Rule) ([]finding.Finding, []finding.Skipp
 		out = append(out, fs...)
 	}
 	return out, skipped
+}
+
+// guarded returns why a guard collected in s says the rule cannot see its
+// ledger here, or "".
+func guarded(s *snapshot.Snapshot, guards []string) string {
+	for _, g := range guards {
+		if st, ok := s.Source(g); ok && st.Status == snapshot.StatusUnsupported {
+			return g + ": " + st.Detail
+		}
+	}
+	return ""
 }
 
 // missed returns why each of the named sources is not ready, leaving out

@@ -30,6 +30,7 @@ func (*StaleNATFlow) Info() Info {
 	return Info{
 		ID:      StaleNATFlowID,
 		Sources: []string{"kube", "conntrack"},
+		Guards:  []string{"proxy"},
 		Scope:   ScopeNode,
 		Summary: "the kernel still sends this connection where nothing answers (a pod that no longer exists, or, for UDP never translated, the Service address itself): packets go nowhere until the entry expires",
 		Fix:     "delete exactly this flow (conntrack -D with its original tuple), never by port or address; bound client connection lifetimes",

@@ -48,6 +48,8 @@ type Snapshot struct {
 	// CalicoNode is where Calico's CNI plugin on this node takes its node
 	// name (source "calico-node").
 	CalicoNode *CalicoNode
+	// ServiceProxy is what translates Service addresses on this node.
+	ServiceProxy *ServiceProxy
 	// Calico is Calico's IPAM ledger, cluster-wide (source "calico").
 	Calico *Calico
 	// Gossip is what gossip clusters say of their members (source
@@ -125,4 +127,14 @@ func (s *Snapshot) NotReady(names ...string) []string {
 		}
 	}
 	return bad
+}
+
+// ServiceProxy is what translates Service addresses on a node, when its
+// translation shows in conntrack.
+type ServiceProxy struct {
+	// Mode is kube-proxy's mode (iptables, nftables, ipvs); By who said
+	// it. Both empty when nothing answered.
+	Mode, By string
+	// Note says what is assumed, when something is.
+	Note string
 }
