@@ -31,6 +31,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/source/kube/live"
 	"github.com/ghostwatch/ghostwatch/source/kube/saved"
 	"github.com/ghostwatch/ghostwatch/source/kubectl"
+	"github.com/ghostwatch/ghostwatch/source/proxy"
 )
 
 type scanOptions struct {
@@ -258,6 +259,12 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	}
 	if readsTable {
 		sources = append(sources, ctSrc)
+		if readLive && o.conntrackFile == "" {
+			// Who translates Services on this host: kube-proxy's mode
+			// decides which addresses are NodePort frontends, and an eBPF
+			// load balancer leaves no flow to judge.
+			sources = append(sources, &proxy.Source{})
+		}
 	}
 	nodeFiles := fmt.Sprintf("no copy of the node's files: pass --host-root DIR, a copy of the node's %s, %s and %s, or --live to read this host's", hostlocal.ConfDir, hostlocal.DefaultDataDir, path.Dir(caliconode.DefaultNodename))
 	if len(rule.ReadersOf(rules, hostlocal.Name)) > 0 {

@@ -21,7 +21,14 @@ import (
 // settings but its grace at the floor, deletes them after a quorum read of
 // the IPAddress that would book the address to a Service again.
 func TestRealDeletedServiceLeavesGhosts(t *testing.T) {
-	e := newRealEnv(t, controlplane.ProxyIPTables)
+	for _, mode := range proxyModes {
+		t.Run(string(mode), func(t *testing.T) { testRealDeletedServiceLeavesGhosts(t, mode) })
+	}
+}
+
+// testRealDeletedServiceLeavesGhosts is TestRealDeletedServiceLeavesGhosts in one kube-proxy mode.
+func testRealDeletedServiceLeavesGhosts(t *testing.T, mode controlplane.ProxyMode) {
+	e := newRealEnv(t, mode)
 	ctx := context.Background()
 	svc := e.service(t, "cache", "redis", 0)
 	backend := e.pod(t, "cache", "redis-0", "redis", netip.Addr{}, 0)

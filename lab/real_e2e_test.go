@@ -316,7 +316,14 @@ func TestRealDrainingPodKeepsItsFlows(t *testing.T) {
 // a connection to it is still translated. `ghostwatch scan` reports the
 // flow as misdelivered.
 func TestRealIPReuseIsMisdelivered(t *testing.T) {
-	e := newRealEnv(t, controlplane.ProxyIPTables)
+	for _, mode := range proxyModes {
+		t.Run(string(mode), func(t *testing.T) { testRealIPReuseIsMisdelivered(t, mode) })
+	}
+}
+
+// testRealIPReuseIsMisdelivered is TestRealIPReuseIsMisdelivered in one kube-proxy mode.
+func testRealIPReuseIsMisdelivered(t *testing.T, mode controlplane.ProxyMode) {
+	e := newRealEnv(t, mode)
 	e.service(t, "web", "api", 30080)
 	ip := e.pod(t, "web", "api-v1", "api", netip.Addr{}, 0)
 	client, err := e.bed.AddHost("client", e.node.Net, hostPfx(realClientIP))

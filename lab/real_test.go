@@ -53,6 +53,12 @@ var (
 	realClientIP = netip.MustParseAddr("203.0.113.20")
 )
 
+// proxyModes are the kube-proxy modes the end-to-end tests of the flow
+// rules run in: every one this kernel runs (IPVS needs the ip_vs module,
+// which the kernel the suite runs on lacks; docs/agent.md says what
+// ghostwatch sees under it).
+var proxyModes = []controlplane.ProxyMode{controlplane.ProxyIPTables, controlplane.ProxyNFTables}
+
 // realBinaries is the control plane's binaries directory; the test is
 // root-only, and skips (fails under CI) when they are not built.
 func realBinaries(t *testing.T) string {

@@ -48,6 +48,8 @@ import (
 
 // rollingOptions configure one run.
 type rollingOptions struct {
+	// mode is kube-proxy's; iptables when empty.
+	mode controlplane.ProxyMode
 	// replacements: pods replaced, one after another, each new pod ready
 	// and answering before the old one is deleted
 	// (terminationGracePeriodSeconds 1).
@@ -315,7 +317,11 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // every delete the agent made.
 func rollingReplacements(t *testing.T, o rollingOptions) rollingResult {
 	t.Helper()
-	e := newRealEnvWith(t, controlplane.ProxyIPTables, controlplane.Options{MaxEndpointsPerSlice: o.maxPerSlice},
+	mode := o.mode
+	if mode == "" {
+		mode = controlplane.ProxyIPTables
+	}
+	e := newRealEnvWith(t, mode, controlplane.Options{MaxEndpointsPerSlice: o.maxPerSlice},
 		netbed.NodeOptions{ConntrackTimestamp: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -487,7 +493,16 @@ func (e *realEnv) dnatFlows(t *testing.T) []snapshot.Flow {
 // exists, though IPs are handed straight to the next pod and endpoints move
 // between EndpointSlices.
 func TestRealRollingUpdateDeletesOnlyGhosts(t *testing.T) {
+	for _, mode := range proxyModes {
+		t.Run(string(mode), func(t *testing.T) { testRealRollingUpdateDeletesOnlyGhosts(t, mode) })
+	}
+}
+
+// testRealRollingUpdateDeletesOnlyGhosts is TestRealRollingUpdateDeletesOnlyGhosts
+// in one kube-proxy mode.
+func testRealRollingUpdateDeletesOnlyGhosts(t *testing.T, mode controlplane.ProxyMode) {
 	res := rollingReplacements(t, rollingOptions{
+		mode:         mode,
 		replacements: 10, replicas: 4, maxPerSlice: 2,
 		grace: remedy.DefaultGrace, budget: remedy.DefaultBudget,
 	})

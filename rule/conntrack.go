@@ -208,8 +208,16 @@ type namedPrefix struct {
 
 func newFlowIndex(s *snapshot.Snapshot, cfg ConntrackConfig) *flowIndex {
 	k := s.Kube
+	local := append(slices.Clip(cfg.LocalAddresses), s.LocalAddresses...)
+	if p := s.ServiceProxy; p != nil && p.Mode == "nftables" {
+		// kube-proxy's nftables mode serves NodePorts on the node's
+		// primary addresses only (its --nodeport-addresses=primary
+		// default), not on every address of the host as iptables mode
+		// does: the host's other addresses are no NodePort frontends.
+		local = nil
+	}
 	ix := &flowIndex{
-		frontends:  NewFrontends(k, s.NodeName, cfg.NodePortAddresses, append(slices.Clip(cfg.LocalAddresses), s.LocalAddresses...)...),
+		frontends:  NewFrontends(k, s.NodeName, cfg.NodePortAddresses, local...),
 		backends:   map[snapshot.ObjectRef]map[netip.Addr]*snapshot.Endpoint{},
 		holders:    map[netip.Addr][]*snapshot.Pod{},
 		nodeAddrs:  map[netip.Addr]string{},

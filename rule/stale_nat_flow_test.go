@@ -51,6 +51,8 @@ type ruleCase struct {
 	kube  func(k *snapshot.Kube)
 	flows []snapshot.Flow
 	cfg   ConntrackConfig
+	// proxy is what translates Services on the node; nil when not read.
+	proxy *snapshot.ServiceProxy
 	want  []want
 }
 
@@ -75,6 +77,7 @@ func runCases(t *testing.T, cases []ruleCase) {
 				tc.kube(&k)
 			}
 			s := snap(k, tc.flows...)
+			s.ServiceProxy = tc.proxy
 			got, skipped := Run(s, flowRules(All(Config{Conntrack: tc.cfg})))
 			if len(skipped) != 0 {
 				t.Fatalf("rules skipped: %v", skipped)
@@ -240,6 +243,19 @@ func TestStaleNATFlow(t *testing.T) {
 			name:  "NodePort on a local address of the host the Node object does not list (a second NIC, a VIP)",
 			cfg:   ConntrackConfig{LocalAddresses: []netip.Addr{netip.MustParseAddr("10.0.0.10")}},
 			flows: []snapshot.Flow{flow(tcp, "203.0.113.10:54321", "10.0.0.10:30080", "10.244.1.100:8080")},
+			want:  []want{{StaleNATFlowID, "10.244.1.100", finding.Warning}},
+		},
+		{
+			name:  "kube-proxy in nftables mode serves NodePorts on the node's primary addresses only: a host's other address is no frontend",
+			cfg:   ConntrackConfig{LocalAddresses: []netip.Addr{netip.MustParseAddr("10.0.0.10")}},
+			proxy: &snapshot.ServiceProxy{Mode: "nftables", By: "kube-proxy at 127.0.0.1:10249"},
+			flows: []snapshot.Flow{flow(tcp, "203.0.113.10:54321", "10.0.0.10:30080", "10.244.1.100:8080")},
+		},
+		{
+			name:  "kube-proxy in nftables mode: the Node's own address is a frontend",
+			cfg:   ConntrackConfig{LocalAddresses: []netip.Addr{netip.MustParseAddr("10.0.0.10")}},
+			proxy: &snapshot.ServiceProxy{Mode: "nftables", By: "kube-proxy at 127.0.0.1:10249"},
+			flows: []snapshot.Flow{flow(tcp, "203.0.113.10:54321", "192.168.1.10:30080", "10.244.1.100:8080")},
 			want:  []want{{StaleNATFlowID, "10.244.1.100", finding.Warning}},
 		},
 		{
