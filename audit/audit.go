@@ -80,9 +80,23 @@ func Judge(s *snapshot.Snapshot, rules []rule.Rule) *Result {
 		fs = []finding.Finding{}
 	}
 	return &Result{
-		Report:   finding.Report{Findings: fs, Sources: s.Sources, Skipped: skipped},
+		Report: finding.Report{Node: s.NodeName, CapturedAt: capturedAt(s), Summary: finding.Summarize(fs),
+			Findings: fs, Sources: s.Sources, Skipped: skipped},
 		Snapshot: s,
 	}
+}
+
+// capturedAt is when s's evidence was captured: when a saved listing was
+// (snapshot.Snapshot.CapturedAt), else when s was taken, to the second.
+func capturedAt(s *snapshot.Snapshot) time.Time {
+	t := s.Taken
+	if !s.CapturedAt.IsZero() {
+		t = s.CapturedAt
+	}
+	if t.IsZero() {
+		return t
+	}
+	return t.UTC().Truncate(time.Second)
 }
 
 // Incomplete returns an error naming every source that failed, or nil. A

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/audit"
 	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/internal/buildinfo"
 	"github.com/ghostwatch/ghostwatch/internal/cmdline"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/sink"
@@ -293,6 +294,7 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 		return cmdline.WithCode(ExitError, err)
 	}
 	wrongNode := res.WrongNode
+	res.Report.Version = buildinfo.Read().Version
 	if err := sink.Write(streams.Out, output, &res.Report, rules); err != nil {
 		return cmdline.WithCode(ExitError, fmt.Errorf("writing the report: %w", err))
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"iter"
+	"slices"
 	"net/netip"
 	"strings"
 	"time"
@@ -347,11 +348,59 @@ func AtLeast(fs []Finding, min Severity) bool {
 // Report is the outcome of one audit: what was found and how each source
 // fared. It is what `scan -o json` prints.
 type Report struct {
+	// Version is ghostwatch's version that wrote the report.
+	Version string `json:"version,omitempty"`
+	// Node is the node whose ledgers were read; empty for a cluster-wide
+	// pass.
+	Node string `json:"node,omitempty"`
+	// CapturedAt is when the evidence was captured: read live, or, for a
+	// saved conntrack listing, when it was saved (--captured-at, else
+	// the file's modification time).
+	CapturedAt time.Time `json:"captured_at,omitzero"`
+	// Summary counts the findings by rule and severity, worst first within
+	// a rule.
+	Summary  []RuleCount             `json:"summary"`
 	Findings []Finding               `json:"findings"`
 	Sources  []snapshot.SourceStatus `json:"sources"`
 	// Skipped are the rules that did not run because a source they read
 	// was not complete; they claim nothing.
 	Skipped []Skipped `json:"skipped,omitempty"`
+}
+
+// RuleCount is how many findings a rule made of one severity.
+type RuleCount struct {
+	Rule     string   `json:"rule"`
+	Severity Severity `json:"severity"`
+	Findings int      `json:"findings"`
+}
+
+// Summarize counts fs by rule, in the order the rules first appear, and
+// by severity, worst first.
+func Summarize(fs []Finding) []RuleCount {
+	out := []RuleCount{}
+	at := map[string]int{}
+	for _, f := range fs {
+		i, ok := at[f.Rule+"\x00"+f.Severity.String()]
+		if !ok {
+			i = len(out)
+			at[f.Rule+"\x00"+f.Severity.String()] = i
+			out = append(out, RuleCount{Rule: f.Rule, Severity: f.Severity})
+		}
+		out[i].Findings++
+	}
+	first := map[string]int{}
+	for i, c := range out {
+		if _, ok := first[c.Rule]; !ok {
+			first[c.Rule] = i
+		}
+	}
+	slices.SortStableFunc(out, func(a, b RuleCount) int {
+		if c := first[a.Rule] - first[b.Rule]; c != 0 {
+			return c
+		}
+		return int(b.Severity) - int(a.Severity)
+	})
+	return out
 }
 
 // MemberKind is the Kind of a MemberTarget.

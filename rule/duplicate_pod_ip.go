@@ -44,7 +44,7 @@ func (*DuplicatePodIP) Info() Info {
 		Scope:   ScopeCluster,
 		Columns: []string{"ip", "pod", "node"},
 		Detail: func(f finding.Finding) string {
-			return fmt.Sprintf("also held by %v", f.Evidence["others"])
+			return fmt.Sprintf("the newest holder; also held by %v", f.Evidence["others"])
 		},
 		Summary: "two pods hold one IP: the IPAM ledger forgot the first and gave its IP to the second, and traffic for either may reach the other",
 		Fix:     "delete the newer pod so it gets a fresh IP, then repair the ledger that forgot the older one (see the runbook)",
@@ -166,14 +166,20 @@ func duplicate(ip netip.Addr, ps []*snapshot.Pod) finding.Finding {
 	})
 	newest := ps[len(ps)-1]
 	live := 0
-	var holders, others []string
+	var described, others []string
+	var holders []Holder
 	var concerns []finding.ObjectRef
 	nodes := map[string]bool{}
 	for _, p := range ps {
 		if !p.Deleting {
 			live++
 		}
-		holders = append(holders, describeHolder(p))
+		described = append(described, describeHolder(p))
+		h := Holder{Pod: p.Ref().String(), UID: p.UID, Node: p.Node, Terminating: p.Deleting, Newest: p == newest}
+		if t := p.Since(); !t.IsZero() {
+			h.Started = t.UTC().Format(time.RFC3339)
+		}
+		holders = append(holders, h)
 		if p != newest {
 			o := p.Ref().String()
 			if p.Deleting {
@@ -210,7 +216,7 @@ func duplicate(ip netip.Addr, ps []*snapshot.Pod) finding.Finding {
 		Rule:     DuplicatePodIPID,
 		Severity: sev,
 		Message: fmt.Sprintf("IP %s is held by %d pods %s: %s; %s",
-			ip, len(ps), where, strings.Join(holders, ", "), why),
+			ip, len(ps), where, strings.Join(described, ", "), why),
 		Subject: finding.Subject{
 			IP:        ip.String(),
 			Namespace: newest.Namespace,
@@ -220,6 +226,19 @@ func duplicate(ip netip.Addr, ps []*snapshot.Pod) finding.Finding {
 		Evidence: ev,
 		Concerns: concerns,
 	}
+}
+
+// Holder is one pod holding a duplicated IP, as the finding's evidence
+// lists them, oldest first.
+type Holder struct {
+	Pod         string `json:"pod"`
+	UID         string `json:"uid,omitempty"`
+	Node        string `json:"node,omitempty"`
+	Started     string `json:"started,omitempty"`
+	Terminating bool   `json:"terminating,omitempty"`
+	// Newest is true for the pod that got the IP last: the finding's
+	// subject, the one to delete.
+	Newest bool `json:"newest,omitempty"`
 }
 
 // describeHolder names a pod holding a duplicated IP: "ns/name on node

@@ -10,8 +10,9 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
-	"sigs.k8s.io/yaml"
+	yaml3 "go.yaml.in/yaml/v3"
 
 	"github.com/ghostwatch/ghostwatch/finding"
 	"github.com/ghostwatch/ghostwatch/internal/buildinfo"
@@ -46,7 +47,11 @@ func Write(w io.Writer, format string, r *finding.Report, catalog []rule.Rule) e
 func JSON(w io.Writer, r *finding.Report) error {
 	ew := &errWriter{w: w}
 	r = normalize(r)
-	ew.printf("{\n  \"findings\": [")
+	hb, err := marshal(reportHeaderOf(r), "", true)
+	if err != nil {
+		return err
+	}
+	ew.printf("{\n  %s,\n  \"findings\": [", bytes.TrimSpace(bytes.TrimSpace(hb)[1:len(bytes.TrimSpace(hb))-1]))
 	for i := range r.Findings {
 		if i > 0 {
 			ew.printf(",")
@@ -98,6 +103,18 @@ func JSON(w io.Writer, r *finding.Report) error {
 	return ew.err
 }
 
+// reportHeader is what a report says before its findings.
+type reportHeader struct {
+	Version    string              `json:"version,omitempty"`
+	Node       string              `json:"node,omitempty"`
+	CapturedAt time.Time           `json:"captured_at,omitzero"`
+	Summary    []finding.RuleCount `json:"summary"`
+}
+
+func reportHeaderOf(r *finding.Report) reportHeader {
+	return reportHeader{Version: r.Version, Node: r.Node, CapturedAt: r.CapturedAt, Summary: r.Summary}
+}
+
 // flowLine is one flow as the reports list it.
 // writeEntry writes one entry of a listed target as one line of JSON (a
 // YAML flow mapping too).
@@ -126,27 +143,31 @@ func marshal(v any, prefix string, indent bool) ([]byte, error) {
 	return bytes.TrimRight(buf.Bytes(), "\n"), nil
 }
 
-// YAML writes the same document as JSON, in YAML, the flows streamed the
-// same way (each a flow mapping on one line).
+// YAML writes the same document as JSON, in YAML: the same keys in the
+// same order, the same values (times and durations as JSON writes them),
+// the flows streamed the same way (each a flow mapping on one line).
 func YAML(w io.Writer, r *finding.Report) error {
 	ew := &errWriter{w: w}
 	r = normalize(r)
+	hb, err := marshal(reportHeaderOf(r), "", false)
+	if err != nil {
+		return err
+	}
+	if err := writeYAML(ew, hb, ""); err != nil {
+		return err
+	}
 	if len(r.Findings) == 0 {
 		ew.printf("findings: []\n")
 	} else {
 		ew.printf("findings:\n")
 	}
 	for i := range r.Findings {
-		b, err := yaml.Marshal(&r.Findings[i])
+		b, err := marshal(&r.Findings[i], "", false)
 		if err != nil {
 			return err
 		}
-		for j, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
-			if j == 0 {
-				ew.printf("- %s\n", line)
-			} else {
-				ew.printf("  %s\n", line)
-			}
+		if err := writeYAML(ew, b, "- "); err != nil {
+			return err
 		}
 		lt, ok := r.Findings[i].Target.(finding.Listed)
 		if !ok {
@@ -166,17 +187,63 @@ func YAML(w io.Writer, r *finding.Report) error {
 		Sources []snapshot.SourceStatus `json:"sources"`
 		Skipped []finding.Skipped       `json:"skipped,omitempty"`
 	}{r.Sources, r.Skipped}
-	b, err := yaml.Marshal(rest)
+	b, err := marshal(rest, "", false)
 	if err != nil {
 		return err
 	}
-	ew.Write(b)
+	if err := writeYAML(ew, b, ""); err != nil {
+		return err
+	}
 	return ew.err
+}
+
+// writeYAML writes the JSON object j as YAML, its keys in j's order (as
+// JSON writes them), each line after the first indented to follow first
+// ("- " for an item of a list).
+func writeYAML(w io.Writer, j []byte, first string) error {
+	var n yaml3.Node
+	if err := yaml3.Unmarshal(j, &n); err != nil {
+		return err
+	}
+	plain(&n)
+	var buf bytes.Buffer
+	enc := yaml3.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(&n); err != nil {
+		return err
+	}
+	if err := enc.Close(); err != nil {
+		return err
+	}
+	indent := strings.Repeat(" ", len(first))
+	for k, line := range strings.Split(strings.TrimRight(buf.String(), "\n"), "\n") {
+		pre := indent
+		if k == 0 {
+			pre = first
+		}
+		if _, err := fmt.Fprintf(w, "%s%s\n", pre, line); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// plain drops the styles decoding JSON gave n (flow mappings, quoted
+// strings): the encoder writes block YAML, and quotes a string only where
+// it would read as something else.
+func plain(n *yaml3.Node) {
+	n.Style = 0
+	for _, c := range n.Content {
+		plain(c)
+	}
 }
 
 // normalize makes empty lists print as [] rather than null.
 func normalize(r *finding.Report) *finding.Report {
 	c := *r
+	if c.Summary == nil {
+		c.Summary = finding.Summarize(c.Findings)
+	}
 	if c.Findings == nil {
 		c.Findings = []finding.Finding{}
 	}

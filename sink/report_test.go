@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	yaml3 "go.yaml.in/yaml/v3"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ghostwatch/ghostwatch/finding"
@@ -143,7 +146,7 @@ func TestEmptyListsAreArrays(t *testing.T) {
 	if err := JSON(&b, &finding.Report{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := b.String(); got != "{\n  \"findings\": [],\n  \"sources\": []\n}\n" {
+	if got := b.String(); got != "{\n  \"summary\": [],\n  \"findings\": [],\n  \"sources\": []\n}\n" {
 		t.Fatalf("got %q", got)
 	}
 }
@@ -154,6 +157,42 @@ func TestYAMLMatchesJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	golden(t, "report.yaml", b.Bytes())
+	// The same keys in the same order, the same values.
+	var j bytes.Buffer
+	if err := Write(&j, "json", sample(), nil); err != nil {
+		t.Fatal(err)
+	}
+	var jn, yn yaml3.Node
+	if err := yaml3.Unmarshal(j.Bytes(), &jn); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml3.Unmarshal(b.Bytes(), &yn); err != nil {
+		t.Fatal(err)
+	}
+	if jk, yk := keys(&jn, ""), keys(&yn, ""); !slices.Equal(jk, yk) {
+		t.Errorf("the YAML's keys and values differ from the JSON's:\n json %v\n yaml %v", jk, yk)
+	}
+}
+
+// keys lists n's mapping keys and scalar values, in document order, each
+// with its path.
+func keys(n *yaml3.Node, path string) []string {
+	var out []string
+	switch n.Kind {
+	case yaml3.DocumentNode, yaml3.SequenceNode:
+		for i, c := range n.Content {
+			out = append(out, keys(c, fmt.Sprintf("%s[%d]", path, i))...)
+		}
+	case yaml3.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := path + "." + n.Content[i].Value
+			out = append(out, k)
+			out = append(out, keys(n.Content[i+1], k)...)
+		}
+	case yaml3.ScalarNode:
+		out = append(out, path+"="+n.Value)
+	}
+	return out
 }
 
 func TestUnknownFormat(t *testing.T) {

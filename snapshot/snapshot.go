@@ -38,6 +38,10 @@ type SourceStatus struct {
 type Snapshot struct {
 	// Taken is when collection started.
 	Taken time.Time
+	// CapturedAt, when set, is when saved evidence was captured (a
+	// conntrack listing's --captured-at, or its file's modification
+	// time): the report's capture time.
+	CapturedAt time.Time
 	// NodeName is the Kubernetes Node this snapshot was taken on (the node
 	// whose conntrack table was read); empty for cluster-wide snapshots.
 	NodeName string

@@ -127,6 +127,9 @@ func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	}
 	kept.Seen = seen
 	s.Conntrack = kept
+	if f.Path != "-" || !f.CapturedAt.IsZero() {
+		s.CapturedAt = now
+	}
 	return nil
 }
 
