@@ -6,7 +6,8 @@
 # missing, and builds the Kubernetes binaries (scripts/kube-binaries.sh: ~10
 # minutes cold), the CNI host-local plugin (scripts/cni-plugins.sh: ~1 minute
 # cold) and Calico's binaries (scripts/calico-binaries.sh: ~8 minutes cold)
-# once into a cache outside the repository, nothing after.
+# and the Consul agent of seed 000 (scripts/consul-binary.sh: ~4-10 minutes
+# cold) once into a cache outside the repository, nothing after.
 # GHOSTWATCH_E2E=0 skips the builds and the tests that run those binaries.
 # Under CI=true nothing may skip: the script fails when it is not root, when
 # it cannot install those packages, or when GHOSTWATCH_E2E=0, and the tests
@@ -70,5 +71,9 @@ fi
 if [ "${GHOSTWATCH_E2E:-1}" != 0 ] && [ "$(id -u)" = 0 ] && [ -z "${GHOSTWATCH_CALICO_BIN:-}" ]; then
   GHOSTWATCH_CALICO_BIN=$(./scripts/calico-binaries.sh)
   export GHOSTWATCH_CALICO_BIN
+fi
+if [ "${GHOSTWATCH_E2E:-1}" != 0 ] && [ "$(id -u)" = 0 ] && [ -z "${GHOSTWATCH_CONSUL_BIN:-}" ]; then
+  GHOSTWATCH_CONSUL_BIN=$(./scripts/consul-binary.sh)
+  export GHOSTWATCH_CONSUL_BIN
 fi
 go test -count=1 -timeout 45m "$@" ./...

@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	pkg "github.com/ghostwatch/ghostwatch/gossip"
+	"github.com/ghostwatch/ghostwatch/internal/consultest"
 	"github.com/ghostwatch/ghostwatch/internal/kubefake"
 	"github.com/ghostwatch/ghostwatch/internal/memberlisttest"
 	"github.com/ghostwatch/ghostwatch/internal/serftest"
@@ -283,4 +284,56 @@ func TestWatchSendsTheTokenOnlyToDeclaredClusters(t *testing.T) {
 	if d := w.Describe(s); d != "1 clusters, 1 members; 1 annotated but not declared, not read: tenant/consul (consul)" {
 		t.Errorf("Describe: %q", d)
 	}
+}
+
+// Real Consul agents with ACLs on (default deny), read through the HTTP
+// API as the declared cluster's pods say, with the declared token: a
+// client dies without leaving and its pod goes; ReadCluster reads it
+// failed, and forces it out (force-leave with prune) through the server's
+// agent, which needs the token's operator:write.
+func TestWatchReadsConsulAndForcesOut(t *testing.T) {
+	server := consultest.Start(t, consultest.Config{Name: "consul-0", Addr: netip.MustParseAddr("127.0.0.81"), Server: true})
+	survivor := consultest.Start(t, consultest.Config{Name: "consul-1", Addr: netip.MustParseAddr("127.0.0.82"), Join: server.Addr})
+	old := consultest.Start(t, consultest.Config{Name: "ip-127-0-0-83", Addr: netip.MustParseAddr("127.0.0.83"), Join: server.Addr})
+	token := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(token, []byte(consultest.Token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hour := time.Now().Add(-time.Hour)
+	pods := newPods()
+	w := &Watch{Pods: pods, Interval: 100 * time.Millisecond, Clusters: &Declarations{Clusters: []Declared{
+		{System: "consul", Namespace: "shop", TokenFile: token, AllowPlaintextCredentials: true}}}}
+	start(t, w)
+	pods.list(gossipPod("consul-0", "u0", "127.0.0.81", "consul", 0, hour),
+		gossipPod("consul-1", "u1", "127.0.0.82", "consul", 0, hour.Add(time.Minute)),
+		gossipPod("consul-2", "u2", "127.0.0.83", "consul", 0, hour.Add(2*time.Minute)))
+	cluster := snapshot.GossipCluster{System: "consul", Cluster: "shop/consul"}
+	waitFor(t, "three members read alive", func() bool {
+		s, err := collect(w)
+		v, _ := view(s, cluster.System, cluster.Cluster)
+		return err == nil && len(v.Members) == 3 && !slices.ContainsFunc(v.Members, func(m snapshot.GossipMember) bool { return m.Status != snapshot.MemberAlive })
+	})
+	old.Kill()
+	pods.delete("shop", "consul-2")
+	ctx := context.Background()
+	var leave func(context.Context, string) error
+	waitFor(t, "the dead member read failed", func() bool {
+		v, l, err := w.ReadCluster(ctx, cluster)
+		if err != nil {
+			return false
+		}
+		leave = l
+		m, ok := memberOf(v, old.Name)
+		return ok && m.Status == snapshot.MemberFailed
+	})
+	if leave == nil {
+		t.Fatal("no force-leave through a Consul agent")
+	}
+	if err := leave(ctx, old.Name); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the member pruned from the survivor's list", func() bool {
+		ms, err := survivor.Members()
+		return err == nil && !slices.ContainsFunc(ms, func(m consultest.Member) bool { return m.Name == old.Name })
+	})
 }
