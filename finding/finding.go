@@ -4,8 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"iter"
-	"slices"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
