@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ghostwatch/ghostwatch/deploy"
+	"github.com/ghostwatch/ghostwatch/internal/consultest"
 	"github.com/ghostwatch/ghostwatch/internal/serftest"
 	labcalico "github.com/ghostwatch/ghostwatch/lab/calico"
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
@@ -95,9 +99,17 @@ func TestRealController(t *testing.T) {
 	}
 	// The gossip remedy on, with the member lists read every second and a
 	// grace of 2 s (defaults: 30 s and 1 min), for the test's patience.
-	// The Serf cluster of namespace gossip declared, as an operator would.
-	clusters := filepath.Join(t.TempDir(), "gossip-clusters.yaml")
-	if err := os.WriteFile(clusters, []byte("clusters:\n- {system: serf, namespace: gossip}\n"), 0o644); err != nil {
+	// The Serf cluster of namespace gossip and the Consul cluster of
+	// namespace consul declared, as an operator would: Consul's ACL token
+	// from a mounted file, sent over plain HTTP on 127.0.0.x only because
+	// the declaration allows it.
+	dir := t.TempDir()
+	clusters, token := filepath.Join(dir, "gossip-clusters.yaml"), filepath.Join(dir, "consul-token")
+	if err := os.WriteFile(token, []byte(consultest.Token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(clusters, []byte("clusters:\n- {system: serf, namespace: gossip}\n"+
+		"- {system: consul, namespace: consul, tokenFile: "+token+", allowPlaintextCredentials: true}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	metrics := e.realController(t, "--remedy=gossip-force-leave", "--gossip-interval=1s", "--grace=2s", "--gossip-clusters="+clusters)
@@ -180,6 +192,87 @@ func TestRealController(t *testing.T) {
 	})
 
 	realGossipGhost(t, e, metrics)
+	realConsulGhost(t, e, metrics)
+}
+
+// realConsulGhost plays seed 000 on its own system: real Consul agents
+// with ACLs on (default deny) on 127.0.0.x, their pods annotated in the
+// real API server. Client ip-127-0-0-73, named after its IP, dies without
+// leaving; pod consul-3 gets its address and an agent of another name. The
+// controller reports the ghost and forces it out (force-leave with prune,
+// the declared token's operator:write) through the oldest pod's agent, and
+// the finding goes. A pod of another namespace, annotated as a Consul
+// agent, is asked nothing: the token stays with the declared cluster.
+func realConsulGhost(t *testing.T, e *realEnv, metrics func(*testing.T) string) {
+	ctx := context.Background()
+	server := consultest.Start(t, consultest.Config{Name: "consul-0", Addr: netip.MustParseAddr("127.0.0.71"), Server: true})
+	survivor := consultest.Start(t, consultest.Config{Name: "consul-1", Addr: netip.MustParseAddr("127.0.0.72"), Join: server.Addr})
+	old := consultest.Start(t, consultest.Config{Name: "ip-127-0-0-73", Addr: netip.MustParseAddr("127.0.0.73"), Join: server.Addr})
+	// The tenant's pod claims to be a Consul agent.
+	var asked atomic.Int32
+	tenant := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		t.Errorf("the tenant's pod was asked %s %s (token %q)", r.Method, r.URL, r.Header.Get("X-Consul-Token"))
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.79:8500")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go tenant.Serve(ln)
+	t.Cleanup(func() { tenant.Close() })
+	for _, ns := range []string{"consul", "tenant"} {
+		if _, err := e.api.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod := func(ns, name, ip string, start time.Time) {
+		p, err := e.api.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+			Annotations: map[string]string{sourcegossip.AnnotationGossip: "consul"}},
+			Spec: corev1.PodSpec{NodeName: "node-7", Containers: []corev1.Container{{Name: "consul", Image: "hashicorp/consul:1.14.11"}}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}, StartTime: &metav1.Time{Time: start}}
+		if _, err := e.api.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hour := time.Now().Add(-time.Hour)
+	pod("tenant", "not-consul", "127.0.0.79", hour.Add(-time.Hour))
+	pod("consul", "consul-0", "127.0.0.71", hour)
+	pod("consul", "consul-1", "127.0.0.72", hour.Add(time.Minute))
+	pod("consul", "consul-2", "127.0.0.73", hour.Add(2*time.Minute))
+	e.eventually(t, time.Minute, "the controller to read the three members alive", func() bool {
+		return strings.Contains(metrics(t), `ghostwatch_gossip_members{cluster="consul/consul",status="alive",system="consul"} 3`)
+	})
+	started := time.Now().Add(6 * time.Second)
+	killed := time.Now()
+	old.Kill()
+	if err := e.api.CoreV1().Pods("consul").Delete(ctx, "consul-2", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	pod("consul", "consul-3", "127.0.0.73", started)
+	consultest.Start(t, consultest.Config{Name: "node-8c1f3e", Addr: netip.MustParseAddr("127.0.0.73"), Join: server.Addr})
+
+	e.eventually(t, 2*time.Minute, "a GossipGhostMember Event on the new pod", func() bool {
+		return e.hasWarning(t, "consul", "Pod", "consul-3", "GossipGhostMember")
+	})
+	e.eventually(t, time.Minute, "the ghost forced out", func() bool {
+		return e.hasEvent(t, "consul", "Pod", "consul-3", "GossipMemberForcedOut")
+	})
+	e.eventually(t, time.Minute, "the ghost pruned from the survivor's list", func() bool {
+		ms, err := survivor.Members()
+		return err == nil && !slices.ContainsFunc(ms, func(m consultest.Member) bool { return m.Name == "ip-127-0-0-73" })
+	})
+	t.Logf("consul: the ghost of ip-127-0-0-73 forced out and pruned %s after its agent was killed", time.Since(killed).Round(100*time.Millisecond))
+	e.eventually(t, time.Minute, "the finding gone", func() bool {
+		m := metrics(t)
+		return strings.Contains(m, `ghostwatch_findings{rule="gossip-ghost-member",severity="critical"} 0`) &&
+			strings.Contains(m, `ghostwatch_remedy_actions_total{result="done",rule="gossip-ghost-member"} 2`)
+	})
+	if n := asked.Load(); n != 0 {
+		t.Errorf("the tenant's pod was asked %d times", n)
+	}
 }
 
 // realGossipGhost plays seed 000 with real Serf agents on 127.0.0.x and
