@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -108,7 +109,17 @@ func Endpoints(es *discoveryv1.EndpointSlice) []snapshot.Endpoint {
 		return nil
 	}
 	ref := snapshot.ObjectRef{Namespace: es.Namespace, Name: svc}
-	var out []snapshot.Endpoint
+	// A node holds every endpoint of the cluster's Services: sized once,
+	// and the strings every endpoint repeats (its namespace, its node's
+	// name) shared.
+	n := 0
+	for i := range es.Endpoints {
+		n += len(es.Endpoints[i].Addresses)
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]snapshot.Endpoint, 0, n)
 	for i := range es.Endpoints {
 		ep := &es.Endpoints[i]
 		ready := ep.Conditions.Ready == nil || *ep.Conditions.Ready
@@ -119,13 +130,13 @@ func Endpoints(es *discoveryv1.EndpointSlice) []snapshot.Endpoint {
 		terminating := ep.Conditions.Terminating != nil && *ep.Conditions.Terminating
 		var node string
 		if ep.NodeName != nil {
-			node = *ep.NodeName
+			node = unique.Make(*ep.NodeName).Value()
 		}
 		var pod *snapshot.ObjectRef
 		var podUID string
 		if tr := ep.TargetRef; tr != nil && tr.Kind == "Pod" && (tr.APIVersion == "" || tr.APIVersion == "v1") {
 			ns := tr.Namespace
-			if ns == "" {
+			if ns == "" || ns == es.Namespace {
 				ns = es.Namespace
 			}
 			pod, podUID = &snapshot.ObjectRef{Namespace: ns, Name: tr.Name}, string(tr.UID)

@@ -113,7 +113,7 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 		}
 	}
 	if opts.Node != "" {
-		i.since = &endpointSince{seen: map[[16]byte]sinceEntry{}}
+		i.since = &endpointSince{}
 	}
 	core, disc, netw := client.CoreV1(), client.DiscoveryV1(), client.NetworkingV1()
 	for _, w := range []struct {
@@ -179,9 +179,9 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 		})
 		if w.resource == kube.ResourceEndpointSlices && i.since != nil {
 			_, _ = wd.AddEventHandler(cache.ResourceEventHandlerFuncs{
-				AddFunc:    func(obj any) { i.since.update(nil, obj, i.now()) },
-				UpdateFunc: func(old, obj any) { i.since.update(old, obj, i.now()) },
-				DeleteFunc: func(obj any) { i.since.update(obj, nil, i.now()) },
+				AddFunc:    func(any) { i.since.update() },
+				UpdateFunc: func(any, any) { i.since.update() },
+				DeleteFunc: func(any) { i.since.update() },
 			})
 		}
 		i.watched = append(i.watched, wd)
@@ -435,20 +435,9 @@ func (i *Informers) Snapshot() *snapshot.Kube {
 		k.PodsPartial, k.PodNode = true, i.node
 	}
 	if !cached {
+		sort.Slice(k.Endpoints, func(a, b int) bool { return compareEndpoints(&k.Endpoints[a], &k.Endpoints[b]) < 0 })
 		if i.since != nil {
-			i.since.fill(k.Endpoints, i.now())
-		}
-		sort.Slice(k.Endpoints, func(a, b int) bool {
-			x, y := &k.Endpoints[a], &k.Endpoints[b]
-			if x.Service != y.Service {
-				return refLess(x.Service, y.Service)
-			}
-			if x.Slice != y.Slice {
-				return x.Slice < y.Slice
-			}
-			return x.Address.Less(y.Address)
-		})
-		if i.since != nil {
+			i.since.date(k.Endpoints, i.now())
 			i.since.keep(gen, k.Endpoints)
 		}
 	}

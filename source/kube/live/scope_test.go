@@ -155,6 +155,11 @@ func TestEndpointSinceFollowsThePod(t *testing.T) {
 		}
 		return time.Time{}
 	}
+	// Dated by the first snapshot that lists them (the agent's first
+	// audit), kept by the next ones.
+	if got := sinceOf("10.244.2.7"); !got.Equal(first) {
+		t.Errorf("first listed: since %v, want %v", got, first)
+	}
 	clk.Advance(time.Minute)
 	if got := sinceOf("10.244.2.7"); !got.Equal(first) {
 		t.Errorf("a minute later, since %v, want %v", got, first)

@@ -1,35 +1,44 @@
 package live
 
 import (
+	"cmp"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
-
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
-// endpointSince remembers, for each address the EndpointSlices list, since
-// when it has been listed for the same pod (the targetRef's uid, "" for
-// none): this process saw it listed then, and the pod held the address
-// then or earlier. A node agent, which does not watch every pod, tells from
-// it whether a flow may be older than the pod its backend belongs to now,
-// and so whether the pod must be looked up; once looked up, the pod's own
+// endpointSince dates the endpoints the EndpointSlices list: since when
+// each address has been listed for the same pod (the targetRef's uid, ""
+// for none), as this process saw it; the pod held the address then or
+// earlier. A node agent, which does not watch every pod, tells from it
+// whether a flow may be older than the pod its backend belongs to now, and
+// so whether the pod must be looked up; once looked up, the pod's own
 // start is learned, and a flow that started after it needs no lookup
 // again.
+//
+// It keeps no map of every endpoint: the endpoints are dated when a
+// snapshot converts them after a change, each keeping the date it had in
+// the last conversion (the same Service, slice, address and pod), a new
+// one dated by the conversion: a snapshot follows each change within a
+// second or so, and a date later than the listing only asks for more
+// lookups, never gives a wrong verdict (a date taken from the events
+// could be too early: the informer's store changes before its handlers
+// run). So is an address that moves to another slice dated anew.
 type endpointSince struct {
 	mu sync.Mutex
-	// seen is keyed by the address's 16-byte form: no pointer for the
-	// garbage collector to follow in a map of every endpoint.
-	seen map[[16]byte]sinceEntry
-	// gen counts the changes to the slices and to seen; flat holds the
+	// gen counts the changes to the slices and to learned; flat holds the
 	// endpoints of every slice, dated and sorted, as of flatGen: a
 	// snapshot shares it until the next change rather than copying every
 	// endpoint of the cluster's Services at every audit.
 	gen, flatGen uint64
 	flat         []snapshot.Endpoint
+	// learned are the pods' starts lookups found earlier than their
+	// addresses' dates, by address: a few, for the suspect backends.
+	learned map[[16]byte]sinceEntry
 }
 
 type sinceEntry struct {
@@ -37,42 +46,51 @@ type sinceEntry struct {
 	at  int64 // Unix ns
 }
 
-// update records a slice's change: each address it lists now for a pod
-// it was not seen listed for is seen from now on; each address it listed
-// before and lists no more is forgotten (another slice listing it records
-// it again, later, which only makes the time later: safe).
-func (e *endpointSince) update(old, cur any, now time.Time) {
+// update records that a slice changed.
+func (e *endpointSince) update() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.gen++
-	listed := map[[16]byte]bool{}
-	for _, ep := range sliceEndpoints(cur) {
-		a := ep.Address.As16()
-		listed[a] = true
-		if s, ok := e.seen[a]; !ok || s.uid != ep.PodUID {
-			e.seen[a] = sinceEntry{uid: ep.PodUID, at: now.UnixNano()}
+}
+
+// date sets the Since of eps, sorted as a snapshot sorts them (compareEndpoints),
+// from the last conversion (flat), what lookups learned, or now.
+func (e *endpointSince) date(eps []snapshot.Endpoint, now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	used := map[[16]byte]bool{}
+	j := 0
+	for i := range eps {
+		ep := &eps[i]
+		ep.Since = now
+		for j < len(e.flat) && compareEndpoints(&e.flat[j], ep) < 0 {
+			j++
+		}
+		if j < len(e.flat) && compareEndpoints(&e.flat[j], ep) == 0 && e.flat[j].PodUID == ep.PodUID {
+			ep.Since = e.flat[j].Since
+		}
+		k := ep.Address.As16()
+		if l, ok := e.learned[k]; ok && l.uid == ep.PodUID {
+			used[k] = true
+			if at := time.Unix(0, l.at).UTC(); at.Before(ep.Since) {
+				ep.Since = at
+			}
 		}
 	}
-	for _, ep := range sliceEndpoints(old) {
-		if a := ep.Address.As16(); !listed[a] {
-			delete(e.seen, a)
+	// What lookups learned of addresses no longer listed for their pod
+	// is forgotten.
+	for k := range e.learned {
+		if !used[k] {
+			delete(e.learned, k)
 		}
 	}
 }
 
-// fill sets each endpoint's Since: when it was first seen listed for its
-// pod, or now for one the handlers have not recorded yet.
-func (e *endpointSince) fill(eps []snapshot.Endpoint, now time.Time) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for i := range eps {
-		ep := &eps[i]
-		if s, ok := e.seen[ep.Address.As16()]; ok && s.uid == ep.PodUID {
-			ep.Since = time.Unix(0, s.at).UTC()
-		} else {
-			ep.Since = now
-		}
-	}
+// compareEndpoints orders endpoints as a snapshot lists them: by Service,
+// slice and address.
+func compareEndpoints(x, y *snapshot.Endpoint) int {
+	return cmp.Or(strings.Compare(x.Service.Namespace, y.Service.Namespace), strings.Compare(x.Service.Name, y.Service.Name),
+		strings.Compare(x.Slice, y.Slice), x.Address.Compare(y.Address))
 }
 
 // learn records that the pod uid held a since at: the earlier of that and
@@ -80,11 +98,15 @@ func (e *endpointSince) fill(eps []snapshot.Endpoint, now time.Time) {
 func (e *endpointSince) learn(a netip.Addr, uid string, at time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	k := a.As16()
-	if s, ok := e.seen[k]; ok && s.uid == uid && at.UnixNano() < s.at {
-		e.seen[k] = sinceEntry{uid: uid, at: at.UnixNano()}
-		e.gen++
+	if e.learned == nil {
+		e.learned = map[[16]byte]sinceEntry{}
 	}
+	k := a.As16()
+	if l, ok := e.learned[k]; ok && l.uid == uid && l.at <= at.UnixNano() {
+		return
+	}
+	e.learned[k] = sinceEntry{uid: uid, at: at.UnixNano()}
+	e.gen++
 }
 
 // generation returns the count of changes so far: endpoints built from
@@ -113,16 +135,4 @@ func (e *endpointSince) keep(gen uint64, eps []snapshot.Endpoint) {
 	if e.gen == gen {
 		e.flat, e.flatGen = slices.Clip(eps), gen
 	}
-}
-
-// sliceEndpoints returns the endpoints of the slice an event carries, if
-// any.
-func sliceEndpoints(obj any) []snapshot.Endpoint {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	if es, ok := obj.(*keptSlice); ok && es != nil {
-		return es.V
-	}
-	return nil
 }
