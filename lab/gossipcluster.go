@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"os"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/audit"
 	"github.com/ghostwatch/ghostwatch/gossip"
+	"github.com/ghostwatch/ghostwatch/internal/consultest"
 	"github.com/ghostwatch/ghostwatch/internal/memberlisttest"
 	"github.com/ghostwatch/ghostwatch/internal/serftest"
 	"github.com/ghostwatch/ghostwatch/rule"
@@ -31,6 +33,9 @@ type gossipLab struct {
 	res *GossipReuseResult
 	// all is every node started, to stop at the end.
 	all []*gossipNode
+	// consulBin is the directory of the consul binary; "" plays no
+	// Consul act.
+	consulBin string
 
 	// The act playing: its result, its nodes (the first two are the
 	// surviving members), the pods as the API server would list them,
@@ -49,18 +54,24 @@ type gossipNode struct {
 	pod    snapshot.Pod
 	ml     *memberlisttest.Member
 	serf   *serftest.Agent
+	consul *consultest.Agent
 	reader sourcegossip.Agent
 	// leaving is LeaveOnDone's result, when the node runs it; sigterm
 	// ends its context.
 	sigterm context.CancelFunc
 	leaving chan error
 	stopped bool
+	// dir holds a Consul agent's data, removed when the lab ends.
+	dir string
 }
 
 // gossipAddr is the address and port the node gossips on.
 func (n *gossipNode) gossipAddr() netip.AddrPort {
 	if n.serf != nil {
 		return n.serf.Gossip
+	}
+	if n.consul != nil {
+		return netip.AddrPortFrom(n.consul.Addr, consulLANPort)
 	}
 	return netip.MustParseAddrPort(n.ml.Address())
 }
@@ -78,6 +89,10 @@ func (n *gossipNode) stop() error {
 		n.serf.Kill()
 		return nil
 	}
+	if n.consul != nil {
+		n.consul.Kill()
+		return nil
+	}
 	err := n.ml.Stop()
 	if n.sigterm != nil {
 		n.sigterm()
@@ -90,6 +105,19 @@ func (n *gossipNode) stop() error {
 func (n *gossipNode) logLines(words ...string) []string {
 	if n.ml != nil {
 		return n.ml.Log.Lines(words...)
+	}
+	if n.consul != nil {
+		var out []string
+		for _, l := range strings.Split(n.consul.Log(), "\n") {
+			ok := true
+			for _, w := range words {
+				ok = ok && strings.Contains(l, w)
+			}
+			if ok {
+				out = append(out, l)
+			}
+		}
+		return out
 	}
 	var out []string
 	for _, l := range n.serf.Log.Lines(0, words[0]) {
@@ -110,6 +138,11 @@ func (g *gossipLab) stopAll() (int, error) {
 	for _, n := range g.all {
 		if err := n.stop(); err != nil {
 			errs = append(errs, fmt.Errorf("stopping member %s: %w", n.name, err))
+		}
+		if n.dir != "" {
+			if err := os.RemoveAll(n.dir); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return len(g.all), errors.Join(errs...)
@@ -200,8 +233,34 @@ func (g *gossipLab) startAgent(name string, p snapshot.Pod, gossipAt netip.AddrP
 	return n, nil
 }
 
+// consulLANPort is the port Consul agents gossip on (serf_lan).
+const consulLANPort = 8301
+
+// startConsul starts a Consul agent named name in pod p, on the pod's
+// address (a server when server is set, else a client joining join), with
+// ACLs on: its list is read through its HTTP API with the lab's token.
+func (g *gossipLab) startConsul(name string, p snapshot.Pod, server bool, join netip.Addr) (*gossipNode, error) {
+	dir, err := os.MkdirTemp("", "ghostwatch-lab-consul-")
+	if err != nil {
+		return nil, err
+	}
+	a, err := consultest.Create(g.consulBin, dir, consultest.Config{Name: name, Addr: p.IPs[0], Server: server, Join: join})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	n := &gossipNode{name: name, pod: p, consul: a, dir: dir,
+		reader: &sourcegossip.Consul{Addr: a.HTTP, Token: consultest.Token, AllowPlaintext: true}}
+	g.all = append(g.all, n)
+	g.nodes = append(g.nodes, n)
+	return n, nil
+}
+
 // join joins n to the member to.
 func (g *gossipLab) join(n, to *gossipNode) error {
+	if n.consul != nil {
+		return nil // joined by its configuration (retry_join)
+	}
 	if n.serf != nil {
 		return n.serf.JoinCluster(to.gossipAddr())
 	}
@@ -568,7 +627,7 @@ func (g *gossipLab) crash(a *gossipNode, limit time.Duration) (time.Time, error)
 	if suspect > 0 {
 		g.act.Measured["suspect"] = suspect.Seconds()
 	}
-	if g.act.System == "serf" {
+	if g.act.System == "serf" || g.act.System == "consul" {
 		g.act.Measured["failed"] = gone.Seconds()
 	} else {
 		g.act.Measured["dead"] = gone.Seconds()

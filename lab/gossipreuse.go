@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/finding"
 	"github.com/ghostwatch/ghostwatch/gossip"
+	"github.com/ghostwatch/ghostwatch/internal/consultest"
 	"github.com/ghostwatch/ghostwatch/internal/memberlisttest"
 	"github.com/ghostwatch/ghostwatch/internal/serftest"
 	"github.com/ghostwatch/ghostwatch/internal/text"
@@ -31,6 +33,11 @@ var ErrNoLoopback = memberlisttest.ErrNoLoopback
 type GossipReuseOptions struct {
 	// Out receives the timeline; nil discards it.
 	Out io.Writer
+	// ConsulBin is the directory of the consul binary
+	// scripts/consul-binary.sh builds; "" means $GHOSTWATCH_CONSUL_BIN.
+	// Without one, the Consul act is not played, and the timeline says
+	// how to build it.
+	ConsulBin string
 }
 
 // GossipReuseResult is what the gossip-reuse scenario measured. Times are
@@ -142,11 +149,12 @@ var (
 		"ip-name-taken":      {"127.0.0.111", "127.0.0.112", "127.0.0.113"},
 		"ip-name-new":        {"127.0.0.114", "127.0.0.115", "127.0.0.116"},
 		"serf-force-leave":   {"127.0.0.121", "127.0.0.122", "127.0.0.123"},
+		"consul-force-leave": {"127.0.0.124", "127.0.0.125", "127.0.0.126"},
 		"pod-identity-leave": {"127.0.0.131", "127.0.0.132", "127.0.0.133"},
 		"foreign-no-label":   {"127.0.0.141", "127.0.0.142", "127.0.0.143"},
 		"foreign-label":      {"127.0.0.144", "127.0.0.145", "127.0.0.146"},
 	}
-	actOrder = []string{"ip-name-taken", "ip-name-new", "serf-force-leave", "pod-identity-leave", "foreign-no-label", "foreign-label"}
+	actOrder = []string{"ip-name-taken", "ip-name-new", "serf-force-leave", "consul-force-leave", "pod-identity-leave", "foreign-no-label", "foreign-label"}
 )
 
 // The pods of the lab's cluster: a cache of three pods in namespace shop,
@@ -184,7 +192,10 @@ func GossipReuse(ctx context.Context, o GossipReuseOptions) (res *GossipReuseRes
 	start := time.Now()
 	tl := newTimeline(o.Out, start)
 	tl.failed = func(err error) { cancel(fmt.Errorf("writing the timeline: %w", err)) }
-	g := &gossipLab{ctx: ctx, tl: tl, res: &GossipReuseResult{Scenario: "gossip-reuse"}}
+	g := &gossipLab{ctx: ctx, tl: tl, res: &GossipReuseResult{Scenario: "gossip-reuse"}, consulBin: o.ConsulBin}
+	if g.consulBin == "" {
+		g.consulBin = os.Getenv(consultest.BinEnv)
+	}
 	defer func() {
 		stopped, serr := g.stopAll()
 		if ctx.Err() != nil {
@@ -201,8 +212,10 @@ func GossipReuse(ctx context.Context, o GossipReuseOptions) (res *GossipReuseRes
 		moduleVersion("github.com/hashicorp/memberlist"), moduleVersion("github.com/hashicorp/serf"))
 	tl.logf("lab", "no Kubernetes here: the pods are stated as the API server would list them (namespace, name, UID, IP, start time), and ghostwatch reads every live member's list as it reads a cluster's: memberlist's from the ghostwatch/gossip package's View over HTTP (%s), Serf's through its agent's RPC", gossip.Path)
 	tl.logf("lab", "every member has its own port here; in a cluster every pod uses the same one (7946), so a pod given a dead pod's address is reached where the dead one was: the new member binds the dead one's address and port")
-	for _, play := range []func() error{g.ipNameTaken, g.ipNameNew, g.serfForceLeave, g.podIdentityLeave, func() error { return g.foreign(false) }, func() error { return g.foreign(true) }} {
-		if err := play(); err != nil {
+	for _, play := range []func() error{g.ipNameTaken, g.ipNameNew, g.serfForceLeave, g.consulForceLeave, g.podIdentityLeave, func() error { return g.foreign(false) }, func() error { return g.foreign(true) }} {
+		if err := play(); errors.Is(err, errNotPlayed) {
+			continue
+		} else if err != nil {
 			return nil, err
 		}
 		if err := g.endAct(); err != nil {
@@ -417,6 +430,82 @@ func (g *gossipLab) serfForceLeave() error {
 	}
 	g.tl.logf("fix", "force-leave -prune removes the ghost at once; without -prune the member is listed left for TombstoneTimeout (%s), still sharing the address", fmtDuration(def.TombstoneTimeout))
 	return nil
+}
+
+// errNotPlayed is what an act returns that the lab cannot play here.
+var errNotPlayed = errors.New("act not played")
+
+// consulForceLeave: act 2b, seed 000's own system: Consul agents with ACLs
+// on, a client named after its IP crashes, and its address goes to a new
+// pod whose agent has its own name; the failed member stays listed beside
+// it until force-leave -prune, which ghostwatch's Consul client sends with
+// the cluster's token.
+func (g *gossipLab) consulForceLeave() error {
+	if g.consulBin == "" {
+		g.tl.logf("lab", "act 2b (consul-force-leave) not played: no consul binary; scripts/consul-binary.sh builds Consul %s into a cache in 4 to 10 minutes, then pass --consul-bin DIR or set %s", "v1.14.11", consultest.BinEnv)
+		return errNotPlayed
+	}
+	g.beginAct("2b", "consul-force-leave", "consul", "Consul agents with ACLs on: a crashed client named after its IP stays failed beside the new pod's agent until force-leave -prune")
+	g.tl.logf("settings", "Consul's own defaults (no timing shortened); ACLs on, default deny: ghostwatch reads /v1/agent/members and forces members out with the cluster's token")
+	addrs := actAddrs[g.act.ID]
+	var server netip.Addr
+	for i, addr := range addrs {
+		p := g.newPod(gossipNS, fmt.Sprintf("consul-%d", i), addr, fmt.Sprintf("worker-%d", i+1))
+		name := p.Name
+		if i == 2 {
+			name = ipName(addr) // the seed's: named after its IP
+		}
+		n, err := g.startConsul(name, p, i == 0, server)
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			server = n.consul.Addr
+		}
+		g.pods = append(g.pods, p)
+	}
+	a, err := g.settle()
+	if err != nil {
+		return err
+	}
+	if _, err := g.scan("before"); err != nil {
+		return err
+	}
+	if _, err := g.crash(a, 30*time.Second); err != nil {
+		return err
+	}
+	b, err := g.reissue(a, g.newPod(gossipNS, "consul-3", g.act.Addr, "worker-3"), func(p snapshot.Pod, _ int) (*gossipNode, error) {
+		return g.startConsul(p.Name, p, false, server)
+	}, ": Kubernetes gave it "+a.pod.Name+"'s address", false)
+	if err != nil {
+		return err
+	}
+	if _, err := g.waitLists(b.name+" alive in every surviving list", 30*time.Second, g.nodes[:2], []string{a.name, b.name}, func(v *snapshot.GossipView) bool {
+		return status(v, b.name) == snapshot.MemberAlive
+	}); err != nil {
+		return err
+	}
+	if _, err := g.scan("ghost"); err != nil {
+		return err
+	}
+	survivor := g.nodes[0]
+	g.tl.logf("operator", "%s's pod is gone (the lab killed it): consul force-leave -prune %s through %s's HTTP API, with the cluster's token (ghostwatch's Consul.ForceLeave)", a.name, a.name, survivor.pod.Name)
+	forced := time.Now()
+	ctx, cancel := context.WithTimeout(g.ctx, 10*time.Second)
+	err = survivor.reader.(*sourcegossip.Consul).ForceLeave(ctx, a.name)
+	cancel()
+	if err != nil {
+		return err
+	}
+	if _, err := g.waitLists(a.name+" pruned from every surviving list", 10*time.Second, g.nodes[:2], []string{a.name}, func(v *snapshot.GossipView) bool {
+		return status(v, a.name) == ""
+	}); err != nil {
+		return err
+	}
+	g.act.Measured["force_leave"] = time.Since(forced).Seconds()
+	g.tl.logf("cluster", "%s pruned from every surviving list %s after the force-leave", a.name, time.Since(forced).Round(time.Millisecond))
+	_, err = g.scan("force-left")
+	return err
 }
 
 // podIdentityLeave: act 4, the ghostwatch/gossip package's names and leave.

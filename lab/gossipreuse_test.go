@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/internal/consultest"
 	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -35,11 +37,25 @@ func TestGossipReuseScenario(t *testing.T) {
 		acts[a.ID] = a
 		ids = append(ids, a.Num+" "+a.ID)
 	}
-	if want := []string{"1a ip-name-taken", "1b ip-name-new", "2 serf-force-leave", "3 pod-identity-leave", "4a foreign-no-label", "4b foreign-label"}; !slices.Equal(ids, want) {
+	// The Consul act plays where the consul binary is built (under CI,
+	// scripts/test.sh builds it), and says how to build it elsewhere.
+	consul := os.Getenv(consultest.BinEnv) != ""
+	want := []string{"1a ip-name-taken", "1b ip-name-new", "2 serf-force-leave", "3 pod-identity-leave", "4a foreign-no-label", "4b foreign-label"}
+	if consul {
+		want = slices.Insert(want, 3, "2b consul-force-leave")
+	} else {
+		if testenv.CI() {
+			t.Errorf("%s is not set under CI: the Consul act did not play", consultest.BinEnv)
+		}
+		if !strings.Contains(out.String(), "act 2b (consul-force-leave) not played: no consul binary; scripts/consul-binary.sh builds") {
+			t.Errorf("the timeline does not say why the Consul act did not play")
+		}
+	}
+	if !slices.Equal(ids, want) {
 		t.Fatalf("acts %v, want %v", ids, want)
 	}
-	if res.Seconds <= 0 || res.Seconds > 60 {
-		t.Errorf("the lab took %.1fs, want well under a minute", res.Seconds)
+	if res.Seconds <= 0 || res.Seconds > 90 {
+		t.Errorf("the lab took %.1fs, want well under a minute and a half", res.Seconds)
 	}
 
 	// 1a: the new pod's member takes the dead one's name: one member at
@@ -97,6 +113,26 @@ func TestGossipReuseScenario(t *testing.T) {
 	}
 	if a.Counts["reconnects_to_failed_member"] == 0 {
 		t.Errorf("2: the survivor never reconnected to the failed member: %v", a.Counts)
+	}
+
+	// 2b: Consul, ACLs on: the crashed client named after its IP stays
+	// failed beside the new pod's agent; force-leave -prune, with the
+	// cluster's token, removes it, and nothing is found after.
+	if consul {
+		a = acts["consul-force-leave"]
+		if a.Old != "node-127-0-0-126" || a.New != "consul-3" {
+			t.Errorf("2b: old %q, new %q", a.Old, a.New)
+		}
+		wantGhost(t, "2b", scanOf(t, a, "ghost"), a, snapshot.MemberFailed)
+		after := scanOf(t, a, "force-left")
+		if len(after.Findings) != 0 {
+			t.Errorf("2b: after force-leave -prune: %v", rulesOf(after.Findings))
+		}
+		for _, l := range after.Lists {
+			if l.Member(a.Old) != nil || l.Member(a.New) == nil {
+				t.Errorf("2b: after force-leave -prune %s lists %+v", l.SeenBy, l.Members)
+			}
+		}
 	}
 
 	// 3: names from the pod UID, a leave on SIGTERM: the old member is

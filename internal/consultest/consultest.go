@@ -1,8 +1,8 @@
-// Package consultest runs real Consul agents for tests: the consul binary
-// scripts/consul-binary.sh builds ($GHOSTWATCH_CONSUL_BIN), each agent on
-// a loopback address of its own, with ACLs on (default deny) and one
-// management token. It only starts and stops agents; what they do is
-// Consul's own.
+// Package consultest runs real Consul agents for tests and for
+// ghostwatch's lab: the consul binary scripts/consul-binary.sh builds
+// ($GHOSTWATCH_CONSUL_BIN), each agent on a loopback address of its own,
+// with ACLs on (default deny) and one management token. It only starts
+// and stops agents; what they do is Consul's own.
 package consultest
 
 import (
@@ -76,8 +76,23 @@ func Bin(tb testing.TB) string {
 // the agent answers (a server: once it leads its cluster).
 func Start(tb testing.TB, c Config) *Agent {
 	tb.Helper()
-	bin := Bin(tb)
-	dir := tb.TempDir()
+	a, err := Create(Bin(tb), tb.TempDir(), c)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		a.Kill()
+		if tb.Failed() {
+			tb.Logf("consul agent %s logged:\n%s", c.Name, a.Log())
+		}
+	})
+	return a
+}
+
+// Create starts an agent of the consul binary in bin, its data in dir;
+// it returns once the agent answers (a server: once it leads its
+// cluster). The caller stops it with Kill.
+func Create(bin, dir string, c Config) (*Agent, error) {
 	cfg := map[string]any{
 		"node_name":   c.Name,
 		"data_dir":    filepath.Join(dir, "data"),
@@ -99,25 +114,19 @@ func Start(tb testing.TB, c Config) *Agent {
 	}
 	b, err := json.Marshal(cfg)
 	if err != nil {
-		tb.Fatal(err)
+		return nil, err
 	}
 	file := filepath.Join(dir, "agent.json")
 	if err := os.WriteFile(file, b, 0o600); err != nil {
-		tb.Fatal(err)
+		return nil, err
 	}
 	a := &Agent{Name: c.Name, Addr: c.Addr, HTTP: "http://" + netip.AddrPortFrom(c.Addr, 8500).String(), log: &bytes.Buffer{}, done: make(chan struct{})}
 	a.cmd = exec.Command(filepath.Join(bin, "consul"), "agent", "-config-file", file)
 	a.cmd.Stdout, a.cmd.Stderr = (*lockedWriter)(a), (*lockedWriter)(a)
 	if err := a.cmd.Start(); err != nil {
-		tb.Fatal(err)
+		return nil, fmt.Errorf("consul agent %s: %w", c.Name, err)
 	}
 	go func() { _ = a.cmd.Wait(); close(a.done) }()
-	tb.Cleanup(func() {
-		a.Kill()
-		if tb.Failed() {
-			tb.Logf("consul agent %s logged:\n%s", c.Name, a.Log())
-		}
-	})
 	ready := "/v1/agent/self"
 	if c.Server {
 		ready = "/v1/status/leader"
@@ -130,15 +139,16 @@ func Start(tb testing.TB, c Config) *Agent {
 		}
 		select {
 		case <-a.done:
-			tb.Fatalf("consul agent %s exited: %s", c.Name, a.Log())
+			return nil, fmt.Errorf("consul agent %s exited: %s", c.Name, a.Log())
 		default:
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("consul agent %s not ready within 60s (%v): %s", c.Name, err, a.Log())
+			a.Kill()
+			return nil, fmt.Errorf("consul agent %s not ready within 60s (%v): %s", c.Name, err, a.Log())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	return a
+	return a, nil
 }
 
 // Get asks the agent's HTTP API path with the management token, and

@@ -240,6 +240,10 @@ gets its address and port:
   2   Serf: the crashed member stays failed beside the new one (for
       ReconnectTimeout, 24h by default) until force-leave -prune, sent through
       the survivor's RPC as ghostwatch does; then nothing is found.
+  2b  Consul (the seed's own system, with ACLs on), played when the consul
+      binary is built (scripts/consul-binary.sh, --consul-bin): a client
+      named after its IP crashes, stays failed beside the new pod's agent, and
+      goes with force-leave -prune sent with the cluster's token.
   3   the ghostwatch/gossip package: names from the pod UID, a leave on
       SIGTERM (gossip.LeaveOnDone): the old member is left, never suspected.
   4a  a pod of another namespace gets a crashed member's address, and a
@@ -271,6 +275,7 @@ timeline goes to stderr.`,
 		},
 	}
 	cmdline.AddOutputFlag(cmd, &output, "text is the timeline; json and yaml print what the acts measured, as one object, and the timeline goes to stderr")
+	cmd.Flags().StringVar(&o.ConsulBin, "consul-bin", "", "the directory holding the consul binary scripts/consul-binary.sh builds, for act 2b (default $GHOSTWATCH_CONSUL_BIN; without one the act is not played)")
 	return cmd
 }
 
