@@ -11,7 +11,7 @@ import (
 // errLabMoved is what `ghostwatch lab` answers: the lab is a binary of its
 // own, so that this one, which the agent runs with NET_ADMIN, links none of
 // it.
-var errLabMoved = errors.New("the lab is its own binary: go run ./cmd/ghostwatch-lab <incident> (or install github.com/ghostwatch/ghostwatch/cmd/ghostwatch-lab)")
+var errLabMoved = errors.New("the lab is its own binary: go run ./lab/cmd/ghostwatch-lab <incident> (or install github.com/ghostwatch/ghostwatch/lab/cmd/ghostwatch-lab)")
 
 // newLabCommand is `ghostwatch lab`, whatever follows it: it says where the
 // lab went and exits 2. It imports no lab code.

@@ -8,7 +8,7 @@ import (
 // ghostwatch lab, with or without an incident and its flags, says where the
 // lab went and exits 2, running nothing.
 func TestLabIsItsOwnBinary(t *testing.T) {
-	want := "ghostwatch: the lab is its own binary: go run ./cmd/ghostwatch-lab <incident> (or install github.com/ghostwatch/ghostwatch/cmd/ghostwatch-lab)\n"
+	want := "ghostwatch: the lab is its own binary: go run ./lab/cmd/ghostwatch-lab <incident> (or install github.com/ghostwatch/ghostwatch/lab/cmd/ghostwatch-lab)\n"
 	for _, args := range [][]string{
 		{"lab"},
 		{"lab", "conntrack-deploy"},

@@ -33,7 +33,7 @@ recycled. The rules it runs:
   ghostwatch scan      one-shot audit of this node and the cluster
   ghostwatch agent     the node DaemonSet: watch, export metrics, and (if asked) remove ghosts
   ghostwatch-lab       rebuild an incident on the real kernel, in network namespaces
-                       (a binary of its own: go run ./cmd/ghostwatch-lab)
+                       (a binary of its own: go run ./lab/cmd/ghostwatch-lab)
 
 Exit codes: 0 nothing found at or above --fail-on, 1 findings, 2 could not run.`,
 		SilenceUsage:  true,
