@@ -2,6 +2,8 @@ package deploy
 
 import (
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -16,8 +18,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ghostwatch/ghostwatch/agent"
 	"github.com/ghostwatch/ghostwatch/cli"
 	"github.com/ghostwatch/ghostwatch/controller"
+	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/source/kube/fresh"
 	"github.com/ghostwatch/ghostwatch/source/kube/live"
@@ -366,58 +370,96 @@ func TestAgentClusterRoleGrantsExactlyWhatTheAgentUses(t *testing.T) {
 	}
 }
 
-// The alerting rules parse, and use only metrics the controller exports.
-func TestGossipAlertRulesUseTheControllersMetrics(t *testing.T) {
-	b, err := os.ReadFile("alerts/gossip.rules.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f struct {
-		Groups []struct {
-			Name  string
-			Rules []struct {
-				Alert, Expr, For string
-				Labels           map[string]string
+// The alerting rules parse, and use only metrics ghostwatch exports: the
+// gossip rules the controller's, the others the agent's or the
+// controller's.
+func TestAlertRulesUseExportedMetrics(t *testing.T) {
+	describe := func(reg *prometheus.Registry) map[string]bool {
+		ch := make(chan *prometheus.Desc, 100)
+		go func() {
+			reg.Describe(ch)
+			close(ch)
+		}()
+		out := map[string]bool{}
+		name := regexp.MustCompile(`fqName: "([a-z_]+)"`)
+		for d := range ch {
+			if m := name.FindStringSubmatch(d.String()); m != nil {
+				out[m[1]] = true
 			}
 		}
+		return out
 	}
-	if err := yaml.Unmarshal(b, &f); err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
+	creg, areg := prometheus.NewRegistry(), prometheus.NewRegistry()
 	rules, _ := cli.ControllerRules(rule.All(rule.Config{}))
-	controller.NewMetrics(reg, rules)
-	ch := make(chan *prometheus.Desc, 100)
-	go func() {
-		reg.Describe(ch)
-		close(ch)
-	}()
-	exported := map[string]bool{}
-	name := regexp.MustCompile(`fqName: "([a-z_]+)"`)
-	for d := range ch {
-		if m := name.FindStringSubmatch(d.String()); m != nil {
-			exported[m[1]] = true
-		}
+	controller.NewMetrics(creg, rules)
+	agent.NewMetrics(areg, rule.All(rule.Config{}))
+	byController := describe(creg)
+	byEither := describe(areg)
+	for m := range byController {
+		byEither[m] = true
 	}
-	used := regexp.MustCompile(`ghostwatch_[a-z_]+`)
-	n := 0
-	for _, g := range f.Groups {
-		for _, r := range g.Rules {
-			n++
-			if r.Alert == "" || strings.TrimSpace(r.Expr) == "" || r.Labels["severity"] == "" {
-				t.Errorf("rule %+v: want alert, expr and a severity label", r)
-			}
-			if strings.Count(r.Expr, "(") != strings.Count(r.Expr, ")") || strings.Count(r.Expr, "{") != strings.Count(r.Expr, "}") {
-				t.Errorf("%s: unbalanced expression %q", r.Alert, r.Expr)
-			}
-			for _, m := range used.FindAllString(r.Expr, -1) {
-				if !exported[m] {
-					t.Errorf("%s uses %s, which the controller does not export", r.Alert, m)
+	for file, exported := range map[string]map[string]bool{"alerts/gossip.rules.yaml": byController, "alerts/ghostwatch.rules.yaml": byEither} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f struct {
+			Groups []struct {
+				Name  string
+				Rules []struct {
+					Alert, Expr, For string
+					Labels           map[string]string
+					Annotations      map[string]string
 				}
 			}
 		}
+		if err := yaml.Unmarshal(b, &f); err != nil {
+			t.Fatal(err)
+		}
+		used := regexp.MustCompile(`ghostwatch_[a-z_]+`)
+		n := 0
+		for _, g := range f.Groups {
+			for _, r := range g.Rules {
+				n++
+				if r.Alert == "" || strings.TrimSpace(r.Expr) == "" || r.Labels["severity"] == "" || r.Annotations["summary"] == "" {
+					t.Errorf("%s: rule %+v: want alert, expr, a severity label and a summary", file, r)
+				}
+				for _, m := range used.FindAllString(r.Expr, -1) {
+					if !exported[m] {
+						t.Errorf("%s: %s uses %s, which ghostwatch does not export", file, r.Alert, m)
+					}
+				}
+				if u := r.Annotations["runbook_url"]; u != "" {
+					doc := strings.TrimPrefix(u, "https://github.com/ghostwatch/ghostwatch/blob/main/")
+					if _, err := os.Stat(filepath.Join("..", doc)); err != nil {
+						t.Errorf("%s: %s links %s, which the repository does not hold", file, r.Alert, u)
+					}
+				}
+			}
+		}
+		if n < 3 {
+			t.Errorf("%s: %d rules", file, n)
+		}
 	}
-	if n < 3 {
-		t.Errorf("%d rules: want at least the seed's three", n)
+}
+
+// promtool, Prometheus's own, checks the rules and fires each alert from
+// series and keeps it quiet (alerts/tests/*.test.yaml).
+func TestAlertRulesWithPromtool(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		testenv.Unavailable(t, "promtool is not installed (Debian: apt-get install prometheus; scripts/test.sh does it)")
+		return
+	}
+	rules, _ := filepath.Glob("alerts/*.rules.yaml")
+	tests, _ := filepath.Glob("alerts/tests/*.test.yaml")
+	if len(rules) < 2 || len(tests) < 2 {
+		t.Fatalf("rules %v, tests %v", rules, tests)
+	}
+	for _, args := range [][]string{append([]string{"check", "rules"}, rules...), append([]string{"test", "rules"}, tests...)} {
+		out, err := exec.Command(promtool, args...).CombinedOutput()
+		if err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
 	}
 }

@@ -2,8 +2,8 @@
 # Runs every test ghostwatch has: unit, golden, fuzz seeds and, as root, the
 # kernel tests that build network namespaces and the end-to-end tests against
 # a real kube-apiserver, EndpointSlice controller and kube-proxy. Installs
-# the Debian packages they use (conntrack, iproute2, iptables, nftables) when
-# missing, and builds the Kubernetes binaries (scripts/kube-binaries.sh: ~10
+# the Debian packages they use (conntrack, iproute2, iptables, nftables, and
+# prometheus for promtool) when missing, and builds the Kubernetes binaries (scripts/kube-binaries.sh: ~10
 # minutes cold), the CNI host-local plugin (scripts/cni-plugins.sh: ~1 minute
 # cold) and Calico's binaries (scripts/calico-binaries.sh: ~8 minutes cold)
 # and the Consul agent of seed 000 (scripts/consul-binary.sh: ~4-10 minutes
@@ -35,11 +35,12 @@ command -v conntrack >/dev/null 2>&1 || need+=(conntrack)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v iptables-restore >/dev/null 2>&1 || need+=(iptables)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
+command -v promtool >/dev/null 2>&1 || need+=(prometheus) # promtool, for the alerting rules' tests
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing ${need[*]} for the kernel tests" >&2
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   else
     cannot "${need[*]} missing and cannot be installed here; the tests that compare against them will skip"
   fi
