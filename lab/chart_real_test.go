@@ -96,8 +96,8 @@ controller:
 		{"gw-controller", "update", "crd.projectcalico.org", "ipamblocks", "", "", false},
 	} {
 		r, err := api.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User:   "system:serviceaccount:ghostwatch:" + c.sa,
-			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:ghostwatch", "system:authenticated"},
+			User:               "system:serviceaccount:ghostwatch:" + c.sa,
+			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:ghostwatch", "system:authenticated"},
 			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: c.verb, Group: c.group, Resource: c.res, Namespace: c.ns, Name: c.nm},
 		}}, metav1.CreateOptions{})
 		if err != nil {
