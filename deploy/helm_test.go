@@ -8,13 +8,12 @@ import (
 	"strings"
 	"testing"
 
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/engine"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/ghostwatch/ghostwatch/deploy/chart"
 )
 
 // rendered is one object the chart renders.
@@ -28,52 +27,22 @@ type rendered struct {
 }
 
 // render renders the chart with values (YAML), as `helm template` does,
-// checking them against values.schema.json first.
+// checking them against values.schema.json first (chart.Render).
 func render(t *testing.T, values string) ([]rendered, error) {
 	t.Helper()
-	ch, err := loader.Load("helm/ghostwatch")
-	if err != nil {
-		t.Fatal(err)
-	}
-	vals, err := chartutil.ReadValues([]byte(values))
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := chartutil.ReleaseOptions{Name: "gw", Namespace: "ghostwatch", IsInstall: true}
-	caps := chartutil.DefaultCapabilities.Copy()
-	caps.KubeVersion = chartutil.KubeVersion{Version: "v1.34.4", Major: "1", Minor: "34"}
-	top, err := chartutil.ToRenderValues(ch, vals, opts, caps)
+	objs, err := chart.Render("gw", "ghostwatch", values)
 	if err != nil {
 		return nil, err
 	}
-	files, err := engine.Render(ch, top)
-	if err != nil {
-		return nil, err
-	}
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	slices.Sort(names)
 	var out []rendered
-	for _, n := range names {
-		if !strings.HasSuffix(n, ".yaml") {
-			continue
+	for _, o := range objs {
+		b, err := yaml.Marshal(o.Object)
+		if err != nil {
+			t.Fatal(err)
 		}
-		for _, doc := range strings.Split(files[n], "\n---") {
-			if strings.TrimSpace(doc) == "" {
-				continue
-			}
-			var r rendered
-			if err := yaml.Unmarshal([]byte(doc), &r); err != nil {
-				t.Fatalf("%s: %v\n%s", n, err, doc)
-			}
-			if r.Kind == "" {
-				continue
-			}
-			r.raw = []byte(doc)
-			out = append(out, r)
-		}
+		r := rendered{Kind: o.GetKind(), raw: b}
+		r.Metadata.Name, r.Metadata.Namespace, r.Metadata.Labels = o.GetName(), o.GetNamespace(), o.GetLabels()
+		out = append(out, r)
 	}
 	return out, nil
 }
