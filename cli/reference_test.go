@@ -120,6 +120,10 @@ func flagTable(b *bytes.Buffer, cmd *cobra.Command) {
 		}
 		_, usage := pflag.UnquoteUsage(f)
 		def := f.DefValue
+		if home, err := os.UserHomeDir(); err == nil && home != "" && home != "/" {
+			// The same page on every machine.
+			def = strings.ReplaceAll(def, home, "$HOME")
+		}
 		if def == "" || def == "[]" {
 			def = "-"
 		} else {
@@ -134,6 +138,52 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// controllerDoc writes docs/controller.md: what `ghostwatch controller
+// --help` says, its rules with what each reads and its remedies from the
+// rules' Info, and its flags.
+func controllerDoc() []byte {
+	var b bytes.Buffer
+	root := NewRootCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}})
+	cmd, _, err := root.Find([]string{"controller"})
+	if err != nil {
+		return []byte(err.Error())
+	}
+	b.WriteString("# The controller\n\nGenerated from `ghostwatch controller --help` and the rules' own descriptions by\n`go test ./cli -run TestControllerDocIsCurrent -update`; a test fails when it drifts. Metrics and\nEvent reasons: [reference.md](reference.md). Install: the Helm chart\n([deploy/helm/ghostwatch](../deploy/helm/ghostwatch)) or `kubectl apply -k deploy/controller`.\n\n")
+	b.WriteString(cmd.Short + ".\n\n```\n" + cmd.Long + "\n```\n\n## Examples\n\n```sh\n" + cmd.Example + "\n```\n\n## Rules\n\n| rule | reads | finds | runbook |\n|---|---|---|---|\n")
+	rules, _ := ControllerRules(rule.All(rule.Config{}))
+	for _, r := range rules {
+		info := r.Info()
+		fmt.Fprintf(&b, "| `%s` | %s | %s | [%s](../%s) |\n", info.ID, strings.Join(info.Reads(), ", "), strings.ReplaceAll(info.Summary, "|", "\\|"), info.Runbook, info.Runbook)
+	}
+	b.WriteString("\n## Remedies\n\n| remedy | of rule | what it does |\n|---|---|---|\n")
+	for _, r := range rules {
+		info := r.Info()
+		if info.Remedy != nil && slices.Contains(rule.RemedyIDs(controllerRemedies(rules)), info.Remedy.ID) {
+			fmt.Fprintf(&b, "| `%s` | `%s` | %s |\n", info.Remedy.ID, info.ID, strings.ReplaceAll(info.Fix, "|", "\\|"))
+		}
+	}
+	b.WriteString("\n## Flags\n")
+	flagTable(&b, cmd)
+	return b.Bytes()
+}
+
+// docs/controller.md is what the code says today.
+func TestControllerDocIsCurrent(t *testing.T) {
+	got := controllerDoc()
+	if *update {
+		if err := os.WriteFile("../docs/controller.md", got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile("../docs/controller.md")
+	if err != nil {
+		t.Fatalf("%v (run go test ./cli -run TestControllerDocIsCurrent -update)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("docs/controller.md drifted from the code: run go test ./cli -run TestControllerDocIsCurrent -update")
+	}
 }
 
 // docs/reference.md is what the code says today.
