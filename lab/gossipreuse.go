@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -194,7 +193,7 @@ func GossipReuse(ctx context.Context, o GossipReuseOptions) (res *GossipReuseRes
 	tl.failed = func(err error) { cancel(fmt.Errorf("writing the timeline: %w", err)) }
 	g := &gossipLab{ctx: ctx, tl: tl, res: &GossipReuseResult{Scenario: "gossip-reuse"}, consulBin: o.ConsulBin}
 	if g.consulBin == "" {
-		g.consulBin = os.Getenv(consultest.BinEnv)
+		g.consulBin, _ = consultest.Find()
 	}
 	defer func() {
 		stopped, serr := g.stopAll()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -39,7 +38,8 @@ func TestGossipReuseScenario(t *testing.T) {
 	}
 	// The Consul act plays where the consul binary is built (under CI,
 	// scripts/test.sh builds it), and says how to build it elsewhere.
-	consul := os.Getenv(consultest.BinEnv) != ""
+	_, err = consultest.Find()
+	consul := err == nil
 	want := []string{"1a ip-name-taken", "1b ip-name-new", "2 serf-force-leave", "3 pod-identity-leave", "4a foreign-no-label", "4b foreign-label"}
 	if consul {
 		want = slices.Insert(want, 3, "2b consul-force-leave")

@@ -57,17 +57,27 @@ type Agent struct {
 	done chan struct{}
 }
 
+// ErrNotBuilt says the consul binary is not built.
+var ErrNotBuilt = errors.New("the consul binary is not built: run scripts/consul-binary.sh (4 to 10 minutes), or set " + BinEnv + " to the directory holding it")
+
+// Find returns the directory of the consul binary: $GHOSTWATCH_CONSUL_BIN,
+// else the cache scripts/consul-binary.sh builds into; ErrNotBuilt when
+// there is none.
+func Find() (string, error) {
+	return testenv.BinDir(BinEnv, "scripts/consul-binary.sh", ErrNotBuilt, "consul")
+}
+
 // Bin returns the directory of the consul binary, and stops the test
 // (testenv.Unavailable) when it is not built.
 func Bin(tb testing.TB) string {
 	tb.Helper()
-	dir := os.Getenv(BinEnv)
-	if dir == "" {
-		testenv.Unavailable(tb, "the consul binary is not built: run scripts/consul-binary.sh and set "+BinEnv+" to the directory it prints")
+	dir, err := Find()
+	if errors.Is(err, ErrNotBuilt) {
+		testenv.Unavailable(tb, err.Error())
 		return ""
 	}
-	if _, err := os.Stat(filepath.Join(dir, "consul")); err != nil {
-		tb.Fatalf("%s=%s: %v", BinEnv, dir, err)
+	if err != nil {
+		tb.Fatal(err)
 	}
 	return dir
 }

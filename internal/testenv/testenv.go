@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -42,12 +45,26 @@ func RequireRoot(tb testing.TB, why string) {
 	}
 }
 
+// CacheEnv names the directory the build scripts build into
+// (scripts/kube-binaries.sh and the others), a directory per version set.
+const CacheEnv = "GHOSTWATCH_KUBE_CACHE"
+
+// DefaultCache is the cache's directory when CacheEnv is unset.
+const DefaultCache = "/var/cache/ghostwatch"
+
 // BinDir returns the directory $env names, where script built the
-// executables names: unset is notBuilt (a test then stops with
-// Unavailable), a directory lacking one of them an error naming it.
+// executables names; unset, the directory script built into the cache
+// (CacheEnv, else DefaultCache: the one named after script, kube- for
+// scripts/kube-binaries.sh, holding every executable, built with this
+// Go if there is one, else the last by name). None at all is notBuilt (a
+// test then stops with Unavailable); a directory $env names lacking one of
+// them is an error naming it.
 func BinDir(env, script string, notBuilt error, names ...string) (string, error) {
 	dir := os.Getenv(env)
 	if dir == "" {
+		if found := inCache(script, names); found != "" {
+			return found, nil
+		}
 		return "", notBuilt
 	}
 	if err := HasExecutables(env+"="+dir, dir, script, names...); err != nil {
@@ -66,4 +83,36 @@ func HasExecutables(what, dir, script string, names ...string) error {
 		}
 	}
 	return nil
+}
+
+// inCache returns the directory of the cache script built names into, or
+// "".
+func inCache(script string, names []string) string {
+	root := os.Getenv(CacheEnv)
+	if root == "" {
+		root = DefaultCache
+	}
+	prefix, _, _ := strings.Cut(filepath.Base(script), "-")
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return ""
+	}
+	var found []string
+	for _, e := range entries {
+		dir := filepath.Join(root, e.Name())
+		if e.IsDir() && strings.HasPrefix(e.Name(), prefix+"-") && HasExecutables(dir, dir, script, names...) == nil {
+			found = append(found, e.Name())
+		}
+	}
+	if len(found) == 0 {
+		return ""
+	}
+	slices.Sort(found)
+	best := found[len(found)-1]
+	for _, f := range found {
+		if strings.HasSuffix(f, "-"+runtime.Version()) {
+			best = f
+		}
+	}
+	return filepath.Join(root, best)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -89,6 +90,7 @@ func TestRequireRoot(t *testing.T) {
 func TestBinDir(t *testing.T) {
 	dir := t.TempDir()
 	notBuilt := errors.New("not built")
+	t.Setenv(CacheEnv, t.TempDir())
 	t.Setenv("GW_TEST_BIN", "")
 	if _, err := BinDir("GW_TEST_BIN", "scripts/x.sh", notBuilt, "tool"); err != notBuilt {
 		t.Errorf("unset: %v, want the not-built error", err)
@@ -111,5 +113,39 @@ func TestBinDir(t *testing.T) {
 	}
 	if err := HasExecutables("--tool-bin "+dir, dir, "scripts/x.sh", "tool", "other"); err == nil || err.Error() != "--tool-bin "+dir+" has no executable other: run scripts/x.sh" {
 		t.Errorf("a flag's directory lacking a tool: %v", err)
+	}
+}
+
+// Unset, the variable gives way to the cache the script builds into: the
+// directory named after the script that holds every executable, the one
+// built with this Go first.
+func TestBinDirFindsTheCache(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv(CacheEnv, cache)
+	t.Setenv("GW_TEST_BIN", "")
+	notBuilt := errors.New("not built")
+	mk := func(name string, tools ...string) {
+		d := filepath.Join(cache, name)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, tool := range tools {
+			if err := os.WriteFile(filepath.Join(d, tool), nil, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	mk("x-v1-go0.0.1", "tool")
+	mk("x-v2-go0.0.2") // incomplete
+	mk("y-v9-"+runtime.Version(), "tool")
+	if got, err := BinDir("GW_TEST_BIN", "scripts/x-tools.sh", notBuilt, "tool"); err != nil || got != filepath.Join(cache, "x-v1-go0.0.1") {
+		t.Errorf("got %q, %v", got, err)
+	}
+	mk("x-v0-"+runtime.Version(), "tool")
+	if got, err := BinDir("GW_TEST_BIN", "scripts/x-tools.sh", notBuilt, "tool"); err != nil || got != filepath.Join(cache, "x-v0-"+runtime.Version()) {
+		t.Errorf("with this Go's: got %q, %v", got, err)
+	}
+	if _, err := BinDir("GW_TEST_BIN", "scripts/z-tools.sh", notBuilt, "tool"); err != notBuilt {
+		t.Errorf("nothing built: %v", err)
 	}
 }

@@ -275,7 +275,7 @@ timeline goes to stderr.`,
 		},
 	}
 	cmdline.AddOutputFlag(cmd, &output, "text is the timeline; json and yaml print what the acts measured, as one object, and the timeline goes to stderr")
-	cmd.Flags().StringVar(&o.ConsulBin, "consul-bin", "", "the directory holding the consul binary scripts/consul-binary.sh builds, for act 2b (default $GHOSTWATCH_CONSUL_BIN; without one the act is not played)")
+	cmd.Flags().StringVar(&o.ConsulBin, "consul-bin", "", "the directory holding the consul binary scripts/consul-binary.sh builds, for act 2b (default $GHOSTWATCH_CONSUL_BIN, else the build cache, /var/cache/ghostwatch; without one the act is not played)")
 	return cmd
 }
 
