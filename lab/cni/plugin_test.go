@@ -14,6 +14,7 @@ import (
 
 func TestFindHostLocal(t *testing.T) {
 	t.Setenv(BinEnv, "")
+	t.Setenv("GHOSTWATCH_KUBE_CACHE", t.TempDir()) // an empty build cache
 	if _, err := FindHostLocal(); !errors.Is(err, ErrNoBinary) {
 		t.Errorf("unset: %v, want ErrNoBinary", err)
 	}

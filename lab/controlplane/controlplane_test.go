@@ -16,6 +16,7 @@ import (
 
 func TestFindBinaries(t *testing.T) {
 	t.Setenv(BinEnv, "")
+	t.Setenv("GHOSTWATCH_KUBE_CACHE", t.TempDir()) // an empty build cache
 	if _, err := FindBinaries(); !errors.Is(err, ErrNoBinaries) {
 		t.Errorf("unset: %v, want ErrNoBinaries", err)
 	}

@@ -98,6 +98,8 @@ func TestLabCalicoMisbookCommand(t *testing.T) {
 	}
 
 	fake := t.TempDir()
+	// An empty build cache: nothing is found there either.
+	t.Setenv("GHOSTWATCH_KUBE_CACHE", t.TempDir())
 	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-proxy"} {
 		if err := os.WriteFile(fake+"/"+b, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
 			t.Fatal(err)
