@@ -140,7 +140,7 @@ restart campaigns afresh. A replica that cannot reach the API server at start
 stays up, not ready (/readyz says why), and tries again, up to every 30s.
 /readyz is ready on a standby replica, and on the leader once it has listed
 every Pod and Node.`,
-		Example: `  # in the cluster: kubectl apply -k deploy/controller
+		Example: `  # in the cluster: kubectl apply -k deploy/namespace && kubectl apply -k deploy/controller
   ghostwatch controller --kubeconfig ~/.kube/config --lease-namespace default --log-format text
 
   # see which gossip ghosts it would force out, as Events, before letting it

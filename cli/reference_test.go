@@ -150,7 +150,7 @@ func controllerDoc() []byte {
 	if err != nil {
 		return []byte(err.Error())
 	}
-	b.WriteString("# The controller\n\nGenerated from `ghostwatch controller --help` and the rules' own descriptions by\n`go test ./cli -run TestControllerDocIsCurrent -update`; a test fails when it drifts. Metrics and\nEvent reasons: [reference.md](reference.md). Install: the Helm chart\n([deploy/helm/ghostwatch](../deploy/helm/ghostwatch)) or `kubectl apply -k deploy/controller`.\n\n")
+	b.WriteString("# The controller\n\nGenerated from `ghostwatch controller --help` and the rules' own descriptions by\n`go test ./cli -run TestControllerDocIsCurrent -update`; a test fails when it drifts. Metrics and\nEvent reasons: [reference.md](reference.md). Install: the Helm chart\n([deploy/helm/ghostwatch](../deploy/helm/ghostwatch)) or `kubectl apply -k deploy/namespace && kubectl apply -k deploy/controller`.\n\n")
 	b.WriteString(cmd.Short + ".\n\n```\n" + cmd.Long + "\n```\n\n## Examples\n\n```sh\n" + cmd.Example + "\n```\n\n## Rules\n\n| rule | reads | finds | runbook |\n|---|---|---|---|\n")
 	rules, _ := ControllerRules(rule.All(rule.Config{}))
 	for _, r := range rules {

@@ -21,14 +21,16 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-//go:embed agent/*.yaml controller/*.yaml
+//go:embed agent/*.yaml controller/*.yaml namespace/*.yaml
 var files embed.FS
 
 // AgentDir and ControllerDir are the kustomization directories of the
-// agent and the controller, relative to deploy/.
+// agent and the controller, relative to deploy/; NamespaceDir the
+// namespace's, applied first.
 const (
 	AgentDir      = "agent"
 	ControllerDir = "controller"
+	NamespaceDir  = "namespace"
 )
 
 // Manifest is one object of a kustomization, with the file it came from.
@@ -41,6 +43,25 @@ type Manifest struct {
 // an unknown or duplicated field is an error that names the file.
 func Agent() ([]Manifest, error) {
 	return read(AgentDir)
+}
+
+// Namespace decodes the namespace's kustomization, as Agent does.
+func Namespace() ([]Manifest, error) {
+	return read(NamespaceDir)
+}
+
+// AgentInstall is what installing the agent applies, in order: the
+// namespace's kustomization, then the agent's.
+func AgentInstall() ([]Manifest, error) {
+	ns, err := Namespace()
+	if err != nil {
+		return nil, err
+	}
+	a, err := Agent()
+	if err != nil {
+		return nil, err
+	}
+	return append(ns, a...), nil
 }
 
 // Controller decodes every resource the controller's kustomization lists,

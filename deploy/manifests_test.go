@@ -44,18 +44,30 @@ func TestKustomizationListsEveryFile(t *testing.T) {
 	}
 }
 
-// Both kustomizations create the namespace: they must create the same one.
-func TestOneNamespace(t *testing.T) {
-	a, err := files.ReadFile("agent/namespace.yaml")
+// The namespace is deploy/namespace's alone: neither component's
+// kustomization holds it, so that deleting one leaves the other's objects.
+func TestNamespaceIsItsOwn(t *testing.T) {
+	b, err := files.ReadFile("namespace/namespace.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := files.ReadFile("controller/namespace.yaml")
-	if err != nil {
-		t.Fatal(err)
+	obj, err := decode(b)
+	if err != nil || obj.GetObjectKind().GroupVersionKind().Kind != "Namespace" {
+		t.Fatalf("deploy/namespace/namespace.yaml: %v, %v", obj, err)
 	}
-	if string(a) != string(c) {
-		t.Errorf("deploy/agent and deploy/controller create different namespaces:\n%s\n%s", a, c)
+	if res, err := Resources("namespace"); err != nil || !slices.Equal(res, []string{"namespace.yaml"}) {
+		t.Errorf("deploy/namespace lists %v, %v", res, err)
+	}
+	for _, read := range []func() ([]Manifest, error){Agent, Controller} {
+		ms, err := read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			if m.Object.GetObjectKind().GroupVersionKind().Kind == "Namespace" {
+				t.Errorf("%s holds a Namespace: deleting that component would delete the other's", m.File)
+			}
+		}
 	}
 }
 
@@ -68,7 +80,7 @@ func TestControllerManifests(t *testing.T) {
 	for _, m := range ms {
 		kinds[m.Object.GetObjectKind().GroupVersionKind().Kind]++
 	}
-	for _, k := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment"} {
+	for _, k := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service", "PodDisruptionBudget"} {
 		if kinds[k] != 1 {
 			t.Errorf("want one %s, found %d", k, kinds[k])
 		}
@@ -172,7 +184,7 @@ func TestAgentManifestsDecodeStrictly(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet"} {
+	for _, k := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Service"} {
 		if kinds[k] != 1 {
 			t.Errorf("want one %s, found %d", k, kinds[k])
 		}

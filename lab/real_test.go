@@ -124,7 +124,7 @@ func newRealEnvWith(t *testing.T, mode controlplane.ProxyMode, o controlplane.Op
 			t.Errorf("kubelet stand-in: %v", err)
 		}
 	})
-	ms, err := deploy.Agent()
+	ms, err := deploy.AgentInstall()
 	if err != nil {
 		t.Fatal(err)
 	}

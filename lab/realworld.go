@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -83,7 +84,7 @@ func newRealWorld(ctx context.Context, o Options, bed *netbed.Bed, sc scenario, 
 		tl.logf("kubelet", "pod %s/%s running at %s, serving :%d", pod.Namespace, pod.Name, h.Addrs[0], port)
 		return func() { ln.Close() }, nil
 	})
-	ms, err := deploy.Agent()
+	ms, err := deploy.AgentInstall()
 	if err != nil {
 		return nil, err
 	}
@@ -275,6 +276,10 @@ func createObject(ctx context.Context, c kubernetes.Interface, obj runtime.Objec
 		_, err = c.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 	case *rbacv1.RoleBinding:
 		_, err = c.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+	case *corev1.Service:
+		_, err = c.CoreV1().Services(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+	case *policyv1.PodDisruptionBudget:
+		_, err = c.PolicyV1().PodDisruptionBudgets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 	default:
 		err = fmt.Errorf("cannot create a %T", obj)
 	}

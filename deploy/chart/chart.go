@@ -30,6 +30,29 @@ func Dir() string {
 // (YAML), checked against values.schema.json, into objects in the order
 // of their template files.
 func Render(name, namespace, values string) ([]*unstructured.Unstructured, error) {
+	docs, err := RenderDocs(name, namespace, values)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*unstructured.Unstructured, 0, len(docs))
+	for _, d := range docs {
+		m := map[string]any{}
+		if err := yaml.Unmarshal([]byte(d.Text), &m); err != nil {
+			return nil, err
+		}
+		out = append(out, &unstructured.Unstructured{Object: m})
+	}
+	return out, nil
+}
+
+// Doc is one rendered object as the template wrote it, comments kept.
+type Doc struct {
+	Kind, Name, Text string
+}
+
+// RenderDocs renders the chart as Render does, and returns each object's
+// text as its template wrote it.
+func RenderDocs(name, namespace, values string) ([]Doc, error) {
 	ch, err := loader.Load(Dir())
 	if err != nil {
 		return nil, err
@@ -53,23 +76,23 @@ func Render(name, namespace, values string) ([]*unstructured.Unstructured, error
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	var out []*unstructured.Unstructured
+	var out []Doc
 	for _, n := range names {
 		if !strings.HasSuffix(n, ".yaml") {
 			continue
 		}
 		for _, doc := range strings.Split(files[n], "\n---") {
-			if strings.TrimSpace(doc) == "" {
-				continue
+			var head struct {
+				Kind     string
+				Metadata struct{ Name string }
 			}
-			m := map[string]any{}
-			if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+			if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
 				return nil, errors.Join(errors.New(n), err)
 			}
-			if len(m) == 0 {
+			if head.Kind == "" {
 				continue
 			}
-			out = append(out, &unstructured.Unstructured{Object: m})
+			out = append(out, Doc{Kind: head.Kind, Name: head.Metadata.Name, Text: strings.TrimLeft(doc, "\n") + "\n"})
 		}
 	}
 	return out, nil

@@ -387,7 +387,7 @@ func waitSlices(ctx context.Context, c kubernetes.Interface, l layout, cp *contr
 // its binding. The workload itself (the DaemonSet) is left out: Run starts
 // the agent.
 func applyAgentRBAC(ctx context.Context, c kubernetes.Interface) error {
-	ms, err := deploy.Agent()
+	ms, err := deploy.AgentInstall()
 	if err != nil {
 		return err
 	}
