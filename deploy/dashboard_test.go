@@ -30,26 +30,33 @@ type dashboard struct {
 	}
 }
 
-// exportedMetrics are the metric names the agent and the controller
-// register.
-func exportedMetrics(t *testing.T) map[string]bool {
+// exportedMetrics returns the metric names the controller registers, and
+// those the agent or the controller does.
+func exportedMetrics(t *testing.T) (byController, byEither map[string]bool) {
 	t.Helper()
-	out := map[string]bool{}
-	name := regexp.MustCompile(`fqName: "([a-z_]+)"`)
 	creg, areg := prometheus.NewRegistry(), prometheus.NewRegistry()
 	rules, _ := cli.ControllerRules(rule.All(rule.Config{}))
 	controller.NewMetrics(creg, rules)
 	agent.NewMetrics(areg, rule.All(rule.Config{}))
-	for _, reg := range []*prometheus.Registry{creg, areg} {
-		ch := make(chan *prometheus.Desc, 100)
-		go func() {
-			reg.Describe(ch)
-			close(ch)
-		}()
-		for d := range ch {
-			if m := name.FindStringSubmatch(d.String()); m != nil {
-				out[m[1]] = true
-			}
+	byController, byEither = metricNames(creg), metricNames(areg)
+	for m := range byController {
+		byEither[m] = true
+	}
+	return byController, byEither
+}
+
+// metricNames are the names of the metrics reg describes.
+func metricNames(reg *prometheus.Registry) map[string]bool {
+	ch := make(chan *prometheus.Desc, 100)
+	go func() {
+		reg.Describe(ch)
+		close(ch)
+	}()
+	out := map[string]bool{}
+	name := regexp.MustCompile(`fqName: "([a-z_]+)"`)
+	for d := range ch {
+		if m := name.FindStringSubmatch(d.String()); m != nil {
+			out[m[1]] = true
 		}
 	}
 	return out
@@ -70,7 +77,7 @@ func TestDashboardQueriesParseAndNameExportedMetrics(t *testing.T) {
 	if d.UID == "" || len(d.Panels) < 8 {
 		t.Fatalf("dashboard %q: uid %q, %d panels", d.Title, d.UID, len(d.Panels))
 	}
-	exported := exportedMetrics(t)
+	_, exported := exportedMetrics(t)
 	used := regexp.MustCompile(`ghostwatch_[a-z_]+`)
 	var rules strings.Builder
 	rules.WriteString("groups:\n  - name: dashboard\n    rules:\n")

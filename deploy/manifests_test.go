@@ -16,13 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/ghostwatch/ghostwatch/agent"
 	"github.com/ghostwatch/ghostwatch/cli"
-	"github.com/ghostwatch/ghostwatch/controller"
 	"github.com/ghostwatch/ghostwatch/internal/testenv"
-	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/source/kube/fresh"
 	"github.com/ghostwatch/ghostwatch/source/kube/live"
 )
@@ -386,30 +381,7 @@ func TestAgentClusterRoleGrantsExactlyWhatTheAgentUses(t *testing.T) {
 // gossip rules the controller's, the others the agent's or the
 // controller's.
 func TestAlertRulesUseExportedMetrics(t *testing.T) {
-	describe := func(reg *prometheus.Registry) map[string]bool {
-		ch := make(chan *prometheus.Desc, 100)
-		go func() {
-			reg.Describe(ch)
-			close(ch)
-		}()
-		out := map[string]bool{}
-		name := regexp.MustCompile(`fqName: "([a-z_]+)"`)
-		for d := range ch {
-			if m := name.FindStringSubmatch(d.String()); m != nil {
-				out[m[1]] = true
-			}
-		}
-		return out
-	}
-	creg, areg := prometheus.NewRegistry(), prometheus.NewRegistry()
-	rules, _ := cli.ControllerRules(rule.All(rule.Config{}))
-	controller.NewMetrics(creg, rules)
-	agent.NewMetrics(areg, rule.All(rule.Config{}))
-	byController := describe(creg)
-	byEither := describe(areg)
-	for m := range byController {
-		byEither[m] = true
-	}
+	byController, byEither := exportedMetrics(t)
 	for file, exported := range map[string]map[string]bool{"alerts/gossip.rules.yaml": byController, "alerts/ghostwatch.rules.yaml": byEither} {
 		b, err := os.ReadFile(file)
 		if err != nil {

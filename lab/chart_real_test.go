@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"context"
 	"testing"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -23,13 +22,7 @@ import (
 // a cluster object, no Secret but the declared token's, by name, in its
 // namespace).
 func TestRealChartInstallsWithLeastPrivilege(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	cp, err := controlplane.Start(ctx, controlplane.Options{Bin: realBinaries(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cp.Stop)
+	ctx, cp := startControlPlane(t, controlplane.Options{})
 	api := cp.Admin
 	for _, ns := range []string{"ghostwatch", "shop"} {
 		if _, err := api.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {

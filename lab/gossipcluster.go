@@ -103,33 +103,18 @@ func (n *gossipNode) stop() error {
 
 // logLines returns the node's log lines holding every one of words.
 func (n *gossipNode) logLines(words ...string) []string {
-	if n.ml != nil {
+	var lines []string
+	switch {
+	case n.ml != nil:
 		return n.ml.Log.Lines(words...)
+	case n.consul != nil:
+		lines = strings.Split(n.consul.Log(), "\n")
+	default:
+		lines = n.serf.Log.Lines(0, words[0])
 	}
-	if n.consul != nil {
-		var out []string
-		for _, l := range strings.Split(n.consul.Log(), "\n") {
-			ok := true
-			for _, w := range words {
-				ok = ok && strings.Contains(l, w)
-			}
-			if ok {
-				out = append(out, l)
-			}
-		}
-		return out
-	}
-	var out []string
-	for _, l := range n.serf.Log.Lines(0, words[0]) {
-		ok := true
-		for _, w := range words[1:] {
-			ok = ok && strings.Contains(l, w)
-		}
-		if ok {
-			out = append(out, l)
-		}
-	}
-	return out
+	return slices.DeleteFunc(lines, func(l string) bool {
+		return slices.ContainsFunc(words, func(w string) bool { return !strings.Contains(l, w) })
+	})
 }
 
 // stopAll stops every node still running.

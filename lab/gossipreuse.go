@@ -410,21 +410,7 @@ func (g *gossipLab) serfForceLeave() error {
 		g.tl.logf("ghostwatch", "names the command (serf force-leave -prune %s) but would not force it out by itself: %s", a.name, withheld)
 	}
 	g.tl.logf("operator", "%s's pod is gone (the lab killed it): serf force-leave -prune %s through %s's RPC (ghostwatch's Serf.ForceLeave)", a.name, a.name, survivor.pod.Name)
-	forced := time.Now()
-	ctx, cancel := context.WithTimeout(g.ctx, 10*time.Second)
-	err = (&sourcegossip.Serf{Addr: survivor.serf.RPC, Timeout: 5 * time.Second}).ForceLeave(ctx, a.name)
-	cancel()
-	if err != nil {
-		return err
-	}
-	if _, err := g.waitLists(a.name+" pruned from every surviving list", 10*time.Second, g.nodes[:2], []string{a.name}, func(v *snapshot.GossipView) bool {
-		return status(v, a.name) == ""
-	}); err != nil {
-		return err
-	}
-	g.act.Measured["force_leave"] = time.Since(forced).Seconds()
-	g.tl.logf("cluster", "%s pruned from every surviving list %s after the force-leave", a.name, time.Since(forced).Round(time.Millisecond))
-	if _, err := g.scan("force-left"); err != nil {
+	if err := g.forceOut(a, (&sourcegossip.Serf{Addr: survivor.serf.RPC, Timeout: 5 * time.Second}).ForceLeave); err != nil {
 		return err
 	}
 	g.tl.logf("fix", "force-leave -prune removes the ghost at once; without -prune the member is listed left for TombstoneTimeout (%s), still sharing the address", fmtDuration(def.TombstoneTimeout))
@@ -489,9 +475,16 @@ func (g *gossipLab) consulForceLeave() error {
 	}
 	survivor := g.nodes[0]
 	g.tl.logf("operator", "%s's pod is gone (the lab killed it): consul force-leave -prune %s through %s's HTTP API, with the cluster's token (ghostwatch's Consul.ForceLeave)", a.name, a.name, survivor.pod.Name)
+	return g.forceOut(a, survivor.reader.(*sourcegossip.Consul).ForceLeave)
+}
+
+// forceOut forces a out of the cluster with leave (an agent's force-leave
+// with prune), waits until no surviving member lists it, measures how
+// long that took, and scans again ("force-left").
+func (g *gossipLab) forceOut(a *gossipNode, leave func(context.Context, string) error) error {
 	forced := time.Now()
 	ctx, cancel := context.WithTimeout(g.ctx, 10*time.Second)
-	err = survivor.reader.(*sourcegossip.Consul).ForceLeave(ctx, a.name)
+	err := leave(ctx, a.name)
 	cancel()
 	if err != nil {
 		return err

@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"context"
 	"net/netip"
 	"strings"
 	"testing"
@@ -24,13 +23,7 @@ import (
 // comes first, and when the pods watched show it is the second; it finds
 // the pod by its first address.
 func TestRealQuorumSecondFamilyWithoutPodCIDRs(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	cp, err := controlplane.Start(ctx, controlplane.Options{Bin: realBinaries(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cp.Stop)
+	ctx, cp := startControlPlane(t, controlplane.Options{})
 	api := cp.Admin
 	if _, err := api.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "calico-node-1"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

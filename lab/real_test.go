@@ -79,9 +79,10 @@ func newRealEnv(t *testing.T, mode controlplane.ProxyMode) *realEnv {
 	return newRealEnvWith(t, mode, controlplane.Options{}, netbed.NodeOptions{ConntrackTimestamp: true})
 }
 
-// newRealEnvWith is newRealEnv with control-plane options (Bin is set
-// here) and the node's network options.
-func newRealEnvWith(t *testing.T, mode controlplane.ProxyMode, o controlplane.Options, nodeNet netbed.NodeOptions) *realEnv {
+// startControlPlane starts a control plane with o (Bin is set here) until
+// the test ends, its logs' tails printed when the test fails; ctx ends
+// with the test.
+func startControlPlane(t *testing.T, o controlplane.Options) (context.Context, *controlplane.ControlPlane) {
 	t.Helper()
 	o.Bin = realBinaries(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -98,6 +99,14 @@ func newRealEnvWith(t *testing.T, mode controlplane.ProxyMode, o controlplane.Op
 		}
 		cp.Stop()
 	})
+	return ctx, cp
+}
+
+// newRealEnvWith is newRealEnv with control-plane options (Bin is set
+// here) and the node's network options.
+func newRealEnvWith(t *testing.T, mode controlplane.ProxyMode, o controlplane.Options, nodeNet netbed.NodeOptions) *realEnv {
+	t.Helper()
+	ctx, cp := startControlPlane(t, o)
 	bed, err := netbed.New(prefix())
 	if err != nil {
 		t.Fatal(err)

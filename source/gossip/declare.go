@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -73,14 +74,7 @@ type Declarations struct {
 
 // Key returns the cluster d declares, as the pods' annotations name it.
 func (d *Declared) Key() snapshot.GossipCluster {
-	return snapshot.GossipCluster{System: d.System, Cluster: d.Namespace + "/" + cmpOr(d.Name, d.System)}
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
+	return snapshot.GossipCluster{System: d.System, Cluster: d.Namespace + "/" + cmp.Or(d.Name, d.System)}
 }
 
 // ReadDeclarations reads a --gossip-clusters file (YAML or JSON), and
@@ -267,7 +261,7 @@ func (d *Declared) credential(ctx context.Context, secrets corev1client.SecretsG
 // credential: sent only to the member's own address, over TLS unless the
 // declaration allows clear text, and never after a redirect.
 func (d *Declared) agent(ctx context.Context, m Member, secrets corev1client.SecretsGetter) (Agent, error) {
-	scheme := cmpOr(d.Scheme, m.Scheme)
+	scheme := cmp.Or(d.Scheme, m.Scheme)
 	token, err := d.credential(ctx, secrets)
 	if err != nil {
 		return nil, err

@@ -85,6 +85,29 @@ func TestDeclaredAgent(t *testing.T) {
 	}
 }
 
+// forceOutFailed waits until a fresh read of cluster lists member failed,
+// and forces it out through the agent that gave that read.
+func forceOutFailed(t *testing.T, w *Watch, cluster snapshot.GossipCluster, member string) {
+	t.Helper()
+	ctx := context.Background()
+	var leave func(context.Context, string) error
+	waitFor(t, member+" read failed", func() bool {
+		v, l, err := w.ReadCluster(ctx, cluster)
+		if err != nil {
+			return false
+		}
+		leave = l
+		m, ok := memberOf(v, member)
+		return ok && m.Status == snapshot.MemberFailed
+	})
+	if leave == nil {
+		t.Fatalf("no force-leave through a %s agent", cluster.System)
+	}
+	if err := leave(ctx, member); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // memberOf returns the member of v named name.
 func memberOf(v *snapshot.GossipView, name string) (snapshot.GossipMember, bool) {
 	i := slices.IndexFunc(v.Members, func(m snapshot.GossipMember) bool { return m.Name == name })
@@ -123,23 +146,7 @@ func TestWatchReadsSerfAndForcesOut(t *testing.T) {
 
 	old.Kill()
 	pods.delete("shop", "serf-1")
-	ctx := context.Background()
-	var leave func(context.Context, string) error
-	waitFor(t, "the dead member read failed", func() bool {
-		v, l, err := w.ReadCluster(ctx, cluster)
-		if err != nil {
-			return false
-		}
-		leave = l
-		m, ok := memberOf(v, old.Name)
-		return ok && m.Status == snapshot.MemberFailed
-	})
-	if leave == nil {
-		t.Fatal("no force-leave through a Serf agent")
-	}
-	if err := leave(ctx, old.Name); err != nil {
-		t.Fatal(err)
-	}
+	forceOutFailed(t, w, cluster, old.Name)
 	if slices.ContainsFunc(survivor.Members(), func(m serf.Member) bool { return m.Name == old.Name }) {
 		t.Errorf("the survivor still lists %s: %v", old.Name, survivor.Members())
 	}
@@ -315,23 +322,7 @@ func TestWatchReadsConsulAndForcesOut(t *testing.T) {
 	})
 	old.Kill()
 	pods.delete("shop", "consul-2")
-	ctx := context.Background()
-	var leave func(context.Context, string) error
-	waitFor(t, "the dead member read failed", func() bool {
-		v, l, err := w.ReadCluster(ctx, cluster)
-		if err != nil {
-			return false
-		}
-		leave = l
-		m, ok := memberOf(v, old.Name)
-		return ok && m.Status == snapshot.MemberFailed
-	})
-	if leave == nil {
-		t.Fatal("no force-leave through a Consul agent")
-	}
-	if err := leave(ctx, old.Name); err != nil {
-		t.Fatal(err)
-	}
+	forceOutFailed(t, w, cluster, old.Name)
 	waitFor(t, "the member pruned from the survivor's list", func() bool {
 		ms, err := survivor.Members()
 		return err == nil && !slices.ContainsFunc(ms, func(m consultest.Member) bool { return m.Name == old.Name })

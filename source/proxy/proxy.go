@@ -8,6 +8,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -97,7 +98,7 @@ func (src *Source) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 
 // ask asks the node afresh.
 func (src *Source) ask(ctx context.Context, s *snapshot.Snapshot) error {
-	kp := orDefault(src.KubeProxy, DefaultKubeProxy)
+	kp := cmp.Or(src.KubeProxy, DefaultKubeProxy)
 	mode, err := src.get(ctx, "http://"+kp+"/proxyMode")
 	if err == nil {
 		mode = strings.TrimSpace(mode)
@@ -105,7 +106,7 @@ func (src *Source) ask(ctx context.Context, s *snapshot.Snapshot) error {
 		switch mode {
 		case "iptables", "nftables":
 		case "ipvs":
-			v, err := os.ReadFile(filepath.Join(orDefault(src.Proc, "/proc"), "sys/net/ipv4/vs/conntrack"))
+			v, err := os.ReadFile(filepath.Join(cmp.Or(src.Proc, "/proc"), "sys/net/ipv4/vs/conntrack"))
 			switch {
 			case err != nil:
 				p.Note = fmt.Sprintf("net.ipv4.vs.conntrack cannot be read (%v); kube-proxy sets it to 1", err)
@@ -118,7 +119,7 @@ func (src *Source) ask(ctx context.Context, s *snapshot.Snapshot) error {
 		s.ServiceProxy = p
 		return nil
 	}
-	cl := orDefault(src.Cilium, DefaultCilium)
+	cl := cmp.Or(src.Cilium, DefaultCilium)
 	if _, cerr := src.get(ctx, "http://"+cl+"/healthz"); cerr == nil {
 		return source.Unsupported("no kube-proxy answers at %s, and a Cilium agent answers at %s: Cilium's kube-proxy replacement translates Services in eBPF, outside conntrack, so ghostwatch cannot see their flows here (%v)", kp, cl, err)
 	}
@@ -177,11 +178,4 @@ func unwrap(err error) error {
 		}
 	}
 	return err
-}
-
-func orDefault(s, d string) string {
-	if s == "" {
-		return d
-	}
-	return s
 }
