@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -24,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	pkggossip "github.com/ghostwatch/ghostwatch/gossip"
+	"github.com/ghostwatch/ghostwatch/internal/gossiptest"
 	"github.com/ghostwatch/ghostwatch/internal/memberlisttest"
 	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/internal/serftest"
@@ -304,28 +304,6 @@ ghostwatch_gossip_join_rejections_total{cluster="shop/cache",reason="unexpected-
 	}
 }
 
-// fixedAgent answers a fixed view.
-type fixedAgent struct{ v snapshot.GossipView }
-
-func (a fixedAgent) Members(context.Context) (*snapshot.GossipView, error) {
-	v := a.v
-	v.Members = slices.Clone(a.v.Members)
-	return &v, nil
-}
-
-// switchAgent answers a fixed view, or fails while down.
-type switchAgent struct {
-	v    snapshot.GossipView
-	down *atomic.Bool
-}
-
-func (a switchAgent) Members(ctx context.Context) (*snapshot.GossipView, error) {
-	if a.down.Load() {
-		return nil, errors.New("connection refused")
-	}
-	return fixedAgent{a.v}.Members(ctx)
-}
-
 // One cluster that cannot be read is judged on its last view, and the
 // others as they are read; only when none can be read is the source not
 // ready. Either way what was found stands.
@@ -344,7 +322,7 @@ func TestGossipOneClusterUnread(t *testing.T) {
 		gossipPodObj("serf-0", "u1", "10.244.1.6", "serf", 0, time.Now().Add(-time.Hour)))
 	r := startReplicaWith(t, client, "a", setup{gossipInterval: 50 * time.Millisecond,
 		agent: func(p sourcegossip.Member) (sourcegossip.Agent, error) {
-			return switchAgent{views[p.System], down[p.System]}, nil
+			return gossiptest.Switch{View: views[p.System], Down: down[p.System]}, nil
 		}})
 	m, c := r.m, r.c
 	up := func(system string) float64 {

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ghostwatch/ghostwatch/internal/gossiptest"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 )
@@ -152,28 +153,6 @@ func plainPod(name, uid, ip string) *corev1.Pod {
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}, StartTime: &metav1.Time{Time: time.Now()}}}
 }
 
-// fixedAgent answers a fixed view.
-type fixedAgent struct{ v snapshot.GossipView }
-
-func (a fixedAgent) Members(context.Context) (*snapshot.GossipView, error) {
-	v := a.v
-	v.Members = slices.Clone(a.v.Members)
-	return &v, nil
-}
-
-// switchAgent answers a fixed view, or fails while down.
-type switchAgent struct {
-	v    snapshot.GossipView
-	down *atomic.Bool
-}
-
-func (a switchAgent) Members(ctx context.Context) (*snapshot.GossipView, error) {
-	if a.down.Load() {
-		return nil, errors.New("connection refused")
-	}
-	return fixedAgent{a.v}.Members(ctx)
-}
-
 // agentFunc is an agent that answers with a function.
 type agentFunc func(context.Context) (*snapshot.GossipView, error)
 
@@ -181,7 +160,7 @@ func (f agentFunc) Members(ctx context.Context) (*snapshot.GossipView, error) { 
 
 // leaver answers a fixed view, and records the members it forces out.
 type leaver struct {
-	fixedAgent
+	gossiptest.Fixed
 	mu   *sync.Mutex
 	left *[]string
 }
@@ -361,7 +340,7 @@ func TestWatchViewMustBeThePods(t *testing.T) {
 					if tc.during != nil {
 						tc.during(pods)
 					}
-					return fixedAgent{tc.view}.Members(ctx)
+					return gossiptest.Fixed{View: tc.view}.Members(ctx)
 				}), nil
 			}}
 			// What the first round read, collected before a round that a
@@ -418,7 +397,7 @@ func TestWatchWaitsForThePodsListed(t *testing.T) {
 	var asked atomic.Int32
 	w := &Watch{Pods: pods, Interval: time.Hour, Agent: func(Member) (Agent, error) {
 		asked.Add(1)
-		return fixedAgent{snapshot.GossipView{System: "consul", Local: "consul-0", Members: []snapshot.GossipMember{member("consul-0", "10.244.1.5")}}}, nil
+		return gossiptest.Fixed{View: snapshot.GossipView{System: "consul", Local: "consul-0", Members: []snapshot.GossipMember{member("consul-0", "10.244.1.5")}}}, nil
 	}}
 	start(t, w)
 	pods.set(gossipPod("consul-0", "u0", "10.244.1.5", "consul", 0, time.Now()))
@@ -458,7 +437,7 @@ func TestWatchTriesThreeOldestFirst(t *testing.T) {
 		if !up[m.Name] {
 			return nil, errors.New("connection refused")
 		}
-		return fixedAgent{snapshot.GossipView{System: "consul", From: m.Addr.String()}}, nil
+		return gossiptest.Fixed{View: snapshot.GossipView{System: "consul", From: m.Addr.String()}}, nil
 	}}
 	var rounds atomic.Int32
 	w.OnChange(func() { rounds.Add(1) })
@@ -559,7 +538,7 @@ func TestWatchReadAgainWhenAMembersPodGoes(t *testing.T) {
 	var reads atomic.Int32
 	w := &Watch{Pods: pods, Interval: time.Hour, Agent: func(Member) (Agent, error) {
 		reads.Add(1)
-		return fixedAgent{v}, nil
+		return gossiptest.Fixed{View: v}, nil
 	}}
 	var rounds atomic.Int32
 	w.OnChange(func() { rounds.Add(1) })
@@ -604,7 +583,7 @@ func TestWatchOneClusterUnread(t *testing.T) {
 	down["memberlist"].Store(true)
 	pods := newPods()
 	w := &Watch{Pods: pods, Interval: 10 * time.Millisecond, Agent: func(m Member) (Agent, error) {
-		return switchAgent{views[m.System], down[m.System]}, nil
+		return gossiptest.Switch{View: views[m.System], Down: down[m.System]}, nil
 	}}
 	var rounds atomic.Int32
 	w.OnChange(func() { rounds.Add(1) })
@@ -682,7 +661,7 @@ func TestWatchStampsFirstListed(t *testing.T) {
 	w := &Watch{Pods: pods, Interval: 10 * time.Millisecond, Now: clk.Now, Agent: func(Member) (Agent, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		return fixedAgent{snapshot.GossipView{System: "consul", Local: "consul-0", Members: slices.Clone(ms)}}, nil
+		return gossiptest.Fixed{View: snapshot.GossipView{System: "consul", Local: "consul-0", Members: slices.Clone(ms)}}, nil
 	}}
 	start(t, w)
 	consul := gossipPod("consul-0", "u0", "10.244.1.5", "consul", 0, time.Now())
@@ -747,7 +726,7 @@ func TestWatchFresh(t *testing.T) {
 		mu.Lock()
 		reads[m.System]++
 		mu.Unlock()
-		return switchAgent{views[m.System], down[m.System]}, nil
+		return gossiptest.Switch{View: views[m.System], Down: down[m.System]}, nil
 	}}
 	count := func(system string) int {
 		mu.Lock()
@@ -823,9 +802,9 @@ func TestWatchReadCluster(t *testing.T) {
 	w := &Watch{Pods: pods, Interval: time.Hour, Agent: func(m Member) (Agent, error) {
 		switch m.System {
 		case "consul":
-			return leaver{fixedAgent{snapshot.GossipView{System: "consul", Local: "consul-0", Members: []snapshot.GossipMember{member("consul-0", "10.244.1.5")}}}, &mu, &left}, nil
+			return leaver{gossiptest.Fixed{View: snapshot.GossipView{System: "consul", Local: "consul-0", Members: []snapshot.GossipMember{member("consul-0", "10.244.1.5")}}}, &mu, &left}, nil
 		default:
-			return fixedAgent{snapshot.GossipView{System: "memberlist", Local: "cache-0", Members: []snapshot.GossipMember{member("cache-0", "10.244.1.10")}}}, nil
+			return gossiptest.Fixed{View: snapshot.GossipView{System: "memberlist", Local: "cache-0", Members: []snapshot.GossipMember{member("cache-0", "10.244.1.10")}}}, nil
 		}
 	}}
 	start(t, w)
@@ -868,9 +847,9 @@ func TestWatchStartsAfresh(t *testing.T) {
 		asked = append(asked, m.Name)
 		mu.Unlock()
 		if m.System == "serf" {
-			return fixedAgent{snapshot.GossipView{System: "serf", Local: "serf-0", Members: []snapshot.GossipMember{member("serf-0", "10.244.1.6")}}}, nil
+			return gossiptest.Fixed{View: snapshot.GossipView{System: "serf", Local: "serf-0", Members: []snapshot.GossipMember{member("serf-0", "10.244.1.6")}}}, nil
 		}
-		return fixedAgent{snapshot.GossipView{System: "consul", Members: []snapshot.GossipMember{member("a", "10.244.1.11")}}}, nil
+		return gossiptest.Fixed{View: snapshot.GossipView{System: "consul", Members: []snapshot.GossipMember{member("a", "10.244.1.11")}}}, nil
 	}}
 	ctx1, cancel1 := context.WithCancel(context.Background())
 	defer cancel1()
