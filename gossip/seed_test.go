@@ -13,6 +13,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	sourcegossip "github.com/ghostwatch/ghostwatch/source/gossip"
+	"github.com/hashicorp/memberlist"
 )
 
 // Seed 000: a pod dies without leaving, and a new pod gets its IP. These
@@ -24,16 +25,22 @@ import (
 
 // startCluster starts three members cache-s1..3 at prefix+"1".."3"
 // (prefix "127.0.0.4" gives 127.0.0.41..43), joined.
-func startCluster(t *testing.T, prefix, label string) []*testNode {
+func startCluster(t *testing.T, prefix, label string, edit func(*memberlist.Config)) []*testNode {
 	t.Helper()
 	var s []*testNode
 	for i := 1; i <= 3; i++ {
-		s = append(s, startNode(t, fmt.Sprintf("cache-s%d", i), fmt.Sprintf("%s%d", prefix, i), 0, label, nil))
+		s = append(s, startNode(t, fmt.Sprintf("cache-s%d", i), fmt.Sprintf("%s%d", prefix, i), 0, label, edit))
 	}
 	s[1].join(t, s[0])
 	s[2].join(t, s[0])
 	return s
 }
+
+// keepDead makes the seeds list a dead member for a minute, not the
+// test preset's 3s: the tests that read the list while a member is dead,
+// rather than time its forgetting, must not lose the window on a busy
+// machine.
+func keepDead(c *memberlist.Config) { c.GossipToTheDeadTime = time.Minute }
 
 // ipName is a member name derived from the member's IP, as the seed's
 // application made them.
@@ -86,7 +93,7 @@ func ghostFindings(t *testing.T, n *testNode, running ...*testNode) []finding.Fi
 // resetNodes); the probes meant for the dead member reach the new pod,
 // which does not answer for another name (net.go:568).
 func TestSeed000NewName(t *testing.T) {
-	seeds := startCluster(t, "127.0.0.4", testLabel)
+	seeds := startCluster(t, "127.0.0.4", testLabel, nil)
 	const addr = "127.0.0.44"
 	a := startNode(t, ipName(addr), addr, 0, testLabel, nil)
 	joinAndWait(t, a, seeds)
@@ -182,7 +189,7 @@ func TestSeed000NewName(t *testing.T) {
 // the dead member and the new one share the address: gossip-ghost-member
 // names both, and gossip-ip-identity the dead member's name.
 func TestSeed000NewNameFindings(t *testing.T) {
-	seeds := startCluster(t, "127.0.0.5", testLabel)
+	seeds := startCluster(t, "127.0.0.5", testLabel, keepDead)
 	const addr = "127.0.0.54"
 	a := startNode(t, ipName(addr), addr, 0, testLabel, nil)
 	joinAndWait(t, a, seeds)
@@ -222,7 +229,7 @@ func TestSeed000NewNameFindings(t *testing.T) {
 // member alive at the address: nothing says the pod behind the name
 // changed.
 func TestSeed000SameName(t *testing.T) {
-	seeds := startCluster(t, "127.0.0.6", testLabel)
+	seeds := startCluster(t, "127.0.0.6", testLabel, keepDead)
 	const addr = "127.0.0.64"
 	a := startNode(t, ipName(addr), addr, 0, testLabel, nil)
 	joinAndWait(t, a, seeds)
@@ -273,7 +280,7 @@ func TestSeed000SameName(t *testing.T) {
 // state.go:1047-1051), until it forgets the old member and hears the new
 // one again at a push/pull.
 func TestSeed000NameMoved(t *testing.T) {
-	seeds := startCluster(t, "127.0.0.7", testLabel)
+	seeds := startCluster(t, "127.0.0.7", testLabel, nil)
 	const oldAddr, newAddr = "127.0.0.74", "127.0.0.75"
 	a := startNode(t, "cache-0", oldAddr, 0, testLabel, nil)
 	joinAndWait(t, a, seeds)
@@ -313,7 +320,7 @@ func TestSeed000NameMoved(t *testing.T) {
 // name, joins on the same address cleanly: the cluster lists the old one
 // left, never suspects it, never probes it at the new pod, then forgets it.
 func TestSeed000Prevented(t *testing.T) {
-	seeds := startCluster(t, "127.0.0.8", testLabel)
+	seeds := startCluster(t, "127.0.0.8", testLabel, nil)
 	const addr = "127.0.0.84"
 	nameOf := func(uid string) string {
 		n, err := Identity{Getenv: envMap{EnvPodName: "cache-6d4f9", EnvPodUID: uid}.get}.MemberName()
@@ -400,7 +407,7 @@ func (e envMap) get(k string) string { return e[k] }
 // drops the cluster's probes and gossip meant for the dead member, and no
 // list of the cluster ever shows it.
 func TestForeignLabel(t *testing.T) {
-	seeds := startCluster(t, "127.0.0.9", testLabel)
+	seeds := startCluster(t, "127.0.0.9", testLabel, nil)
 	const addr = "127.0.0.94"
 	a := startNode(t, "cache-5b2d8e7f", addr, 0, testLabel, nil)
 	joinAndWait(t, a, seeds)
@@ -457,7 +464,7 @@ func TestForeignLabel(t *testing.T) {
 // the foreign member joins the cluster at the reused address, and the two
 // clusters become one.
 func TestForeignNoLabel(t *testing.T) {
-	seeds := startCluster(t, "127.0.0.10", "")
+	seeds := startCluster(t, "127.0.0.10", "", nil)
 	const addr = "127.0.0.104"
 	a := startNode(t, "cache-5b2d8e7f", addr, 0, "", nil)
 	joinAndWait(t, a, seeds)
