@@ -85,6 +85,16 @@ func TestDeclaredAgent(t *testing.T) {
 	}
 }
 
+// allAlive waits until the watch reads n members of cluster, all alive.
+func allAlive(t *testing.T, w *Watch, cluster snapshot.GossipCluster, n int) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%d members of %s read alive", n, cluster.Cluster), func() bool {
+		s, err := collect(w)
+		v, _ := view(s, cluster.System, cluster.Cluster)
+		return err == nil && len(v.Members) == n && !slices.ContainsFunc(v.Members, func(m snapshot.GossipMember) bool { return m.Status != snapshot.MemberAlive })
+	})
+}
+
 // forceOutFailed waits until a fresh read of cluster lists member failed,
 // and forces it out through the agent that gave that read.
 func forceOutFailed(t *testing.T, w *Watch, cluster snapshot.GossipCluster, member string) {
@@ -134,11 +144,7 @@ func TestWatchReadsSerfAndForcesOut(t *testing.T) {
 	pods.list(gossipPod("serf-0", "u0", "127.0.0.41", "serf", rpcPort, hour),
 		gossipPod("serf-1", "u1", "127.0.0.42", "serf", 0, hour.Add(time.Minute)))
 	cluster := snapshot.GossipCluster{System: "serf", Cluster: "shop/serf"}
-	waitFor(t, "both members read alive", func() bool {
-		s, err := collect(w)
-		v, _ := view(s, cluster.System, cluster.Cluster)
-		return err == nil && len(v.Members) == 2 && !slices.ContainsFunc(v.Members, func(m snapshot.GossipMember) bool { return m.Status != snapshot.MemberAlive })
-	})
+	allAlive(t, w, cluster, 2)
 	s, _ := collect(w)
 	if v, _ := view(s, cluster.System, cluster.Cluster); v.Local != "serf-0" || v.From != "pod shop/serf-0 ("+survivor.RPC+")" {
 		t.Errorf("view: local %q from %q", v.Local, v.From)
@@ -315,11 +321,7 @@ func TestWatchReadsConsulAndForcesOut(t *testing.T) {
 		gossipPod("consul-1", "u1", "127.0.0.82", "consul", 0, hour.Add(time.Minute)),
 		gossipPod("consul-2", "u2", "127.0.0.83", "consul", 0, hour.Add(2*time.Minute)))
 	cluster := snapshot.GossipCluster{System: "consul", Cluster: "shop/consul"}
-	waitFor(t, "three members read alive", func() bool {
-		s, err := collect(w)
-		v, _ := view(s, cluster.System, cluster.Cluster)
-		return err == nil && len(v.Members) == 3 && !slices.ContainsFunc(v.Members, func(m snapshot.GossipMember) bool { return m.Status != snapshot.MemberAlive })
-	})
+	allAlive(t, w, cluster, 3)
 	old.Kill()
 	pods.delete("shop", "consul-2")
 	forceOutFailed(t, w, cluster, old.Name)
