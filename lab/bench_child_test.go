@@ -22,6 +22,7 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/agent"
 	"github.com/ghostwatch/ghostwatch/audit"
+	"github.com/ghostwatch/ghostwatch/finding"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/source"
@@ -50,7 +51,7 @@ type childReport struct {
 	Seen     int `json:"seen,omitempty"`
 	// CPUPercent of one core over the idle window (mode agent).
 	CPUPercent float64 `json:"cpu_percent,omitempty"`
-	// Flows the findings held (mode ghost-scan); Cleared the flows the
+	// Flows the findings held (modes scan and ghost-scan); Cleared the flows the
 	// agent deleted and ClearNS how long from its start until the last
 	// (mode ghost-clear).
 	Flows   int   `json:"flows,omitempty"`
@@ -111,7 +112,7 @@ func benchChildRun(mode string) (*childReport, error) {
 		if err := res.Incomplete(); err != nil {
 			return nil, err
 		}
-		r.Findings, r.Seen = len(res.Findings), res.Snapshot.Conntrack.Seen
+		r.Findings, r.Seen, r.Flows = len(res.Findings), res.Snapshot.Conntrack.Seen, heldFlows(res)
 	case "agent":
 		idle, err := time.ParseDuration(os.Getenv("GHOSTWATCH_BENCH_IDLE"))
 		if err != nil {
@@ -256,4 +257,17 @@ func timedRSS(cmd *exec.Cmd) (kib int, ok bool, err error) {
 	}
 	kib, err = strconv.Atoi(strings.TrimSpace(string(b)))
 	return kib, err == nil, err
+}
+
+// heldFlows is how many conntrack flows a scan's findings hold: a finding
+// stands for all the flows to one ghost backend that its rule judged
+// alike.
+func heldFlows(res *audit.Result) int {
+	n := 0
+	for _, f := range res.Findings {
+		if _, ok := f.Target.(*finding.FlowTarget); ok {
+			n += f.Target.Size()
+		}
+	}
+	return n
 }

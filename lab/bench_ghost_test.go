@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,7 +20,6 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/agent"
 	"github.com/ghostwatch/ghostwatch/audit"
-	"github.com/ghostwatch/ghostwatch/finding"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
@@ -69,7 +67,7 @@ func BenchmarkOneDeadBackend(b *testing.B) {
 	}
 	listing := filepath.Join(b.TempDir(), "conntrack.txt")
 	for b.Loop() {
-		fillGhost(b, node, n)
+		fill(b, node, n, ghostFlow)
 		out, err := os.Create(listing)
 		if err != nil {
 			b.Fatal(err)
@@ -127,40 +125,6 @@ func ghostFlow(i int) snapshot.Flow {
 		Reply:  snapshot.Tuple{Src: ghostBackend, Dst: client, SrcPort: 8080, DstPort: sport}}
 }
 
-// fillGhost inserts n ghost flows with two writers.
-func fillGhost(b *testing.B, node *netbed.Node, n int) {
-	b.Helper()
-	var wg sync.WaitGroup
-	errs := make(chan error, 2)
-	for w := 0; w < 2; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			errs <- node.Do(func() error {
-				c, err := conntrack.Open()
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				for i := w; i < n; i += 2 {
-					f := ghostFlow(i)
-					if err := c.Create(&f); err != nil {
-						return fmt.Errorf("creating flow %d: %w", i, err)
-					}
-				}
-				return nil
-			})
-		}(w)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 // ghostScan scans the listing GHOSTWATCH_BENCH_LISTING names against the
 // benchmark's cluster, and writes the JSON report to nowhere.
 func ghostScan(ctx context.Context, cl *Cluster, r *childReport) error {
@@ -177,12 +141,7 @@ func ghostScan(ctx context.Context, cl *Cluster, r *childReport) error {
 	if err := sink.JSON(io.Discard, &res.Report); err != nil {
 		return err
 	}
-	r.Findings, r.Seen = len(res.Findings), res.Snapshot.Conntrack.Seen
-	for _, f := range res.Findings {
-		if _, ok := f.Target.(*finding.FlowTarget); ok {
-			r.Flows += f.Target.Size()
-		}
-	}
+	r.Findings, r.Seen, r.Flows = len(res.Findings), res.Snapshot.Conntrack.Seen, heldFlows(res)
 	return nil
 }
 

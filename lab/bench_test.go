@@ -44,8 +44,8 @@ func BenchmarkScan(b *testing.B) {
 			wantStale++
 		}
 	}
-	if got := len(res.Findings); got != wantStale || res.Snapshot.Conntrack.Seen != n {
-		b.Fatalf("scan saw %d entries and found %d ghosts; want %d and %d", res.Snapshot.Conntrack.Seen, got, n, wantStale)
+	if got := heldFlows(res); got != wantStale || res.Snapshot.Conntrack.Seen != n {
+		b.Fatalf("scan saw %d entries and found %d stale flows (%d findings); want %d and %d", res.Snapshot.Conntrack.Seen, got, len(res.Findings), n, wantStale)
 	}
 
 	b.Run("ghostwatch-scan", func(b *testing.B) {
@@ -64,8 +64,8 @@ func BenchmarkScan(b *testing.B) {
 		var scanNS int64
 		for b.Loop() {
 			r := benchChild(b, node, "scan")
-			if r.Seen != n || r.Findings != wantStale {
-				b.Fatalf("child scan saw %d entries and found %d ghosts; want %d and %d", r.Seen, r.Findings, n, wantStale)
+			if r.Seen != n || r.Flows != wantStale {
+				b.Fatalf("child scan saw %d entries and found %d stale flows (%d findings); want %d and %d", r.Seen, r.Flows, r.Findings, n, wantStale)
 			}
 			peak, base, anon = max(peak, r.HWMKiB), max(base, r.BaseKiB), max(anon, r.AnonKiB)
 			scanNS += r.ScanNS
@@ -99,16 +99,7 @@ func BenchmarkScan(b *testing.B) {
 const benchServices = 100
 
 // benchFlows reads GHOSTWATCH_BENCH_FLOWS (default 100,000).
-func benchFlows(b *testing.B) int {
-	n := 100000
-	if s := os.Getenv("GHOSTWATCH_BENCH_FLOWS"); s != "" {
-		var err error
-		if n, err = strconv.Atoi(s); err != nil || n <= 0 {
-			b.Fatalf("GHOSTWATCH_BENCH_FLOWS=%q: want a positive number", s)
-		}
-	}
-	return n
-}
+func benchFlows(b *testing.B) int { return envInt(b, "GHOSTWATCH_BENCH_FLOWS", 100000) }
 
 // benchNode builds a node namespace whose table holds n flows (benchFlow)
 // and a cluster of benchServices Services with 3 live backends each. All
@@ -129,7 +120,7 @@ func benchNode(b *testing.B, n int) (*netbed.Node, *Cluster) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	fill(b, node, n, benchServices)
+	fill(b, node, n, func(i int) snapshot.Flow { return benchFlow(i, benchServices) })
 	return node, cl
 }
 
@@ -159,8 +150,9 @@ func svcIP(s int) netip.Addr { return netip.AddrFrom4([4]byte{10, 96, byte(s / 2
 
 func podIP(s, p int) netip.Addr { return netip.AddrFrom4([4]byte{10, 244, byte(s), byte(p)}) }
 
-// fill inserts n flows with two writers, each on a thread in the node.
-func fill(b *testing.B, node *netbed.Node, n, services int) {
+// fill inserts flow(0) to flow(n-1) with two writers, each on a thread
+// in the node.
+func fill(b *testing.B, node *netbed.Node, n int, flow func(int) snapshot.Flow) {
 	b.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
@@ -175,7 +167,7 @@ func fill(b *testing.B, node *netbed.Node, n, services int) {
 				}
 				defer c.Close()
 				for i := w; i < n; i += 2 {
-					f := benchFlow(i, services)
+					f := flow(i)
 					if err := c.Create(&f); err != nil {
 						return fmt.Errorf("creating flow %d: %w", i, err)
 					}
