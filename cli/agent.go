@@ -188,7 +188,7 @@ and nothing else; it exits with status 2 when it lacks it.`,
 	f.DurationVar(&o.budgetInterval, "budget-interval", remedy.DefaultBudgetInterval, "the sliding window --budget applies to")
 	f.IntVar(&o.maxPerBackend, "max-flows-per-backend", remedy.DefaultMaxPerGroup, "refuse a ghost IP with more flows due than this: a sanity bound on one node's connections to one backend")
 	f.DurationVar(&o.auditInterval, "audit-interval", 2*time.Minute, "period of the full audit of the conntrack table that catches what events missed")
-	f.StringVar(&o.listen, "listen", ":9808", "address serving /metrics, /healthz and /readyz (empty: none)")
+	f.StringVar(&o.listen, "listen", fmt.Sprintf(":%d", AgentPort), "address serving /metrics, /healthz and /readyz (empty: none)")
 	f.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.DurationVar(&o.clockSkew, "clock-skew", 2*time.Second, "how far the node clock may be ahead of the API server's when proving a flow predates a pod")

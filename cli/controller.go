@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -80,7 +81,7 @@ yet, a list or watch failing, a watch silent too long) is skipped, and what it
 found when it last ran stands until the source is back;
 ghostwatch_source_up{source} says which source is not.
 
-Findings are exported as metrics (:9809/metrics), logged, and reported as a
+Findings are exported as metrics (:` + strconv.Itoa(ControllerPort) + `/metrics), logged, and reported as a
 Warning Event (Normal for info findings) on every object they concern when
 they first appear. The node agents never watch every Pod for these rules: the
 controller is the one watcher. Unless a remedy is turned on, it is
@@ -154,7 +155,7 @@ every Pod and Node.`,
 	f.StringVar(&o.identity, "identity", "", "this replica's name in the Lease (default $POD_NAME, else the hostname)")
 	f.StringVar(&o.leaseNamespace, "lease-namespace", "", "the namespace of the Lease the replicas elect a leader on (default $POD_NAMESPACE, else ghostwatch)")
 	f.StringVar(&o.leaseName, "lease-name", "ghostwatch-controller", "the Lease's name")
-	f.StringVar(&o.listen, "listen", ":9809", "address serving /metrics, /healthz and /readyz (empty: none)")
+	f.StringVar(&o.listen, "listen", fmt.Sprintf(":%d", ControllerPort), "address serving /metrics, /healthz and /readyz (empty: none)")
 	f.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.DurationVar(&o.gossipInterval, "gossip-interval", gossip.DefaultInterval, "how often the leader reads the member list of each gossip cluster (one request per cluster)")

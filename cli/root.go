@@ -95,3 +95,17 @@ func pluginText(s string) string {
 // commandWord is "ghostwatch " where a command line starts: at the start
 // of a line (after indentation or a shell prompt) or after a pipe.
 var commandWord = regexp.MustCompile(`(?m)(^\s*(?:\$ )?|\| )ghostwatch `)
+
+// The default ports of /metrics, /healthz and /readyz. The agent runs in
+// the node's network namespace, so its port is a port of every node: it
+// sits outside the Prometheus exporters' range (9100-9999, allocated in
+// full, where node-exporter's 9100, the CSI sidecars' 9808 and 9809,
+// Calico's 9091 and 9099 and Cilium's 9962-9965 listen), outside the
+// Kubernetes components' 10248-10260, Antrea's 10349-10351, kube-router's
+// 20241-20244 and node-problem-detector's 20256-20257, and below the
+// NodePort range and the kernel's ephemeral ports (30000 and up). The
+// controller runs in a pod network of its own and takes the next port.
+const (
+	AgentPort      = 10280
+	ControllerPort = 10281
+)

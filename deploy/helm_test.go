@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,7 +14,9 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ghostwatch/ghostwatch/cli"
 	"github.com/ghostwatch/ghostwatch/deploy/chart"
+	"github.com/ghostwatch/ghostwatch/internal/buildinfo"
 )
 
 // rendered is one object the chart renders.
@@ -81,6 +84,9 @@ func TestChartRendersItsVariants(t *testing.T) {
 		{"defaults", "", func(t *testing.T, objs []rendered) {
 			ds := decodeAs[appsv1.DaemonSet](t, find(objs, "DaemonSet", "gw-agent"))
 			c := ds.Spec.Template.Spec.Containers[0]
+			if want := fmt.Sprintf("--listen=:%d", cli.AgentPort); !slices.Contains(c.Args, want) || c.Ports[0].ContainerPort != cli.AgentPort {
+				t.Errorf("agent args %v, ports %v: want %s, the binary's default port", c.Args, c.Ports, want)
+			}
 			if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--remedy") }) {
 				t.Errorf("a remedy on by default: %v", c.Args)
 			}
@@ -91,6 +97,9 @@ func TestChartRendersItsVariants(t *testing.T) {
 			}
 			dep := decodeAs[appsv1.Deployment](t, find(objs, "Deployment", "gw-controller"))
 			spec := dep.Spec.Template.Spec
+			if want := fmt.Sprintf("--listen=:%d", cli.ControllerPort); !slices.Contains(spec.Containers[0].Args, want) {
+				t.Errorf("controller args %v: want %s, the binary's default port", spec.Containers[0].Args, want)
+			}
 			if *dep.Spec.Replicas != 2 || spec.Affinity == nil || spec.Affinity.PodAntiAffinity == nil || spec.PriorityClassName != "system-cluster-critical" {
 				t.Errorf("controller: %d replicas, affinity %+v, priority %q", *dep.Spec.Replicas, spec.Affinity, spec.PriorityClassName)
 			}
@@ -137,6 +146,18 @@ func TestChartRendersItsVariants(t *testing.T) {
 				t.Errorf("gossip clusters: %q", cm.Data["gossip-clusters.yaml"])
 			}
 		}},
+		{"the agent on the node's InternalIP alone", "agent: {listenOnHostIP: true}\n", func(t *testing.T, objs []rendered) {
+			ds := decodeAs[appsv1.DaemonSet](t, find(objs, "DaemonSet", "gw-agent"))
+			c := ds.Spec.Template.Spec.Containers[0]
+			if want := fmt.Sprintf("--listen=[$(HOST_IP)]:%d", cli.AgentPort); !slices.Contains(c.Args, want) {
+				t.Errorf("agent args %v lack %s", c.Args, want)
+			}
+			if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+				return e.Name == "HOST_IP" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.hostIP"
+			}) {
+				t.Errorf("no HOST_IP from status.hostIP in %+v", c.Env)
+			}
+		}},
 		{"kind: host-local under /run/cni-ipam-state", "agent: {hostLocalDataDir: /run/cni-ipam-state}\n", func(t *testing.T, objs []rendered) {
 			ds := decodeAs[appsv1.DaemonSet](t, find(objs, "DaemonSet", "gw-agent"))
 			i := slices.IndexFunc(ds.Spec.Template.Spec.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/host/run/cni-ipam-state" })
@@ -157,7 +178,10 @@ func TestChartRendersItsVariants(t *testing.T) {
 			var pr struct {
 				Spec struct {
 					Groups []struct {
-						Rules []struct{ Alert string }
+						Rules []struct {
+							Alert       string
+							Annotations map[string]string
+						}
 					}
 				}
 			}
@@ -170,6 +194,18 @@ func TestChartRendersItsVariants(t *testing.T) {
 			}
 			if n != 16 {
 				t.Errorf("the PrometheusRule holds %d alerts, want the 16 of deploy/alerts", n)
+			}
+			// Each alert's runbook at the chart's release.
+			var meta struct{ AppVersion string }
+			if b, err := os.ReadFile(filepath.Join(chart.Dir(), "Chart.yaml")); err != nil || yaml.Unmarshal(b, &meta) != nil {
+				t.Fatalf("Chart.yaml: %v", err)
+			}
+			for _, g := range pr.Spec.Groups {
+				for _, r := range g.Rules {
+					if want := buildinfo.Repository + "/blob/" + meta.AppVersion + "/docs/runbooks/"; !strings.HasPrefix(r.Annotations["runbook_url"], want) {
+						t.Errorf("%s: runbook %q, want one under %s", r.Alert, r.Annotations["runbook_url"], want)
+					}
+				}
 			}
 			cm := decodeAs[corev1.ConfigMap](t, find(objs, "ConfigMap", "gw-ghostwatch-dashboard"))
 			if cm.Labels["grafana_dashboard"] != "1" || !strings.Contains(cm.Data["ghostwatch.json"], `"uid": "ghostwatch"`) {

@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -110,8 +112,8 @@ func TestControllerManifests(t *testing.T) {
 	if env["POD_NAME"] != "metadata.name" || env["POD_NAMESPACE"] != "metadata.namespace" {
 		t.Errorf("env %v: the identity and the Lease's namespace come from the downward API", env)
 	}
-	if !hasPort(c.Ports, "9809") {
-		t.Errorf("no container port 9809 for --listen=:9809")
+	if port := strconv.Itoa(cli.ControllerPort); !slices.Contains(c.Args, "--listen=:"+port) || !hasPort(c.Ports, port) {
+		t.Errorf("args %v, ports %v: want --listen=:%s, the binary's default, and that container port", c.Args, c.Ports, port)
 	}
 }
 
@@ -285,7 +287,7 @@ func TestAgentDaemonSetHasOnlyNetAdmin(t *testing.T) {
 		}
 	}
 	if listen == "" {
-		listen = ":9808"
+		listen = fmt.Sprintf(":%d", cli.AgentPort)
 	}
 	if _, port, _ := strings.Cut(listen, ":"); !hasPort(c.Ports, port) {
 		t.Errorf("--listen=%s but no container port %s", listen, port)
@@ -414,10 +416,15 @@ func TestAlertRulesUseExportedMetrics(t *testing.T) {
 					}
 				}
 				if u := r.Annotations["runbook_url"]; u != "" {
-					doc := strings.TrimPrefix(u, "https://github.com/ghostwatch/ghostwatch/blob/main/")
-					if _, err := os.Stat(filepath.Join("..", doc)); err != nil {
+					doc, anchor, _ := strings.Cut(strings.TrimPrefix(u, "https://github.com/ghostwatch/ghostwatch/blob/main/"), "#")
+					b, err := os.ReadFile(filepath.Join("..", doc))
+					if err != nil {
 						t.Errorf("%s: %s links %s, which the repository does not hold", file, r.Alert, u)
+					} else if anchor != "" && !slices.Contains(headingAnchors(string(b)), anchor) {
+						t.Errorf("%s: %s links %s, which has no heading #%s", file, r.Alert, doc, anchor)
 					}
+				} else {
+					t.Errorf("%s: %s links no runbook", file, r.Alert)
 				}
 			}
 		}
@@ -446,4 +453,27 @@ func TestAlertRulesWithPromtool(t *testing.T) {
 			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
+}
+
+// headingAnchors lists the anchors GitHub gives the headings of a
+// Markdown page: lower case, spaces as dashes, punctuation dropped.
+func headingAnchors(page string) []string {
+	var out []string
+	for _, l := range strings.Split(page, "\n") {
+		h := strings.TrimLeft(l, "#")
+		if len(h) == len(l) || !strings.HasPrefix(h, " ") {
+			continue
+		}
+		var a strings.Builder
+		for _, r := range strings.ToLower(strings.TrimSpace(h)) {
+			switch {
+			case r == ' ':
+				a.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				a.WriteRune(r)
+			}
+		}
+		out = append(out, a.String())
+	}
+	return out
 }

@@ -66,7 +66,7 @@ const (
 )
 
 // agentListen is where the agent serves /readyz in the node.
-const agentListen = "127.0.0.1:9808"
+const agentListen = "127.0.0.1:10280"
 
 // kubeProxyHealthz is kube-proxy's health endpoint in the node, as AddNode
 // starts it.
