@@ -1,11 +1,20 @@
 package lab
 
 import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -13,24 +22,39 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/deploy/chart"
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
+	"github.com/ghostwatch/ghostwatch/lab/netbed"
 )
 
 // The chart, every remedy on and a gossip cluster declared, applied with
-// server-side apply to the real API server: every object is accepted, and
-// a SubjectAccessReview per verb shows the agent's and the controller's
-// ServiceAccounts allowed what they use and denied the rest (no write of
-// a cluster object, no Secret but the declared token's, by name, in its
-// namespace).
-func TestRealChartInstallsWithLeastPrivilege(t *testing.T) {
-	ctx, cp := startControlPlane(t, controlplane.Options{})
-	api := cp.Admin
+// server-side apply to the real API server: every object is accepted; a
+// SubjectAccessReview per verb shows the agent's and the controller's
+// ServiceAccounts allowed what they use and denied every other verb (no
+// write of a cluster object, no Secret but the declared token's, by name,
+// in its namespace). Then the agent and both controller replicas run from
+// the rendered DaemonSet and Deployment (runPod: their args, env, token,
+// mounts, user and capabilities, nothing else): each is ready by its own
+// readiness probe, one replica leads on the Lease the manifest names, and
+// the agent, with the remedy the values turned on, clears the ghost of a
+// pooled connection to a deleted pod.
+func TestRealChartInstallsAndRunsWithLeastPrivilege(t *testing.T) {
+	e := newRealNode(t, controlplane.ProxyIPTables, controlplane.Options{}, netbed.NodeOptions{ConntrackTimestamp: true})
+	n2 := e.addNode(t, "node-2", netip.MustParseAddr("192.168.60.2"), netip.MustParsePrefix("10.244.8.0/24"))
+	ctx, api := context.Background(), e.cp.Admin
 	for _, ns := range []string{"ghostwatch", "shop"} {
 		if _, err := api.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// The declared cluster's token, as its operator keeps it.
+	if _, err := api.CoreV1().Secrets("shop").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "ghostwatch-consul"},
+		StringData: map[string]string{"token": "a-consul-token"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	objs, err := chart.Render("gw", "ghostwatch", `
-agent: {remedies: [stale-nat-flow, hostlocal-reserve]}
+agent:
+  remedies: [stale-nat-flow, hostlocal-reserve]
+  listenOnHostIP: true
+  extraArgs: [`+minGraceFlag+`]
 controller:
   remedies: [gossip-force-leave]
   gossipClusters:
@@ -39,11 +63,88 @@ controller:
 	if err != nil {
 		t.Fatal(err)
 	}
-	dyn, err := dynamic.NewForConfig(cp.Config(controlplane.UserAdmin))
+	applyObjects(t, e, objs)
+	checkChartAccess(t, e)
+
+	var ds appsv1.DaemonSet
+	var dep appsv1.Deployment
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "DaemonSet":
+			fromUnstructured(t, o, &ds)
+		case "Deployment":
+			fromUnstructured(t, o, &dep)
+		}
+	}
+	agent := e.runPod(t, e.node, "ghostwatch", "gw-agent-x7k2p", ds.Spec.Template.Spec, t.TempDir())
+	var replicas []*runningPod
+	for i, n := range []*controlplane.Node{e.node, n2} {
+		replicas = append(replicas, e.runPod(t, n, "ghostwatch", fmt.Sprintf("gw-controller-5d8f9-%d", i), dep.Spec.Template.Spec, t.TempDir()))
+	}
+
+	// One replica leads, on the Lease its args name; the other stands by.
+	lease := ""
+	for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
+		if v, ok := strings.CutPrefix(a, "--lease-name="); ok {
+			lease = v
+		}
+	}
+	var leader string
+	e.eventually(t, time.Minute, "a controller replica to lead on Lease ghostwatch/"+lease, func() bool {
+		l, err := api.CoordinationV1().Leases("ghostwatch").Get(ctx, lease, metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return false
+		}
+		leader = *l.Spec.HolderIdentity
+		return true
+	})
+	if leader != replicas[0].Name && leader != replicas[1].Name {
+		t.Fatalf("Lease held by %q, neither replica", leader)
+	}
+	for _, r := range replicas {
+		_, body, err := r.probe(r.c.ReadinessProbe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]string{true: "ok: leading", false: "ok: standing by (leader: " + leader + ")"}[r.Name == leader]; !strings.HasPrefix(body, want) {
+			t.Errorf("%s /readyz: %q, want %q", r.Name, body, want)
+		}
+	}
+	if m := agent.metrics(t); !strings.Contains(m, `ghostwatch_source_up{source="kube"} 1`) || !strings.Contains(m, `ghostwatch_source_up{source="conntrack"} 1`) {
+		t.Errorf("the agent reads neither the API server nor the kernel as its manifest runs it:\n%s", grepLines(m, "ghostwatch_source_up"))
+	}
+
+	// A pooled connection pinned to a replica that is deleted: the agent
+	// deletes its ghost, and the client is answered by another replica.
+	svc := e.service(t, "db", "pg", 0)
+	for _, p := range []string{"pg-0", "pg-1", "pg-2"} {
+		e.pod(t, "db", p, "pg", netip.Addr{}, 1)
+	}
+	app, err := e.bed.AddHost("app", e.node.Net, hostPfx(netip.MustParseAddr("10.244.7.250")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(api.Discovery()))
+	cctx, cancel := context.WithCancel(ctx)
+	k := e.killPinned(t, keepAlive(cctx, app, netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80)), "db", "pg", 1, metav1.DeleteOptions{})
+	cancel()
+	if k.last.Err != nil || k.last.Pod == k.victim || k.window > realMaxWindow {
+		t.Errorf("the client must be answered by another replica within %s: window %s, last outcome %+v; agent log:\n%s", realMaxWindow, k.window, k.last, agent.Logs)
+	}
+	if flows := e.flowsTo(t, k.ip); len(flows) != 0 {
+		t.Errorf("the kernel still maps %d flows to the deleted %s", len(flows), k.ip)
+	}
+}
+
+// applyObjects applies objs with server-side apply, as `kubectl apply
+// --server-side` does; every object must be accepted.
+func applyObjects(t *testing.T, e *realEnv, objs []*unstructured.Unstructured) {
+	t.Helper()
+	ctx := context.Background()
+	dyn, err := dynamic.NewForConfig(e.cp.Config(controlplane.UserAdmin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(e.api.Discovery()))
 	for _, o := range objs {
 		gvk := o.GroupVersionKind()
 		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
@@ -64,40 +165,77 @@ controller:
 			t.Errorf("server-side apply of %s %s: %v", gvk.Kind, o.GetName(), err)
 		}
 	}
+}
+
+// verbs are the verbs of the API's resources, each checked.
+var verbs = []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
+
+// checkChartAccess asks the API server, by a SubjectAccessReview per verb,
+// what the chart's ServiceAccounts may do: on each resource, exactly the
+// verbs listed, and nothing on the rest.
+func checkChartAccess(t *testing.T, e *realEnv) {
+	t.Helper()
+	ctx := context.Background()
 	for _, c := range []struct {
-		sa                       string
-		verb, group, res, ns, nm string
-		allowed                  bool
+		sa                   string
+		group, res, ns, name string
+		allowed              []string
 	}{
-		{"gw-agent", "list", "", "pods", "", "", true},
-		{"gw-agent", "watch", "discovery.k8s.io", "endpointslices", "", "", true},
-		{"gw-agent", "list", "networking.k8s.io", "ipaddresses", "", "", true},
-		{"gw-agent", "create", "", "events", "default", "", true},
-		{"gw-agent", "get", "", "secrets", "shop", "ghostwatch-consul", false},
-		{"gw-agent", "delete", "", "pods", "default", "", false},
-		{"gw-agent", "update", "", "nodes", "", "", false},
-		{"gw-agent", "watch", "networking.k8s.io", "ipaddresses", "", "", false},
-		{"gw-controller", "list", "", "pods", "", "", true},
-		{"gw-controller", "watch", "crd.projectcalico.org", "ipamblocks", "", "", true},
-		{"gw-controller", "update", "coordination.k8s.io", "leases", "ghostwatch", "gw-controller", true},
-		{"gw-controller", "update", "coordination.k8s.io", "leases", "kube-system", "gw-controller", false},
-		{"gw-controller", "get", "", "secrets", "shop", "ghostwatch-consul", true},
-		{"gw-controller", "get", "", "secrets", "shop", "other", false},
-		{"gw-controller", "get", "", "secrets", "ghostwatch", "ghostwatch-consul", false},
-		{"gw-controller", "list", "", "secrets", "shop", "", false},
-		{"gw-controller", "delete", "", "pods", "shop", "", false},
-		{"gw-controller", "update", "crd.projectcalico.org", "ipamblocks", "", "", false},
+		{"gw-agent", "", "pods", "", "", []string{"list", "watch"}},
+		{"gw-agent", "", "services", "", "", []string{"list", "watch"}},
+		{"gw-agent", "", "nodes", "", "", []string{"list", "watch"}},
+		{"gw-agent", "discovery.k8s.io", "endpointslices", "", "", []string{"list", "watch"}},
+		{"gw-agent", "networking.k8s.io", "servicecidrs", "", "", []string{"list", "watch"}},
+		{"gw-agent", "networking.k8s.io", "ipaddresses", "", "", []string{"list"}},
+		{"gw-agent", "", "events", "default", "", []string{"create", "patch"}},
+		{"gw-agent", "", "secrets", "shop", "ghostwatch-consul", nil},
+		{"gw-agent", "", "configmaps", "ghostwatch", "", nil},
+		{"gw-agent", "", "serviceaccounts", "ghostwatch", "gw-agent", nil},
+		{"gw-agent", "coordination.k8s.io", "leases", "ghostwatch", "gw-controller", nil},
+		{"gw-agent", "crd.projectcalico.org", "ipamblocks", "", "", nil},
+		{"gw-agent", "rbac.authorization.k8s.io", "clusterroles", "", "", nil},
+		{"gw-controller", "", "pods", "", "", []string{"list", "watch"}},
+		{"gw-controller", "", "nodes", "", "", []string{"list", "watch"}},
+		{"gw-controller", "", "events", "shop", "", []string{"create", "patch"}},
+		{"gw-controller", "crd.projectcalico.org", "ipamblocks", "", "", []string{"list", "watch"}},
+		{"gw-controller", "crd.projectcalico.org", "ipamhandles", "", "", []string{"list", "watch"}},
+		{"gw-controller", "crd.projectcalico.org", "blockaffinities", "", "", []string{"list", "watch"}},
+		{"gw-controller", "crd.projectcalico.org", "ippools", "", "", []string{"list", "watch"}},
+		{"gw-controller", "crd.projectcalico.org", "kubecontrollersconfigurations", "", "", []string{"list", "watch"}},
+		{"gw-controller", "crd.projectcalico.org", "ipamconfigs", "", "", nil},
+		{"gw-controller", "coordination.k8s.io", "leases", "ghostwatch", "gw-controller", []string{"get", "create", "update"}},
+		{"gw-controller", "coordination.k8s.io", "leases", "kube-system", "gw-controller", nil},
+		{"gw-controller", "", "secrets", "shop", "ghostwatch-consul", []string{"get"}},
+		{"gw-controller", "", "secrets", "shop", "other", nil},
+		{"gw-controller", "", "secrets", "ghostwatch", "ghostwatch-consul", nil},
+		{"gw-controller", "", "configmaps", "ghostwatch", "", nil},
+		{"gw-controller", "", "services", "", "", nil},
+		{"gw-controller", "discovery.k8s.io", "endpointslices", "", "", nil},
+		{"gw-controller", "rbac.authorization.k8s.io", "roles", "shop", "", nil},
 	} {
-		r, err := api.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User:               "system:serviceaccount:ghostwatch:" + c.sa,
-			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:ghostwatch", "system:authenticated"},
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: c.verb, Group: c.group, Resource: c.res, Namespace: c.ns, Name: c.nm},
-		}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
+		for _, verb := range verbs {
+			if c.name != "" && (verb == "list" || verb == "watch" || verb == "deletecollection") {
+				continue // a verb of no single object
+			}
+			r, err := e.api.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User:               "system:serviceaccount:ghostwatch:" + c.sa,
+				Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:ghostwatch", "system:authenticated"},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: c.group, Resource: c.res, Namespace: c.ns, Name: c.name},
+			}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := slices.Contains(c.allowed, verb); r.Status.Allowed != want {
+				t.Errorf("%s %s %s.%s %s/%s: allowed %t, want %t (%s)", c.sa, verb, c.res, c.group, c.ns, c.name, r.Status.Allowed, want, r.Status.Reason)
+			}
 		}
-		if r.Status.Allowed != c.allowed {
-			t.Errorf("%s %s %s.%s %s/%s: allowed %t, want %t (%s)", c.sa, c.verb, c.res, c.group, c.ns, c.nm, r.Status.Allowed, c.allowed, r.Status.Reason)
-		}
+	}
+}
+
+// fromUnstructured converts a rendered object to its API type, strictly.
+func fromUnstructured(t *testing.T, o *unstructured.Unstructured, into any) {
+	t.Helper()
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(o.Object, into, true); err != nil {
+		t.Fatalf("%s %s: %v", o.GetKind(), o.GetName(), err)
 	}
 }

@@ -106,6 +106,22 @@ func startControlPlane(t *testing.T, o controlplane.Options) (context.Context, *
 // here) and the node's network options.
 func newRealEnvWith(t *testing.T, mode controlplane.ProxyMode, o controlplane.Options, nodeNet netbed.NodeOptions) *realEnv {
 	t.Helper()
+	e := newRealNode(t, mode, o, nodeNet)
+	ms, err := deploy.AgentInstall()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if err := createObject(context.Background(), e.cp.Admin, m.Object); err != nil {
+			t.Fatalf("%s: %v", m.File, err)
+		}
+	}
+	return e
+}
+
+// newRealNode is newRealEnvWith without ghostwatch installed.
+func newRealNode(t *testing.T, mode controlplane.ProxyMode, o controlplane.Options, nodeNet netbed.NodeOptions) *realEnv {
+	t.Helper()
 	ctx, cp := startControlPlane(t, o)
 	bed, err := netbed.New(prefix())
 	if err != nil {
@@ -133,15 +149,6 @@ func newRealEnvWith(t *testing.T, mode controlplane.ProxyMode, o controlplane.Op
 			t.Errorf("kubelet stand-in: %v", err)
 		}
 	})
-	ms, err := deploy.AgentInstall()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range ms {
-		if err := createObject(ctx, cp.Admin, m.Object); err != nil {
-			t.Fatalf("%s: %v", m.File, err)
-		}
-	}
 	return e
 }
 
@@ -377,9 +384,16 @@ func ghostwatchBinary(t *testing.T) string {
 // receives its exit.
 func runUntilCleanup(t *testing.T, what string, cmd *exec.Cmd) (logs *bytes.Buffer, done chan error) {
 	t.Helper()
+	return startUntilCleanup(t, what, cmd, cmd.Start)
+}
+
+// startUntilCleanup is runUntilCleanup with cmd started by start (in a
+// network namespace, say).
+func startUntilCleanup(t *testing.T, what string, cmd *exec.Cmd, start func() error) (logs *bytes.Buffer, done chan error) {
+	t.Helper()
 	logs = &bytes.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
+	if err := start(); err != nil {
 		t.Fatal(err)
 	}
 	done = make(chan error, 1)
