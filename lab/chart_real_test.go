@@ -102,13 +102,11 @@ controller:
 		t.Fatalf("Lease held by %q, neither replica", leader)
 	}
 	for _, r := range replicas {
-		_, body, err := r.probe(r.c.ReadinessProbe)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := map[bool]string{true: "ok: leading", false: "ok: standing by (leader: " + leader + ")"}[r.Name == leader]; !strings.HasPrefix(body, want) {
-			t.Errorf("%s /readyz: %q, want %q", r.Name, body, want)
-		}
+		want := map[bool]string{true: "ok: leading", false: "ok: standing by (leader: " + leader + ")"}[r.Name == leader]
+		e.eventually(t, time.Minute, fmt.Sprintf("%s /readyz to say %q", r.Name, want), func() bool {
+			code, body, err := r.probe(r.c.ReadinessProbe)
+			return err == nil && code == 200 && strings.HasPrefix(body, want)
+		})
 	}
 	if m := agent.metrics(t); !strings.Contains(m, `ghostwatch_source_up{source="kube"} 1`) || !strings.Contains(m, `ghostwatch_source_up{source="conntrack"} 1`) {
 		t.Errorf("the agent reads neither the API server nor the kernel as its manifest runs it:\n%s", grepLines(m, "ghostwatch_source_up"))
