@@ -1,5 +1,7 @@
 # The ghostwatch image: one static binary, nothing else (no shell, no libc).
 #   docker build -t ghcr.io/ghostwatch/ghostwatch:dev .
+# A release's image is written without a daemon from the binaries its
+# archives hold (scripts/dist.sh); this builds the same image from source.
 FROM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
@@ -12,4 +14,7 @@ RUN CGO_ENABLED=0 go build -trimpath \
 
 FROM scratch
 COPY --from=build /ghostwatch /ghostwatch
+# Non-root unless the pod says otherwise (the agent runs as root for
+# CAP_NET_ADMIN), as the release's image (internal/release/oci) does.
+USER 65532:65532
 ENTRYPOINT ["/ghostwatch"]

@@ -1,6 +1,8 @@
 // Package release writes and checks what a ghostwatch release publishes
 // besides its archives: the krew plugin manifest that installs the
-// binary as kubectl-ghostwatch (kubectl krew install --manifest=…).
+// binary as kubectl-ghostwatch (kubectl krew install --manifest=…), and
+// the facts the release's image repeats (version rule, source, license).
+// It builds nothing and reads no file: scripts/dist.sh does.
 package release
 
 import (
@@ -64,7 +66,7 @@ func Manifest(version string, archives []Archive) ([]byte, error) {
 	p.Metadata.Name = "ghostwatch"
 	p.Spec = PluginSpec{
 		Version:          version,
-		Homepage:         "https://github.com/ghostwatch/ghostwatch",
+		Homepage:         Source,
 		ShortDescription: "Find and clear Kubernetes networking ghosts",
 		Description: "Finds the state that outlives a pod when its IP is recycled: conntrack flows " +
 			"still translated to dead pods, pod IPs handed to two pods by IPAM, gossip members " +
@@ -103,8 +105,8 @@ func Check(p *Plugin) error {
 	if !pluginName.MatchString(p.Metadata.Name) || strings.HasPrefix(p.Metadata.Name, "kubectl-") {
 		errs = append(errs, fmt.Errorf("name %q: lowercase letters, digits and dashes, without kubectl-", p.Metadata.Name))
 	}
-	if !semver.MatchString(p.Spec.Version) {
-		errs = append(errs, fmt.Errorf("version %q: a semantic version with a v prefix (v0.1.0)", p.Spec.Version))
+	if err := CheckVersion(p.Spec.Version); err != nil {
+		errs = append(errs, err)
 	}
 	if p.Spec.ShortDescription == "" || len(p.Spec.ShortDescription) > 50 {
 		errs = append(errs, fmt.Errorf("shortDescription %q: want 1 to 50 characters", p.Spec.ShortDescription))

@@ -3,7 +3,8 @@
 //	go run ./internal/release/krewmanifest VERSION URL-BASE SHA256SUMS > ghostwatch.yaml
 //
 // SHA256SUMS is sha256sum's output for the archives
-// ghostwatch_VERSION_OS_ARCH.tar.gz, published under URL-BASE.
+// ghostwatch_VERSION_OS_ARCH.tar.gz, published under URL-BASE; its other
+// lines (the image, ghostwatch_VERSION_image.oci.tar) are not read.
 package main
 
 import (
