@@ -112,6 +112,20 @@ const Needs = "the go command on PATH, bash, and network to the Go module proxy"
 // Command is the command that builds the set.
 func (s Set) Command() string { return "ghostwatch-lab build " + s.Name }
 
+// Plan says, before a build, what it builds, where, how long it takes and
+// what it needs.
+func (s Set) Plan(cache string) string {
+	return fmt.Sprintf("building %s (%s) into %s: %s %s; it needs %s",
+		s.What, strings.Join(s.Binaries, ", "), cache, s.About(), s.Cost, Needs)
+}
+
+// Question asks whether to build the set into cache now; no is the
+// default.
+func (s Set) Question(cache string) string {
+	return fmt.Sprintf("%s%s %s not built. Building %s takes %s (%s) and needs %s. Build now into %s? [y/N] ",
+		strings.ToUpper(s.What[:1]), s.What[1:], s.verb(), s.them(), s.About(), s.Cost, Needs, cache)
+}
+
 // ErrNotBuilt is wrapped by NotBuilt's errors.
 var ErrNotBuilt = errors.New("not built")
 
