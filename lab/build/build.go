@@ -140,7 +140,7 @@ func Build(ctx context.Context, s Set, o Options) (string, error) {
 	if err := testenv.HasExecutables(dir, dir, s.Command(), s.Binaries...); err != nil {
 		return "", fmt.Errorf("building %s: %w", s.What, err)
 	}
-	fmt.Fprintf(o.Progress, "[%s %s] %s are in %s\n", s.Name, elapsed(time.Since(start)), strings.Join(s.Binaries, ", "), dir)
+	fmt.Fprintf(o.Progress, "[%s %s] %s %s in %s\n", s.Name, elapsed(time.Since(start)), strings.Join(s.Binaries, ", "), s.verb(), dir)
 	return dir, nil
 }
 
