@@ -33,7 +33,8 @@ type GossipReuseOptions struct {
 	// Out receives the timeline; nil discards it.
 	Out io.Writer
 	// ConsulBin is the directory of the consul binary
-	// scripts/consul-binary.sh builds; "" means $GHOSTWATCH_CONSUL_BIN.
+	// ghostwatch-lab build consul (scripts/consul-binary.sh) builds; ""
+	// means $GHOSTWATCH_CONSUL_BIN.
 	// Without one, the Consul act is not played, and the timeline says
 	// how to build it.
 	ConsulBin string
@@ -427,7 +428,7 @@ var errNotPlayed = errors.New("act not played")
 // the cluster's token.
 func (g *gossipLab) consulForceLeave() error {
 	if g.consulBin == "" {
-		g.tl.logf("lab", "act 2b (consul-force-leave) not played: no consul binary; scripts/consul-binary.sh builds Consul %s into a cache in 4 to 10 minutes, then pass --consul-bin DIR or set %s", "v1.14.11", consultest.BinEnv)
+		g.tl.logf("lab", "act 2b (consul-force-leave) not played: no consul binary; `ghostwatch-lab build consul` (or --build) builds Consul %s into the build cache in 4 to 10 minutes (%s in a checkout), or pass --consul-bin DIR or set %s", "v1.14.11", consultest.Script, consultest.BinEnv)
 		return errNotPlayed
 	}
 	g.beginAct("2b", "consul-force-leave", "consul", "Consul agents with ACLs on: a crashed client named after its IP stays failed beside the new pod's agent until force-leave -prune")

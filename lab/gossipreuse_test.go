@@ -47,7 +47,7 @@ func TestGossipReuseScenario(t *testing.T) {
 		if testenv.CI() {
 			t.Errorf("%s is not set under CI: the Consul act did not play", consultest.BinEnv)
 		}
-		if !strings.Contains(out.String(), "act 2b (consul-force-leave) not played: no consul binary; scripts/consul-binary.sh builds") {
+		if !strings.Contains(out.String(), "act 2b (consul-force-leave) not played: no consul binary; `ghostwatch-lab build consul` (or --build) builds") {
 			t.Errorf("the timeline does not say why the Consul act did not play")
 		}
 	}

@@ -9,6 +9,9 @@
 # Usage: scripts/cni-plugins.sh
 # Environment: GHOSTWATCH_KUBE_CACHE (default /var/cache/ghostwatch), under
 # which a directory per version is made.
+# From empty module and build caches it takes ~15 seconds on 2 cores (the
+# module download included) and leaves ~20 MB of modules and ~80 MB of
+# build cache.
 set -euo pipefail
 cd "$(dirname "$0")/../tools/cni"
 

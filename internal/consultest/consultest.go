@@ -28,6 +28,12 @@ import (
 // BinEnv names the directory holding the consul binary.
 const BinEnv = "GHOSTWATCH_CONSUL_BIN"
 
+// Binary is the consul executable in BinEnv.
+const Binary = "consul"
+
+// Script builds Binary and prints the directory it is in.
+const Script = "scripts/consul-binary.sh"
+
 // Token is the management token every agent of a test cluster knows.
 const Token = "ghostwatch-test-management-token"
 
@@ -58,13 +64,13 @@ type Agent struct {
 }
 
 // ErrNotBuilt says the consul binary is not built.
-var ErrNotBuilt = errors.New("the consul binary is not built: run scripts/consul-binary.sh (4 to 10 minutes), or set " + BinEnv + " to the directory holding it")
+var ErrNotBuilt = errors.New("the consul binary is not built: run " + Script + " (4 to 10 minutes), or set " + BinEnv + " to the directory holding it")
 
 // Find returns the directory of the consul binary: $GHOSTWATCH_CONSUL_BIN,
 // else the cache scripts/consul-binary.sh builds into; ErrNotBuilt when
 // there is none.
 func Find() (string, error) {
-	return testenv.BinDir(BinEnv, "scripts/consul-binary.sh", ErrNotBuilt, "consul")
+	return testenv.BinDir(BinEnv, Script, ErrNotBuilt, Binary)
 }
 
 // Bin returns the directory of the consul binary, and stops the test

@@ -23,14 +23,17 @@ const BinEnv = "GHOSTWATCH_CNI_BIN"
 // HostLocalBinary is the host-local IPAM plugin's executable in BinEnv.
 const HostLocalBinary = "host-local"
 
+// Script builds HostLocalBinary and prints the directory it is in.
+const Script = "scripts/cni-plugins.sh"
+
 // ErrNoBinary is returned by FindHostLocal when the plugin is not built.
-var ErrNoBinary = errors.New("the CNI host-local plugin is not built: run scripts/cni-plugins.sh and set " + BinEnv + " to the directory it prints")
+var ErrNoBinary = errors.New("the CNI host-local plugin is not built: run " + Script + " and set " + BinEnv + " to the directory it prints")
 
 // FindHostLocal returns the path of host-local in the directory named by
 // $GHOSTWATCH_CNI_BIN, or ErrNoBinary when it is unset. A directory that
 // lacks the executable is an error naming it.
 func FindHostLocal() (string, error) {
-	dir, err := testenv.BinDir(BinEnv, "scripts/cni-plugins.sh", ErrNoBinary, HostLocalBinary)
+	dir, err := testenv.BinDir(BinEnv, Script, ErrNoBinary, HostLocalBinary)
 	if err != nil {
 		return "", err
 	}

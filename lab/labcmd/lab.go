@@ -15,13 +15,19 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ghostwatch/ghostwatch/internal/cmdline"
+	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/lab"
+	"github.com/ghostwatch/ghostwatch/lab/build"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 )
 
 // NewRootCommand builds the ghostwatch-lab command tree writing to streams:
-// the incidents it plays, and its cleanup.
+// the incidents it plays, the builds of what they run, and its cleanup.
 func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	return newRootCommand(streams, realBuilder)
+}
+
+func newRootCommand(streams genericiooptions.IOStreams, b builder) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "ghostwatch-lab",
 		Short: "Rebuild an incident on the real kernel with network namespaces",
@@ -43,10 +49,17 @@ done, why it was refused, or the error.
 
 With --control-plane=real the Kubernetes side is the real thing: etcd,
 kube-apiserver and the EndpointSlice controller on 127.0.0.1, and kube-proxy
-(iptables mode) in the node namespace programming the DNAT rules, from the
-binaries scripts/kube-binaries.sh builds (--kube-bin, default
-$GHOSTWATCH_KUBE_BIN). The agent and the scans then read the cluster with the
-identity deploy/agent grants.
+(iptables mode) in the node namespace programming the DNAT rules. The agent
+and the scans then read the cluster with the identity deploy/agent grants.
+
+The real control plane, calico-misbook, hostlocal-wipe and gossip-reuse's
+Consul act run binaries built from source (Kubernetes, Calico, the CNI
+host-local plugin, Consul): ghostwatch-lab build builds them, once, into the
+build cache, $` + testenv.CacheEnv + ` (default ` + testenv.DefaultCache + `),
+where the labs find them. A lab that lacks them asks to build them when stdin
+is a terminal, builds them without asking with --build, and otherwise stops,
+naming the command that builds them; --kube-bin and the like name a directory
+instead.
 
 hostlocal-wipe and calico-misbook play IPAM incidents with the real CNI
 plugins, and gossip-reuse plays the gossip incident with real memberlist
@@ -71,7 +84,7 @@ those.`,
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	root.AddCommand(
-		newScenarioCommand(streams, "conntrack-deploy", lab.ConntrackDeploy,
+		newScenarioCommand(streams, b, "conntrack-deploy", lab.ConntrackDeploy,
 			"Seed 004: a rolling deploy behind a NodePort leaves a keep-alive client talking to the dead pod",
 			`A client outside the cluster keeps one connection to a NodePort. The backend
 pod is replaced by a rolling update. While the old pod terminates it is draining
@@ -88,15 +101,16 @@ traffic out of the backend's veth, and the entry goes with the pod. On the real
 control plane the Service is Local (the client's address is kept); in the
 in-memory API it is not set, and the lab's DNAT rules keep the client's address,
 as kube-proxy does for Local.`),
-		newScenarioCommand(streams, "conntrack-pool", lab.ConntrackPool,
+		newScenarioCommand(streams, b, "conntrack-pool", lab.ConntrackPool,
 			"Seed 001: a pooled connection stays pinned to a deleted ClusterIP backend",
 			`A client pod holds one pooled, long-lived connection to a database behind a
 ClusterIP. The database pod is replaced. The pool keeps using its connection, which
 the kernel still translates to the deleted pod: every query times out, while new
 connections work. ghostwatch reports the stale NAT flow.`),
-		newHostLocalWipeCommand(streams),
-		newCalicoMisbookCommand(streams),
-		newGossipReuseCommand(streams),
+		newHostLocalWipeCommand(streams, b),
+		newCalicoMisbookCommand(streams, b),
+		newGossipReuseCommand(streams, b),
+		newBuildCommand(streams, b),
 		newLabCleanupCommand(streams),
 		cmdline.VersionCommand("ghostwatch-lab", streams),
 	)
@@ -110,9 +124,10 @@ func Main() int {
 	return cmdline.Run(NewRootCommand(streams), streams)
 }
 
-func newHostLocalWipeCommand(streams genericiooptions.IOStreams) *cobra.Command {
+func newHostLocalWipeCommand(streams genericiooptions.IOStreams, b builder) *cobra.Command {
 	var o lab.HostLocalOptions
 	var output string
+	var buildFlag bool
 	cmd := &cobra.Command{
 		Use:   "hostlocal-wipe",
 		Short: "Seed 003: host-local's store is wiped while its pods run, and the next pod gets a running pod's IP",
@@ -131,26 +146,35 @@ under host-local's lock, for the sandboxes the runtime's CNI result cache
 names), it gets a fresh address.
 
 The node's files live in a temporary directory, removed at the end; no network
-namespace is needed. It needs the host-local plugin: scripts/cni-plugins.sh
-builds it (--cni-bin, default $GHOSTWATCH_CNI_BIN).`,
-		Example: "  ghostwatch-lab hostlocal-wipe --cni-bin \"$(scripts/cni-plugins.sh)\"\n  ghostwatch-lab hostlocal-wipe --pods 10 -o json",
+namespace is needed. It needs the host-local plugin, which
+ghostwatch-lab build cni builds into the build cache (` + build.MustLookup("cni").About() + `, once;
+scripts/cni-plugins.sh in a checkout): on a terminal the lab asks to build it,
+--build builds it without asking (--cni-bin, default $GHOSTWATCH_CNI_BIN, else
+the build cache).`,
+		Example: "  ghostwatch-lab hostlocal-wipe --build\n  ghostwatch-lab hostlocal-wipe --pods 10 -o json\n  ghostwatch-lab hostlocal-wipe --cni-bin \"$(scripts/cni-plugins.sh)\"   # in a checkout",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runLab(streams, output, func(timeline io.Writer) (any, error) {
+				var err error
+				if o.CNIBin, err = b.need(cmd.Context(), streams, build.MustLookup("cni"), o.CNIBin, buildFlag, false); err != nil {
+					return nil, err
+				}
 				o.Out = timeline
 				return lab.HostLocalWipe(cmd.Context(), o)
 			})
 		},
 	}
 	cmdline.AddOutputFlag(cmd, &output, "text is the timeline; json and yaml print what the runs measured, as one object, and the timeline goes to stderr")
-	cmd.Flags().StringVar(&o.CNIBin, "cni-bin", "", "the directory holding the host-local plugin scripts/cni-plugins.sh builds (default $GHOSTWATCH_CNI_BIN)")
+	cmd.Flags().StringVar(&o.CNIBin, "cni-bin", "", "the directory holding the host-local plugin ghostwatch-lab build cni builds (default $GHOSTWATCH_CNI_BIN, else the build cache)")
 	cmd.Flags().IntVar(&o.Pods, "pods", 3, "how many pods run on the node when its store is wiped")
+	cmd.Flags().BoolVar(&buildFlag, "build", false, buildFlagHelp)
 	return cmd
 }
 
-func newCalicoMisbookCommand(streams genericiooptions.IOStreams) *cobra.Command {
+func newCalicoMisbookCommand(streams genericiooptions.IOStreams, b builder) *cobra.Command {
 	var o lab.CalicoMisbookOptions
 	var output string
+	var buildFlag bool
 	cmd := &cobra.Command{
 		Use:   "calico-misbook",
 		Short: "Seed 002: Calico books a pod under a stale node name, its leak collector frees the address while the pod runs, and the next pod gets it",
@@ -180,10 +204,13 @@ default is 15m (the lab would last half an hour). The lab takes about ten
 seconds plus two grace periods: under a minute by default.
 
 It needs etcd, kube-apiserver and kube-controller-manager, which
-scripts/kube-binaries.sh builds (about 10 minutes, once; --kube-bin, default
-$GHOSTWATCH_KUBE_BIN), and calico-kube-controllers, calicoctl and calico-ipam,
-which scripts/calico-binaries.sh builds (about 8 minutes, once; --calico-bin,
-default $GHOSTWATCH_CALICO_BIN). It needs no root and no network namespace,
+ghostwatch-lab build kube builds (` + build.MustLookup("kube").About() + `, once; scripts/kube-binaries.sh
+in a checkout; --kube-bin, default $GHOSTWATCH_KUBE_BIN, else the build cache),
+and calico-kube-controllers, calicoctl and calico-ipam, which ghostwatch-lab
+build calico builds (` + build.MustLookup("calico").About() + `, once; scripts/calico-binaries.sh in a
+checkout; --calico-bin, default $GHOSTWATCH_CALICO_BIN, else the build cache).
+On a terminal the lab asks to build what it lacks; --build builds it without
+asking. It needs no root and no network namespace,
 and takes no lock: its processes listen on free ports of 127.0.0.1, and the
 nodes' files live in a temporary directory. It stops every process it started
 and removes that directory however it ends: done, Ctrl-C, SIGTERM, the
@@ -193,7 +220,7 @@ With -o json or -o yaml, stdout carries what the run measured, as one object
 (the pods, ghostwatch's findings and windows, when the collector freed the
 address, each ending's next pod and findings; times in seconds since the
 start, as on the timeline), and the timeline goes to stderr.`,
-		Example: "  ghostwatch-lab calico-misbook --kube-bin \"$(scripts/kube-binaries.sh)\" --calico-bin \"$(scripts/calico-binaries.sh)\"\n  ghostwatch-lab calico-misbook --leak-grace-period 1m -o json",
+		Example: "  ghostwatch-lab calico-misbook --build\n  ghostwatch-lab calico-misbook --leak-grace-period 1m -o json\n  ghostwatch-lab calico-misbook --kube-bin \"$(scripts/kube-binaries.sh)\" --calico-bin \"$(scripts/calico-binaries.sh)\"   # in a checkout",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if _, err := cmdline.CheckOutput(output, nil); err != nil {
@@ -203,6 +230,13 @@ start, as on the timeline), and the timeline goes to stderr.`,
 				return cmdline.WithCode(cmdline.ExitError, fmt.Errorf("--leak-grace-period %s: at least %s, so that the fix is played before the collector can free the address", o.LeakGracePeriod, lab.MinMisbookGrace))
 			}
 			return runLab(streams, output, func(timeline io.Writer) (any, error) {
+				var err error
+				if o.KubeBin, err = b.need(cmd.Context(), streams, build.MustLookup("kube"), o.KubeBin, buildFlag, false); err != nil {
+					return nil, err
+				}
+				if o.CalicoBin, err = b.need(cmd.Context(), streams, build.MustLookup("calico"), o.CalicoBin, buildFlag, false); err != nil {
+					return nil, err
+				}
 				o.Out = timeline
 				return lab.CalicoMisbook(cmd.Context(), o)
 			})
@@ -210,15 +244,17 @@ start, as on the timeline), and the timeline goes to stderr.`,
 	}
 	cmdline.AddOutputFlag(cmd, &output, "text is the timeline; json and yaml print what the run measured, as one object, and the timeline goes to stderr")
 	f := cmd.Flags()
-	f.StringVar(&o.KubeBin, "kube-bin", "", "the directory of the Kubernetes binaries scripts/kube-binaries.sh builds (default $GHOSTWATCH_KUBE_BIN)")
-	f.StringVar(&o.CalicoBin, "calico-bin", "", "the directory of the Calico binaries scripts/calico-binaries.sh builds (default $GHOSTWATCH_CALICO_BIN)")
+	f.StringVar(&o.KubeBin, "kube-bin", "", "the directory of the Kubernetes binaries ghostwatch-lab build kube builds (default $GHOSTWATCH_KUBE_BIN, else the build cache)")
+	f.StringVar(&o.CalicoBin, "calico-bin", "", "the directory of the Calico binaries ghostwatch-lab build calico builds (default $GHOSTWATCH_CALICO_BIN, else the build cache)")
+	f.BoolVar(&buildFlag, "build", false, buildFlagHelp)
 	f.DurationVar(&o.LeakGracePeriod, "leak-grace-period", lab.DefaultMisbookGrace, fmt.Sprintf("calico-kube-controllers' leakGracePeriod in the lab (Calico's default is 15m); at least %s, and the lab lasts about two of them", lab.MinMisbookGrace))
 	return cmd
 }
 
-func newGossipReuseCommand(streams genericiooptions.IOStreams) *cobra.Command {
+func newGossipReuseCommand(streams genericiooptions.IOStreams, b builder) *cobra.Command {
 	var o lab.GossipReuseOptions
 	var output string
+	var buildFlag bool
 	cmd := &cobra.Command{
 		Use:   "gossip-reuse",
 		Short: "Seed 000: a gossip member outlives its pod, Kubernetes gives its address to the next pod, and ghostwatch finds the ghost",
@@ -241,9 +277,10 @@ gets its address and port:
       ReconnectTimeout, 24h by default) until force-leave -prune, sent through
       the survivor's RPC as ghostwatch does; then nothing is found.
   2b  Consul (the seed's own system, with ACLs on), played when the consul
-      binary is built (scripts/consul-binary.sh, --consul-bin): a client
-      named after its IP crashes, stays failed beside the new pod's agent, and
-      goes with force-leave -prune sent with the cluster's token.
+      binary is built (ghostwatch-lab build consul, or --build; on a
+      terminal the lab asks; --consul-bin): a client named after its IP
+      crashes, stays failed beside the new pod's agent, and goes with
+      force-leave -prune sent with the cluster's token.
   3   the ghostwatch/gossip package: names from the pod UID, a leave on
       SIGTERM (gossip.LeaveOnDone): the old member is left, never suspected.
   4a  a pod of another namespace gets a crashed member's address, and a
@@ -269,13 +306,18 @@ timeline goes to stderr.`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runLab(streams, output, func(timeline io.Writer) (any, error) {
+				var err error
+				if o.ConsulBin, err = b.need(cmd.Context(), streams, build.MustLookup("consul"), o.ConsulBin, buildFlag, true); err != nil {
+					return nil, err
+				}
 				o.Out = timeline
 				return lab.GossipReuse(cmd.Context(), o)
 			})
 		},
 	}
 	cmdline.AddOutputFlag(cmd, &output, "text is the timeline; json and yaml print what the acts measured, as one object, and the timeline goes to stderr")
-	cmd.Flags().StringVar(&o.ConsulBin, "consul-bin", "", "the directory holding the consul binary scripts/consul-binary.sh builds, for act 2b (default $GHOSTWATCH_CONSUL_BIN, else the build cache, /var/cache/ghostwatch; without one the act is not played)")
+	cmd.Flags().StringVar(&o.ConsulBin, "consul-bin", "", "the directory holding the consul binary ghostwatch-lab build consul builds, for act 2b (default $GHOSTWATCH_CONSUL_BIN, else the build cache, /var/cache/ghostwatch; without one the act is not played)")
+	cmd.Flags().BoolVar(&buildFlag, "build", false, "build the consul binary for act 2b first when it lacks, without asking (as ghostwatch-lab build consul does; into $"+testenv.CacheEnv+", default "+testenv.DefaultCache+")")
 	return cmd
 }
 
@@ -314,17 +356,24 @@ lab whose longer prefix starts with this one. It needs root.`,
 
 type scenarioFunc func(context.Context, lab.Options) (*lab.Result, error)
 
-func newScenarioCommand(streams genericiooptions.IOStreams, name string, run scenarioFunc, short, long string) *cobra.Command {
+func newScenarioCommand(streams genericiooptions.IOStreams, b builder, name string, run scenarioFunc, short, long string) *cobra.Command {
 	var o lab.Options
 	var output string
+	var buildFlag bool
 	cmd := &cobra.Command{
 		Use:     name,
 		Short:   short,
 		Long:    long,
-		Example: fmt.Sprintf("  sudo ghostwatch-lab %s\n  sudo ghostwatch-lab %s --reuse-ip -o json\n  sudo ghostwatch-lab %s --with-agent --control-plane=real --kube-bin \"$(scripts/kube-binaries.sh)\"", name, name, name),
+		Example: fmt.Sprintf("  sudo ghostwatch-lab %s\n  sudo ghostwatch-lab %s --reuse-ip -o json\n  sudo ghostwatch-lab %s --with-agent --control-plane=real --build", name, name, name),
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runLab(streams, output, func(timeline io.Writer) (any, error) {
+				if o.ControlPlane == lab.ControlPlaneReal {
+					var err error
+					if o.KubeBin, err = b.need(cmd.Context(), streams, build.MustLookup("kube"), o.KubeBin, buildFlag, false); err != nil {
+						return nil, err
+					}
+				}
 				o.Out = timeline
 				return run(cmd.Context(), o)
 			})
@@ -339,7 +388,8 @@ func newScenarioCommand(streams genericiooptions.IOStreams, name string, run sce
 	f.BoolVar(&o.WithAgent, "with-agent", false, "play the incident twice, without and with the agent removing stale flows, and compare the error windows (-o json lists the agent's actions)")
 	f.DurationVar(&o.Grace, "grace", 200*time.Millisecond, "the agent's grace period in the lab (with --with-agent)")
 	f.StringVar(&o.ControlPlane, "control-plane", lab.ControlPlaneMemory, "memory (an in-memory API; the lab programs the DNAT rules) or real (kube-apiserver, the EndpointSlice controller and kube-proxy)")
-	f.StringVar(&o.KubeBin, "kube-bin", "", "with --control-plane=real: the directory of the binaries scripts/kube-binaries.sh builds (default $GHOSTWATCH_KUBE_BIN)")
+	f.StringVar(&o.KubeBin, "kube-bin", "", "with --control-plane=real: the directory of the binaries ghostwatch-lab build kube builds (default $GHOSTWATCH_KUBE_BIN, else the build cache)")
+	f.BoolVar(&buildFlag, "build", false, "with --control-plane=real: "+buildFlagHelp)
 	return cmd
 }
 

@@ -89,6 +89,7 @@ func TestLabCalicoMisbookCommand(t *testing.T) {
 	for _, want := range []string{
 		"Calico issue #12257", "Calico v3.30.1's own", "stale-nodename-file", "ipam-misbooked", "duplicate-pod-ip",
 		"20s by default, where Calico's\ndefault is 15m", "scripts/kube-binaries.sh", "scripts/calico-binaries.sh",
+		"ghostwatch-lab build kube builds (about 10 minutes, once", "build calico builds (about 8 minutes, once", "--build builds it without\nasking",
 		"$GHOSTWATCH_KUBE_BIN", "$GHOSTWATCH_CALICO_BIN", "It needs no root", "Ctrl-C",
 		"--leak-grace-period duration", "(Calico's default is 15m); at least 5s", "(default 20s)",
 	} {
@@ -114,14 +115,16 @@ func TestLabCalicoMisbookCommand(t *testing.T) {
 			want: "ghostwatch: --leak-grace-period 2s: at least 5s, so that the fix is played before the collector can free the address\n"},
 		{args: []string{"--leak-grace-period", "-1s"}, want: "ghostwatch: --leak-grace-period -1s: a duration must not be negative\n"},
 		{args: []string{"now"}, want: "ghostwatch: unknown command \"now\" for \"ghostwatch-lab calico-misbook\"\n"},
-		{want: "ghostwatch: the Kubernetes binaries are not built: run scripts/kube-binaries.sh and set GHOSTWATCH_KUBE_BIN to the directory it prints (or pass --kube-bin)\n"},
-		{args: []string{"--kube-bin", fake + "/none"}, want: "ghostwatch: --kube-bin " + fake + "/none has no executable etcd: run scripts/kube-binaries.sh\n"},
+		{want: "ghostwatch: " + notBuiltKube + "\n"},
+		{args: []string{"--kube-bin", fake + "/none"}, want: "ghostwatch: --kube-bin " + fake + "/none has no executable etcd: run ghostwatch-lab build kube\n"},
 		{env: [2]string{fake, ""},
-			want: "ghostwatch: the Calico binaries are not built: run scripts/calico-binaries.sh and set GHOSTWATCH_CALICO_BIN to the directory it prints (or pass --calico-bin)\n"},
+			want: "ghostwatch: the Calico binaries are not built: build them with `ghostwatch-lab build calico` (about 8 minutes, once), or pass --build to build them first (in a checkout, scripts/calico-binaries.sh builds the same); or name a directory holding them with --calico-bin or $GHOSTWATCH_CALICO_BIN\n"},
 		{args: []string{"--kube-bin", fake, "--calico-bin", fake},
-			want: "ghostwatch: --calico-bin " + fake + " has no executable calico-kube-controllers: run scripts/calico-binaries.sh\n"},
+			want: "ghostwatch: --calico-bin " + fake + " has no executable calico-kube-controllers: run ghostwatch-lab build calico\n"},
 		{env: [2]string{"", fake},
-			want: "ghostwatch: the Kubernetes binaries are not built: run scripts/kube-binaries.sh and set GHOSTWATCH_KUBE_BIN to the directory it prints (or pass --kube-bin)\n"},
+			want: "ghostwatch: " + notBuiltKube + "\n"},
+		{env: [2]string{fake + "/none", ""},
+			want: "ghostwatch: GHOSTWATCH_KUBE_BIN=" + fake + "/none has no executable etcd: run ghostwatch-lab build kube\n"},
 	} {
 		t.Setenv("GHOSTWATCH_KUBE_BIN", tc.env[0])
 		t.Setenv("GHOSTWATCH_CALICO_BIN", tc.env[1])

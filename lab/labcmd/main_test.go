@@ -28,9 +28,15 @@ func TestMain(m *testing.M) {
 // stdout and stderr.
 func run(t *testing.T, stdin string, args ...string) (int, string, string) {
 	t.Helper()
+	return runWith(t, realBuilder, stdin, args...)
+}
+
+// runWith is run with b building what a lab lacks.
+func runWith(t *testing.T, b builder, stdin string, args ...string) (int, string, string) {
+	t.Helper()
 	var out, errOut bytes.Buffer
 	streams := genericiooptions.IOStreams{In: strings.NewReader(stdin), Out: &out, ErrOut: &errOut}
-	code := cmdline.Execute(context.Background(), NewRootCommand(streams), args, streams)
+	code := cmdline.Execute(context.Background(), newRootCommand(streams, b), args, streams)
 	return code, out.String(), errOut.String()
 }
 
@@ -41,7 +47,7 @@ func TestRootCommands(t *testing.T) {
 	if code != cmdline.ExitOK || !strings.HasPrefix(out, "ghostwatch-lab rebuilds an incident") {
 		t.Fatalf("--help: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
-	for _, c := range []string{"conntrack-deploy", "conntrack-pool", "hostlocal-wipe", "calico-misbook", "gossip-reuse", "cleanup", "version"} {
+	for _, c := range []string{"conntrack-deploy", "conntrack-pool", "hostlocal-wipe", "calico-misbook", "gossip-reuse", "build", "cleanup", "version"} {
 		if !strings.Contains(out, "\n  "+c+" ") {
 			t.Errorf("--help does not list %s:\n%s", c, out)
 		}
