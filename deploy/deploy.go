@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-//go:embed agent/*.yaml controller/*.yaml namespace/*.yaml
+//go:embed agent/*.yaml controller/*.yaml namespace/*.yaml kind/*.yaml
 var files embed.FS
 
 // AgentDir and ControllerDir are the kustomization directories of the
@@ -31,6 +31,9 @@ const (
 	AgentDir      = "agent"
 	ControllerDir = "controller"
 	NamespaceDir  = "namespace"
+	// KindDir is the agent's kustomization for kind clusters, in place of
+	// AgentDir's.
+	KindDir = "kind"
 )
 
 // Manifest is one object of a kustomization, with the file it came from.

@@ -12,7 +12,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/deploy/chart"
 )
 
-var update = flag.Bool("update", false, "rewrite deploy/agent and deploy/controller from the chart")
+var update = flag.Bool("update", false, "rewrite deploy/agent, deploy/controller and deploy/kind from the chart")
 
 // kustomizations are the folders rendered from the chart: each the
 // chart with the other component off.
@@ -21,7 +21,17 @@ var kustomizations = []struct {
 }{
 	{AgentDir, "controller: {enabled: false}\n", "ghostwatch agent: one Pod per node, report only"},
 	{ControllerDir, "agent: {enabled: false}\n", "ghostwatch controller: the cluster-wide watcher, one leader of 2 replicas, report only"},
+	{KindDir, "controller: {enabled: false}\n" + kindValues, "ghostwatch agent on kind (host-local's store under /run/cni-ipam-state), instead of deploy/agent: one Pod per node, report only"},
 }
+
+// kindValues are the chart's values for kind.
+var kindValues = func() string {
+	b, err := os.ReadFile(filepath.Join(chart.Dir(), "values-kind.yaml"))
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()
 
 // helmOnly are the label lines that only a Helm release carries.
 var helmOnly = []string{"app.kubernetes.io/managed-by: Helm", "helm.sh/chart: "}
@@ -53,7 +63,7 @@ func kustomization(t *testing.T, dir, values, title string) map[string]string {
 	slices.Sort(names)
 	var k strings.Builder
 	fmt.Fprintf(&k, "# %s.\n#   kubectl apply -k deploy/namespace && kubectl apply -k deploy/%s\n", title, dir)
-	k.WriteString("# Rendered from deploy/helm/ghostwatch with its defaults (the other component off):\n# go test ./deploy -run TestKustomizationsAreTheChart -update. For remedies, monitoring\n# and the rest, install the chart, or render it with your values (helm template).\n")
+	k.WriteString("# Rendered from deploy/helm/ghostwatch (the other component off):\n# go test ./deploy -run TestKustomizationsAreTheChart -update. For remedies, monitoring\n# and the rest, install the chart, or render it with your values (helm template).\n")
 	k.WriteString("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: ghostwatch\nresources:\n")
 	for _, n := range names {
 		fmt.Fprintf(&k, "  - %s\n", n)
@@ -80,6 +90,9 @@ func TestKustomizationsAreTheChart(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+		}
+		if _, err := read(k.dir); err != nil {
+			t.Error(err) // every object decodes strictly
 		}
 		have, _ := filepath.Glob(filepath.Join(k.dir, "*.yaml"))
 		if len(have) != len(want) {
