@@ -192,8 +192,8 @@ func TestChartRendersItsVariants(t *testing.T) {
 			for _, g := range pr.Spec.Groups {
 				n += len(g.Rules)
 			}
-			if n != 16 {
-				t.Errorf("the PrometheusRule holds %d alerts, want the 16 of deploy/alerts", n)
+			if n != 17 {
+				t.Errorf("the PrometheusRule holds %d alerts, want the 17 of deploy/alerts", n)
 			}
 			// Each alert's runbook at the chart's release.
 			var meta struct{ AppVersion string }
