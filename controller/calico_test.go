@@ -24,6 +24,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/finding"
 	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source/calico"
 )
 
@@ -174,10 +175,16 @@ func TestCalicoMisbookingReported(t *testing.T) {
 	}
 	ctx := context.Background()
 	blocks := dyn.Resource(calicoGVR("ipamblocks"))
+	booked := time.Now()
 	if _, err := blocks.Create(ctx, block("web-0", "node-a"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, 20*time.Second, "ipam-misbooked reported", func() bool { return r.findings(rule.IPAMMisbookedID, "critical") == 1 })
+	// When the collector may free it: the booking's time plus its grace.
+	from, to := booked.Add(snapshot.DefaultLeakGracePeriod-time.Second), time.Now().Add(snapshot.DefaultLeakGracePeriod)
+	if v := testutil.ToFloat64(r.m.IPAMNextFree.WithLabelValues()); v < float64(from.Unix()) || v > float64(to.Unix()) {
+		t.Errorf("ghostwatch_ipam_next_free_timestamp_seconds = %v, want between %s and %s: booked then, plus Calico's default leak grace period", v, from, to)
+	}
 	want := map[string]bool{
 		"Pod Warning default/web-0 IPAMMisbooked pod default/web-0 runs on node node-b and holds 10.244.0.5, but Calico booked it under node node-a": false,
 		"Node Warning /node-b IPAMMisbooked pod default/web-0": false,
@@ -202,6 +209,9 @@ func TestCalicoMisbookingReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll.Until(t, 20*time.Second, "the misbooking gone", func() bool { return r.findings(rule.IPAMMisbookedID, "critical") == 0 })
+	if n := testutil.CollectAndCount(r.m.IPAMNextFree); n != 0 {
+		t.Errorf("ghostwatch_ipam_next_free_timestamp_seconds still exported (%d series) with no misbooking", n)
+	}
 	if n := r.c.Status().Findings; n != 0 {
 		t.Errorf("%d findings on a sound ledger", n)
 	}

@@ -481,6 +481,7 @@ func (c *Controller) publish(sources []snapshot.SourceStatus, fs []finding.Findi
 	if m := cfg.Metrics; m != nil {
 		m.Sources(sources)
 		m.Publish(all)
+		m.IPAM(all)
 		if pods >= 0 {
 			m.Pods.Set(float64(pods))
 		}

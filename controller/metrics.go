@@ -3,9 +3,11 @@ package controller
 import (
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ghostwatch/ghostwatch/finding"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/sink"
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -29,6 +31,10 @@ type Metrics struct {
 	// GossipClusterUp is 1 for a gossip cluster whose member list the
 	// last round read, 0 for one judged on its last view.
 	GossipClusterUp *prometheus.GaugeVec
+	// IPAMNextFree is the earliest time Calico's leak collector may free
+	// a running pod's address, among the ipam-misbooked findings standing;
+	// absent when none says when. One series, however many findings.
+	IPAMNextFree *prometheus.GaugeVec
 
 	// upClusters are the clusters of the last views read, which are down
 	// while no cluster can be read.
@@ -61,8 +67,31 @@ func NewMetrics(reg prometheus.Registerer, rules []rule.Rule) *Metrics {
 	m.GossipClusterUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "gossip_cluster_up",
 		Help: "1 when the last round read the gossip cluster's member list; 0 when it could not, and the cluster is judged on its last view (the controller's log says why)."},
 		[]string{"system", "cluster"})
-	reg.MustRegister(m.Leader, m.Pods, m.Passes, m.PassSeconds, m.GossipMembers, m.GossipClusterUp, rejectionsCollector{m})
+	m.IPAMNextFree = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "ipam_next_free_timestamp_seconds",
+		Help: "The earliest time (Unix seconds) Calico's leak collector may free a running pod's address booked under another node, among the ipam-misbooked findings; absent when none is due (subtract time() for the time left)."}, nil)
+	reg.MustRegister(m.Leader, m.Pods, m.Passes, m.PassSeconds, m.GossipMembers, m.GossipClusterUp, m.IPAMNextFree, rejectionsCollector{m})
 	return m
+}
+
+// IPAM sets IPAMNextFree from the findings standing: the earliest
+// freed_from an ipam-misbooked finding names.
+func (m *Metrics) IPAM(fs []finding.Finding) {
+	var first time.Time
+	for _, f := range fs {
+		if f.Rule != rule.IPAMMisbookedID {
+			continue
+		}
+		from, _ := f.Evidence["freed_from"].(string)
+		at, err := time.Parse(time.RFC3339, from)
+		if err == nil && (first.IsZero() || at.Before(first)) {
+			first = at
+		}
+	}
+	if first.IsZero() {
+		m.IPAMNextFree.Reset()
+		return
+	}
+	m.IPAMNextFree.WithLabelValues().Set(float64(first.Unix()))
 }
 
 // Gossip sets the gossip series from a pass's snapshot: from its views
