@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -35,6 +36,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/source/calico"
 	"github.com/ghostwatch/ghostwatch/source/gossip"
 	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/history"
 	"github.com/ghostwatch/ghostwatch/source/kube/live"
 )
 
@@ -44,6 +46,8 @@ type controllerOptions struct {
 	leaseNamespace string
 	leaseName      string
 	listen         string
+	historyListen  string
+	historyEnded   int
 	logFormat      string
 	logLevel       string
 	gossipInterval time.Duration
@@ -156,6 +160,8 @@ every Pod and Node.`,
 	f.StringVar(&o.leaseNamespace, "lease-namespace", "", "the namespace of the Lease the replicas elect a leader on (default $POD_NAMESPACE, else ghostwatch)")
 	f.StringVar(&o.leaseName, "lease-name", "ghostwatch-controller", "the Lease's name")
 	f.StringVar(&o.listen, "listen", fmt.Sprintf(":%d", ControllerPort), "address serving /metrics, /healthz and /readyz (empty: none)")
+	f.StringVar(&o.historyListen, "history-listen", fmt.Sprintf("127.0.0.1:%d", HistoryPort), "address serving the address history (who held each pod IP, and when) to `ghostwatch ip`; keep it on the loopback, where only a port-forward the API server authorizes reaches it (empty: none, and no history kept)")
+	f.IntVar(&o.historyEnded, "history-ended", history.DefaultEnded, "at most this many ended tenures kept in the address history, those that ended first forgotten first (a pod that holds its address is always kept)")
 	f.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.DurationVar(&o.gossipInterval, "gossip-interval", gossip.DefaultInterval, "how often the leader reads the member list of each gossip cluster (one request per cluster)")
@@ -188,6 +194,8 @@ func (o *controllerOptions) validate(rules []rule.Rule) error {
 		return fmt.Errorf("--budget %d: must be at least 1 (turn the remedy off with no --remedy instead)", o.budget)
 	case o.budgetInterval <= 0:
 		return fmt.Errorf("--budget-interval %s: must be positive", o.budgetInterval)
+	case o.historyEnded < 1:
+		return fmt.Errorf("--history-ended %d: must be at least 1", o.historyEnded)
 	}
 	return nil
 }
@@ -251,10 +259,25 @@ func (o *controllerOptions) run(ctx context.Context, streams genericiooptions.IO
 	if err != nil {
 		return cmdline.WithCode(ExitError, err)
 	}
+	defer stopServing()
+	// Every replica keeps the address history, leading or not: a leader
+	// change loses nothing of it.
+	if o.historyListen != "" {
+		hist := &history.Watch{Client: client, Limits: history.Limits{Ended: o.historyEnded}}
+		if err := hist.Start(ctx); err != nil {
+			return cmdline.WithCode(ExitError, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle(history.Path, history.Handler(hist, identity))
+		stopHistory, err := serveHTTP(o.historyListen, mux, log)
+		if err != nil {
+			return cmdline.WithCode(ExitError, fmt.Errorf("--history-listen: %w", err))
+		}
+		defer stopHistory()
+	}
 	log.Info("controller starting", "identity", identity, "lease", ns+"/"+o.leaseName, "apiServer", server, "rules", rule.IDs(rules), "remedies", o.remedies, "dryRun", o.dryRun)
 	runErr := c.Run(ctx)
 	log.Info("controller stopping", "reason", context.Cause(ctx), "err", runErr)
-	stopServing()
 	if runErr != nil {
 		return cmdline.WithCode(ExitError, fmt.Errorf("controller: %w", runErr))
 	}

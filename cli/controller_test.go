@@ -54,7 +54,7 @@ func TestControllerWithoutAnAPIServer(t *testing.T) {
 	streams := genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}
 	done := make(chan int, 1)
 	go func() {
-		done <- Execute(ctx, NewRootCommand(streams), []string{"controller", "--server=https://127.0.0.1:1", "--listen=" + addr,
+		done <- Execute(ctx, NewRootCommand(streams), []string{"controller", "--server=https://127.0.0.1:1", "--listen=" + addr, "--history-listen=",
 			"--lease-namespace=x", "--identity=me", "--request-timeout=2s", "--log-format=text"}, streams)
 	}()
 	var body string
@@ -124,6 +124,7 @@ func TestControllerRemedyFlags(t *testing.T) {
 		{[]string{"--remedy=gossip-force-leave", "--grace=10s"}, "--grace 10s: must be at least --gossip-interval (30s)"},
 		{[]string{"--remedy=gossip-force-leave", "--budget=0"}, "--budget 0: must be at least 1"},
 		{[]string{"--gossip-interval=10ms", "--grace=1m"}, "--gossip-interval 10ms: must be at least 1s"},
+		{[]string{"--history-ended=0"}, "--history-ended 0: must be at least 1"},
 	} {
 		code, _, errOut := run(t, "", append([]string{"controller", "--server=https://127.0.0.1:1", "--listen="}, tc.args...)...)
 		if code != ExitError || !strings.Contains(errOut, tc.want) || strings.Contains(errOut, "127.0.0.1:1") {

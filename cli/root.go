@@ -105,7 +105,11 @@ var commandWord = regexp.MustCompile(`(?m)(^\s*(?:\$ )?|\| )ghostwatch `)
 // 20241-20244 and node-problem-detector's 20256-20257, and below the
 // NodePort range and the kernel's ephemeral ports (30000 and up). The
 // controller runs in a pod network of its own and takes the next port.
+// HistoryPort serves each controller replica's address history, on its
+// loopback only: `ghostwatch ip` reaches it by port-forward, which the API
+// server authorizes (pods/portforward in the controller's namespace).
 const (
 	AgentPort      = 10280
 	ControllerPort = 10281
+	HistoryPort    = 10282
 )

@@ -407,6 +407,9 @@ func (e *realEnv) realController(t *testing.T, args ...string) func(*testing.T) 
 		t.Fatal(err)
 	}
 	ln := "127.0.0.1:9809"
+	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--history-listen=") }) {
+		args = append([]string{"--history-listen="}, args...) // none: tests of other packages may hold its port
+	}
 	runUntilCleanup(t, "controller", exec.Command(ghostwatchBinary(t), append([]string{"controller", "--kubeconfig=" + kubeconfig, "--identity=controller-0",
 		"--lease-namespace=ghostwatch", "--listen=" + ln, "--log-format=text"}, args...)...))
 	return func(t *testing.T) string {
