@@ -59,6 +59,9 @@ controller:
   remedies: [gossip-force-leave]
   gossipClusters:
   - {system: consul, namespace: shop, scheme: https, tokenSecret: {name: ghostwatch-consul, key: token}}
+ipReader:
+  enabled: true
+  subjects: [{kind: User, name: alice, apiGroup: rbac.authorization.k8s.io}]
 `)
 	if err != nil {
 		t.Fatal(err)
@@ -179,6 +182,12 @@ func checkChartAccess(t *testing.T, e *realEnv) {
 		group, res, ns, name string
 		allowed              []string
 	}{
+		// A user bound to the chart's ip-reader: what `ghostwatch ip` needs.
+		{"user:alice", "", "pods", "", "", []string{"list"}},
+		{"user:alice", "", "pods/portforward", "ghostwatch", "", []string{"create"}},
+		{"user:alice", "", "pods/portforward", "shop", "", nil},
+		{"user:alice", "", "pods/exec", "ghostwatch", "", nil},
+		{"user:alice", "", "secrets", "ghostwatch", "", nil},
 		{"gw-agent", "", "pods", "", "", []string{"list", "watch"}},
 		{"gw-agent", "", "services", "", "", []string{"list", "watch"}},
 		{"gw-agent", "", "nodes", "", "", []string{"list", "watch"}},
@@ -215,11 +224,18 @@ func checkChartAccess(t *testing.T, e *realEnv) {
 			if c.name != "" && (verb == "list" || verb == "watch" || verb == "deletecollection") {
 				continue // a verb of no single object
 			}
-			r, err := e.api.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			spec := authorizationv1.SubjectAccessReviewSpec{
 				User:               "system:serviceaccount:ghostwatch:" + c.sa,
 				Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:ghostwatch", "system:authenticated"},
 				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: c.group, Resource: c.res, Namespace: c.ns, Name: c.name},
-			}}, metav1.CreateOptions{})
+			}
+			if user, ok := strings.CutPrefix(c.sa, "user:"); ok {
+				spec.User, spec.Groups = user, []string{"system:authenticated"}
+			}
+			if res, sub, ok := strings.Cut(c.res, "/"); ok {
+				spec.ResourceAttributes.Resource, spec.ResourceAttributes.Subresource = res, sub
+			}
+			r, err := e.api.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: spec}, metav1.CreateOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,0 +1,105 @@
+package cli
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ghostwatch/ghostwatch/source/kube/history"
+)
+
+var ipT0 = time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+
+// What two replicas remember of an address, merged with the pod the API
+// server lists there now: one tenure a pod, the earliest start any saw,
+// ended when any saw it end, oldest first.
+func TestIPMergesTheReplicasAndTheAPIServer(t *testing.T) {
+	ip := netip.MustParseAddr("10.244.3.47")
+	ten := func(pod, uid string, from time.Duration, ended string, until time.Duration) history.Tenure {
+		t := history.Tenure{IP: ip, Namespace: "shop", Pod: pod, UID: uid, Node: "node-1", From: ipT0.Add(from), Ended: ended}
+		if ended != "" {
+			t.Until = ipT0.Add(until)
+		}
+		return t
+	}
+	answers := []history.Answer{
+		{Replica: "a", Tenures: []history.Tenure{ten("web-a", "uid-a", 0, "deleted", 5*time.Minute), ten("web-b", "uid-b", 10*time.Minute, "", 0)}},
+		// Started later: it saw web-b end, and a later start of it.
+		{Replica: "b", Tenures: []history.Tenure{ten("web-b", "uid-b", 12*time.Minute, "failed", 15*time.Minute)}},
+	}
+	start := metav1.NewTime(ipT0.Add(20 * time.Minute))
+	now := []corev1.Pod{{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web-c", UID: "uid-c", CreationTimestamp: start},
+		Spec:       corev1.PodSpec{NodeName: "node-2"},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning, StartTime: &start, PodIP: ip.String(), PodIPs: []corev1.PodIP{{IP: ip.String()}}},
+	}}
+	var got []string
+	for _, t := range mergeTenures(ip, answers, now) {
+		got = append(got, fmt.Sprintf("%s %s %s-%s %s", t.Pod, t.Node, t.From.Format("15:04"), t.Until.Format("15:04"), t.Ended))
+	}
+	want := []string{"web-a node-1 10:00-10:05 deleted", "web-b node-1 10:10-10:15 failed", "web-c node-2 10:20-00:00 "}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("merged:\n got %q\nwant %q", got, want)
+	}
+}
+
+// The table is a timeline a person reads top to bottom, and says which
+// history answered, which did not, and what ip does not read.
+func TestIPTimelineTable(t *testing.T) {
+	ip := netip.MustParseAddr("10.244.3.47")
+	rep := ipReport{IP: ip, NotRead: ipNotRead,
+		Tenures: []history.Tenure{
+			{IP: ip, Namespace: "shop", Pod: "web-a", UID: "uid-a", Node: "node-1", From: ipT0, Until: ipT0.Add(5 * time.Minute), Ended: "failed", Reason: "Evicted"},
+			{IP: ip, Namespace: "shop", Pod: "web-b", UID: "uid-b", Node: "node-2", From: ipT0.Add(10 * time.Minute)},
+		},
+		Histories:  []historySource{{Replica: "gw-controller-0", Since: ipT0.Add(-time.Hour)}},
+		Unanswered: []unanswered{{Replica: "gw-controller-1", Error: "port-forward to ghostwatch/gw-controller-1: context deadline exceeded"}},
+	}
+	var b bytes.Buffer
+	if err := printIP(&b, "table", rep); err != nil {
+		t.Fatal(err)
+	}
+	want := `10.244.3.47: 2 pods, oldest first
+
+FROM                  UNTIL                 POD         UID    NODE    ENDED
+2026-11-26T10:00:00Z  2026-11-26T10:05:00Z  shop/web-a  uid-a  node-1  failed (Evicted)
+2026-11-26T10:10:00Z  -                     shop/web-b  uid-b  node-2  holds it now
+
+Address histories:
+  gw-controller-0: since 2026-11-26T09:00:00Z
+  gw-controller-1: did not answer: port-forward to ghostwatch/gw-controller-1: context deadline exceeded
+
+Not read here:
+  conntrack flows pinned to the address: ghostwatch scan on each node
+  its IPAM record: ghostwatch scan --rule ipam-unbooked-ip,ipam-misbooked,ipam-leaked-ip
+  gossip members at the address: ghostwatch scan --rule gossip-ghost-member
+`
+	if b.String() != want {
+		t.Errorf("table:\n%s\nwant:\n%s", b.String(), want)
+	}
+}
+
+// Bad input is refused before anything is asked.
+func TestIPRefusesBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ip", "10.244.3"}, `"10.244.3": not an IP address`},
+		{[]string{"ip", "10.244.3.47", "-o", "xml"}, `-o "xml": want table, json or yaml`},
+		{[]string{"ip", "10.244.3.47", "--history-url", "127.0.0.1:10282"}, `--history-url "127.0.0.1:10282": want http://HOST:PORT`},
+		{[]string{"ip", "10.244.3.47", "--timeout", "0s"}, "--timeout 0s: must be positive"},
+		{[]string{"ip"}, "accepts 1 arg(s), received 0"},
+	} {
+		code, _, errOut := run(t, "", append(tc.args, "--server=https://127.0.0.1:1")...)
+		if code != ExitError || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want %q", tc.args, code, errOut, tc.want)
+		}
+	}
+}

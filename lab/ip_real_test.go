@@ -1,0 +1,231 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"os/exec"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ghostwatch/ghostwatch/deploy"
+	"github.com/ghostwatch/ghostwatch/lab/controlplane"
+	"github.com/ghostwatch/ghostwatch/source/kube/history"
+)
+
+// An address passes through three pods on the real control plane (a
+// rolling replacement that reuses it); `ghostwatch ip` shows all three, in
+// order, with their UIDs, times and endings, from the two controller
+// replicas' address histories merged with what the API server lists now.
+// The leader is then killed: the standby, which kept its own history
+// while standing by, takes over and alone still tells the whole story,
+// and goes on recording.
+func TestRealIPTimelineSurvivesTheLeader(t *testing.T) {
+	e := newRealEnv(t, controlplane.ProxyIPTables)
+	ctx := context.Background()
+	if _, err := e.api.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := deploy.Controller()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if err := createObject(ctx, e.cp.Admin, m.Object); err != nil {
+			t.Fatalf("%s: %v", m.File, err)
+		}
+	}
+	a := e.controllerReplica(t, "controller-a")
+	b := e.controllerReplica(t, "controller-b")
+	var leader string
+	e.eventually(t, time.Minute, "a replica to lead", func() bool {
+		l, err := e.api.CoordinationV1().Leases("ghostwatch").Get(ctx, "ghostwatch-controller", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return false
+		}
+		leader = *l.Spec.HolderIdentity
+		return true
+	})
+
+	ip := netip.MustParseAddr("10.244.7.47")
+	var uids []string
+	for i, name := range []string{"cart-7d9f-a", "cart-7d9f-b", "cart-7d9f-c"} {
+		if i > 0 {
+			prev := []string{"cart-7d9f-a", "cart-7d9f-b"}[i-1]
+			if err := e.api.CoreV1().Pods("shop").Delete(ctx, prev, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+				t.Fatal(err)
+			}
+			e.gone(t, "shop", prev)
+		}
+		uids = append(uids, e.podAt(t, "shop", name, ip))
+	}
+	want := []string{
+		"shop/cart-7d9f-a " + uids[0] + " node-1 deleted",
+		"shop/cart-7d9f-b " + uids[1] + " node-1 deleted",
+		"shop/cart-7d9f-c " + uids[2] + " node-1 holds",
+	}
+	var rep ipTimeline
+	e.eventually(t, 30*time.Second, "both replicas to tell the three tenures", func() bool {
+		rep = e.ghostwatchIP(t, ip, a.url, b.url)
+		return fmt.Sprint(rep.summary()) == fmt.Sprint(want) && len(rep.Histories) == 2
+	})
+	for i := 1; i < len(rep.Tenures); i++ {
+		prev, cur := rep.Tenures[i-1], rep.Tenures[i]
+		if prev.Until.IsZero() || prev.Until.After(cur.From.Add(time.Second)) || prev.From.After(prev.Until.Add(time.Second)) {
+			t.Errorf("tenure %d (%s, %s) does not end before %d (%s) begins", i-1, prev.From, prev.Until, i, cur.From)
+		}
+	}
+
+	// The leader dies without a word; the standby takes the Lease.
+	standby := b
+	if leader == "controller-b" {
+		standby = a
+		b.kill(t)
+	} else {
+		a.kill(t)
+	}
+	e.eventually(t, time.Minute, "the standby to lead", func() bool {
+		l, err := e.api.CoordinationV1().Leases("ghostwatch").Get(ctx, "ghostwatch-controller", metav1.GetOptions{})
+		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == standby.name
+	})
+	if err := e.api.CoreV1().Pods("shop").Delete(ctx, "cart-7d9f-c", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	e.gone(t, "shop", "cart-7d9f-c")
+	want[2] = "shop/cart-7d9f-c " + uids[2] + " node-1 deleted"
+	e.eventually(t, 30*time.Second, "the standby alone to tell the three, the last one ended", func() bool {
+		rep = e.ghostwatchIP(t, ip, standby.url)
+		return fmt.Sprint(rep.summary()) == fmt.Sprint(want)
+	})
+	if len(rep.Histories) != 1 || rep.Histories[0].Replica != standby.name {
+		t.Errorf("histories %+v, want %s's alone", rep.Histories, standby.name)
+	}
+}
+
+// ipTimeline is what `ghostwatch ip -o json` prints, as the test reads it.
+type ipTimeline struct {
+	Tenures   []history.Tenure `json:"tenures"`
+	Histories []struct {
+		Replica string `json:"replica"`
+	} `json:"histories"`
+	Unanswered []struct{ Replica, Error string } `json:"unanswered"`
+}
+
+func (r ipTimeline) summary() []string {
+	var out []string
+	for _, t := range r.Tenures {
+		how := t.Ended
+		if t.Holding() {
+			how = "holds"
+		}
+		out = append(out, fmt.Sprintf("%s/%s %s %s %s", t.Namespace, t.Pod, t.UID, t.Node, how))
+	}
+	return out
+}
+
+// ghostwatchIP runs `ghostwatch ip ADDRESS -o json` as the cluster's admin,
+// asking the histories at urls.
+func (e *realEnv) ghostwatchIP(t *testing.T, ip netip.Addr, urls ...string) ipTimeline {
+	t.Helper()
+	kubeconfig, err := e.cp.WriteKubeconfig(controlplane.UserAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"ip", ip.String(), "--kubeconfig=" + kubeconfig, "-o", "json"}
+	for _, u := range urls {
+		args = append(args, "--history-url="+u)
+	}
+	var out, errOut bytes.Buffer
+	cmd := exec.Command(ghostwatchBinary(t), args...)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		t.Logf("ghostwatch ip: %v: %s", err, errOut.String())
+	}
+	var rep ipTimeline
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("ghostwatch ip -o json: %v\n%s\n%s", err, out.String(), errOut.String())
+	}
+	return rep
+}
+
+// podAt creates ns/name on node-1 at ip and waits until it runs there; it
+// returns its UID.
+func (e *realEnv) podAt(t *testing.T, ns, name string, ip netip.Addr) string {
+	t.Helper()
+	e.createPod(t, e.node.Name, ns, name, map[string]string{"app": "cart"}, ip, 0)
+	var uid string
+	e.eventually(t, time.Minute, fmt.Sprintf("pod %s/%s running at %s", ns, name, ip), func() bool {
+		p, err := e.api.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil || p.Status.Phase != corev1.PodRunning || p.Status.PodIP != ip.String() {
+			return false
+		}
+		uid = string(p.UID)
+		return true
+	})
+	return uid
+}
+
+// replica is one `ghostwatch controller` process.
+type replica struct {
+	name, url string
+	cmd       *exec.Cmd
+	logs      *bytes.Buffer
+	killed    bool
+}
+
+// controllerReplica runs a controller replica named name with the
+// controller's identity, in the host's namespace on ports of its own,
+// until the test ends (or kill).
+func (e *realEnv) controllerReplica(t *testing.T, name string) *replica {
+	t.Helper()
+	kubeconfig, err := e.cp.WriteKubeconfig(controlplane.UserController)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen, hist := loopbackPort(t), loopbackPort(t)
+	r := &replica{name: name, url: "http://" + hist, logs: &bytes.Buffer{}}
+	r.cmd = exec.Command(ghostwatchBinary(t), "controller", "--kubeconfig="+kubeconfig, "--identity="+name,
+		"--lease-namespace=ghostwatch", "--listen="+listen, "--history-listen="+hist, "--log-format=text")
+	r.cmd.Stdout, r.cmd.Stderr = r.logs, r.logs
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !r.killed {
+			r.cmd.Process.Kill()
+			r.cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("%s log:\n%s", name, r.logs.String())
+		}
+	})
+	return r
+}
+
+// kill ends the replica at once, as a node's loss would.
+func (r *replica) kill(t *testing.T) {
+	t.Helper()
+	r.killed = true
+	if err := r.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	r.cmd.Wait()
+}
+
+// loopbackPort is a free port of 127.0.0.1, as HOST:PORT.
+func loopbackPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
