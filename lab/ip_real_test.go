@@ -228,4 +228,3 @@ func loopbackPort(t *testing.T) string {
 	defer l.Close()
 	return l.Addr().String()
 }
-
