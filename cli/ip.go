@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/transport/spdy"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ghostwatch/ghostwatch/internal/cmdline"
@@ -139,6 +141,9 @@ func (o *ipOptions) run(ctx context.Context, streams genericiooptions.IOStreams,
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
+	// client-go's port-forward reports a failed connection in its log as
+	// well as to its caller: the report names it once.
+	klog.SetSlogLogger(slog.New(slog.DiscardHandler))
 	client, server, err := kube.ClientFromFlags(o.kubeFlags)
 	if err != nil {
 		return cmdline.WithCode(ExitError, err)
@@ -361,13 +366,15 @@ func printIP(w io.Writer, format string, rep ipReport) error {
 		_, err = w.Write(b)
 		return err
 	}
+	// Milliseconds: a rollout replaces a pod within the second.
+	const stamp = "2006-01-02T15:04:05.000Z07:00"
 	fmt.Fprintf(w, "%s: %d pods, oldest first\n\n", rep.IP, len(rep.Tenures))
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "FROM\tUNTIL\tPOD\tUID\tNODE\tENDED")
 	for _, t := range rep.Tenures {
 		until, ended := "-", "holds it now"
 		if !t.Holding() {
-			until, ended = t.Until.Format(time.RFC3339), t.Ended
+			until, ended = t.Until.Format(stamp), t.Ended
 			if t.Reason != "" {
 				ended += " (" + t.Reason + ")"
 			}
@@ -375,7 +382,7 @@ func printIP(w io.Writer, format string, rep ipReport) error {
 				until = "?"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s\t%s\t%s\n", t.From.Format(time.RFC3339), until, t.Namespace, t.Pod, t.UID, cmpOr(t.Node, "-"), ended)
+		fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s\t%s\t%s\n", t.From.Format(stamp), until, t.Namespace, t.Pod, t.UID, cmpOr(t.Node, "-"), ended)
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "\nAddress histories:")

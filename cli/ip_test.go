@@ -67,9 +67,9 @@ func TestIPTimelineTable(t *testing.T) {
 	}
 	want := `10.244.3.47: 2 pods, oldest first
 
-FROM                  UNTIL                 POD         UID    NODE    ENDED
-2026-11-26T10:00:00Z  2026-11-26T10:05:00Z  shop/web-a  uid-a  node-1  failed (Evicted)
-2026-11-26T10:10:00Z  -                     shop/web-b  uid-b  node-2  holds it now
+FROM                      UNTIL                     POD         UID    NODE    ENDED
+2026-11-26T10:00:00.000Z  2026-11-26T10:05:00.000Z  shop/web-a  uid-a  node-1  failed (Evicted)
+2026-11-26T10:10:00.000Z  -                         shop/web-b  uid-b  node-2  holds it now
 
 Address histories:
   gw-controller-0: since 2026-11-26T09:00:00Z

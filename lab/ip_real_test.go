@@ -8,12 +8,14 @@ import (
 	"net"
 	"net/netip"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ghostwatch/ghostwatch/cli"
 	"github.com/ghostwatch/ghostwatch/deploy"
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
 	"github.com/ghostwatch/ghostwatch/source/kube/history"
@@ -43,6 +45,22 @@ func TestRealIPTimelineSurvivesTheLeader(t *testing.T) {
 	}
 	a := e.controllerReplica(t, "controller-a")
 	b := e.controllerReplica(t, "controller-b")
+	// Their pods, on a node whose kubelet API the test serves: a
+	// port-forward to a replica's history port reaches that replica's.
+	replicas := map[string]*replica{a.name: a, b.name: b}
+	if err := e.cp.ServeKubeletAPI(ctx, "control-1", func(ctx context.Context, ns, name string, port int32) (net.Conn, error) {
+		r, ok := replicas[name]
+		if ns != "ghostwatch" || !ok || port != cli.HistoryPort {
+			return nil, fmt.Errorf("nothing listens on %s/%s:%d", ns, name, port)
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", strings.TrimPrefix(r.url, "http://"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range replicas {
+		e.replicaPod(t, r.name, "control-1")
+	}
 	var leader string
 	e.eventually(t, time.Minute, "a replica to lead", func() bool {
 		l, err := e.api.CoordinationV1().Leases("ghostwatch").Get(ctx, "ghostwatch-controller", metav1.GetOptions{})
@@ -71,10 +89,16 @@ func TestRealIPTimelineSurvivesTheLeader(t *testing.T) {
 		"shop/cart-7d9f-c " + uids[2] + " node-1 holds",
 	}
 	var rep ipTimeline
-	e.eventually(t, 30*time.Second, "both replicas to tell the three tenures", func() bool {
-		rep = e.ghostwatchIP(t, ip, a.url, b.url)
+	e.eventually(t, 30*time.Second, "both replicas to tell the three tenures, each through a port-forward", func() bool {
+		rep = e.ghostwatchIP(t, ip)
 		return fmt.Sprint(rep.summary()) == fmt.Sprint(want) && len(rep.Histories) == 2
 	})
+	// Asked directly, each replica tells the same.
+	for _, r := range []*replica{a, b} {
+		if got := e.ghostwatchIP(t, ip, r.url); fmt.Sprint(got.summary()) != fmt.Sprint(want) {
+			t.Errorf("%s alone: %q", r.name, got.summary())
+		}
+	}
 	for i := 1; i < len(rep.Tenures); i++ {
 		prev, cur := rep.Tenures[i-1], rep.Tenures[i]
 		if prev.Until.IsZero() || prev.Until.After(cur.From.Add(time.Second)) || prev.From.After(prev.Until.Add(time.Second)) {
@@ -83,12 +107,20 @@ func TestRealIPTimelineSurvivesTheLeader(t *testing.T) {
 	}
 
 	// The leader dies without a word; the standby takes the Lease.
-	standby := b
+	standby, dead := b, a
 	if leader == "controller-b" {
-		standby = a
-		b.kill(t)
-	} else {
-		a.kill(t)
+		standby, dead = a, b
+	}
+	dead.kill(t)
+	// While its pod still says Running, the dead replica is named as not
+	// answering, and what the standby tells still stands.
+	rep = e.ghostwatchIP(t, ip)
+	if len(rep.Unanswered) != 1 || rep.Unanswered[0].Replica != dead.name || fmt.Sprint(rep.summary()) != fmt.Sprint(want) {
+		t.Errorf("with %s dead: unanswered %+v, tenures %q", dead.name, rep.Unanswered, rep.summary())
+	}
+	// Its Deployment would replace it; its pod goes.
+	if err := e.api.CoreV1().Pods("ghostwatch").Delete(ctx, dead.name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
 	}
 	e.eventually(t, time.Minute, "the standby to lead", func() bool {
 		l, err := e.api.CoordinationV1().Leases("ghostwatch").Get(ctx, "ghostwatch-controller", metav1.GetOptions{})
@@ -100,11 +132,38 @@ func TestRealIPTimelineSurvivesTheLeader(t *testing.T) {
 	e.gone(t, "shop", "cart-7d9f-c")
 	want[2] = "shop/cart-7d9f-c " + uids[2] + " node-1 deleted"
 	e.eventually(t, 30*time.Second, "the standby alone to tell the three, the last one ended", func() bool {
-		rep = e.ghostwatchIP(t, ip, standby.url)
-		return fmt.Sprint(rep.summary()) == fmt.Sprint(want)
+		rep = e.ghostwatchIP(t, ip)
+		return fmt.Sprint(rep.summary()) == fmt.Sprint(want) && len(rep.Unanswered) == 0
 	})
 	if len(rep.Histories) != 1 || rep.Histories[0].Replica != standby.name {
 		t.Errorf("histories %+v, want %s's alone", rep.Histories, standby.name)
+	}
+	kubeconfig, err := e.cp.WriteKubeconfig(controlplane.UserAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table, err := exec.Command(ghostwatchBinary(t), "ip", ip.String(), "--kubeconfig="+kubeconfig).CombinedOutput()
+	if err != nil || !strings.Contains(string(table), "shop/cart-7d9f-c") {
+		t.Errorf("ghostwatch ip: %v\n%s", err, table)
+	}
+	t.Logf("ghostwatch ip %s:\n%s", ip, table)
+}
+
+// replicaPod creates the pod of a controller replica, as its Deployment
+// would, bound to node and running.
+func (e *realEnv) replicaPod(t *testing.T, name, node string) {
+	t.Helper()
+	ctx := context.Background()
+	p, err := e.api.CoreV1().Pods("ghostwatch").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/name": "ghostwatch", "app.kubernetes.io/component": "controller"}},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "controller", Image: "ghostwatch"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Phase = corev1.PodRunning
+	if _, err := e.api.CoreV1().Pods("ghostwatch").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -187,6 +187,9 @@ func Start(ctx context.Context, o Options) (cp *ControlPlane, err error) {
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=" + strconv.Itoa(cp.Port),
 		"--tls-cert-file=" + cp.pki.certFile, "--tls-private-key-file=" + cp.pki.keyFile,
+		// A kubelet API the tests serve (ServeKubeletAPI) holds a
+		// certificate of this CA.
+		"--kubelet-certificate-authority=" + cp.pki.caFile,
 		"--token-auth-file=" + tokens, "--authorization-mode=RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file=" + cp.pki.saPubFile, "--service-account-signing-key-file=" + cp.pki.saKeyFile,
