@@ -109,6 +109,7 @@ type agentOptions struct {
 	maxPerBackend     int
 	auditInterval     time.Duration
 	listen            string
+	addressListen     string
 	logFormat         string
 	logLevel          string
 	clockSkew         time.Duration
@@ -189,6 +190,7 @@ and nothing else; it exits with status 2 when it lacks it.`,
 	f.IntVar(&o.maxPerBackend, "max-flows-per-backend", remedy.DefaultMaxPerGroup, "refuse a ghost IP with more flows due than this: a sanity bound on one node's connections to one backend")
 	f.DurationVar(&o.auditInterval, "audit-interval", 2*time.Minute, "period of the full audit of the conntrack table that catches what events missed")
 	f.StringVar(&o.listen, "listen", fmt.Sprintf(":%d", AgentPort), "address serving /metrics, /healthz and /readyz (empty: none)")
+	f.StringVar(&o.addressListen, "address-listen", fmt.Sprintf("127.0.0.1:%d", AgentAddressPort), "address serving what this node's conntrack table holds for one address, read afresh, to `ghostwatch ip`; keep it on the loopback, where only a port-forward the API server authorizes reaches it (empty: none)")
 	f.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.DurationVar(&o.clockSkew, "clock-skew", 2*time.Second, "how far the node clock may be ahead of the API server's when proving a flow predates a pod")
@@ -367,6 +369,23 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 	stopServing, err := serveHTTP(o.listen, a.Handler(reg), log)
 	if err != nil {
 		return cmdline.WithCode(ExitError, err)
+	}
+	if o.addressListen != "" {
+		mux := http.NewServeMux()
+		mux.Handle(conntrack.AddressPath, conntrack.AddressHandler(node, func() (conntrack.Table, func(), error) {
+			// A connection of its own: the agent's is busy with its dumps.
+			c, err := conntrack.Open()
+			if err != nil {
+				return nil, nil, err
+			}
+			return c, func() { c.Close() }, nil
+		}, time.Now))
+		stopAddress, err := serveHTTP(o.addressListen, mux, log)
+		if err != nil {
+			stopServing()
+			return cmdline.WithCode(ExitError, fmt.Errorf("--address-listen: %w", err))
+		}
+		defer stopAddress()
 	}
 	log.Info("agent starting", "node", node, "apiServer", server, "mode", mode, "auditInterval", o.auditInterval,
 		"conntrackEvents", events != nil)

@@ -70,7 +70,7 @@ func TestAgentWithoutNetAdmin(t *testing.T) {
 func TestAgentOnlyNetAdminAndSIGTERM(t *testing.T) {
 	testenv.RequireRoot(t, "kernel test: needs root to run the agent as another user")
 	cmd := exec.Command(selfBinary(t), "agent", "--server", "https://127.0.0.1:1", "--token", "x",
-		"--insecure-skip-tls-verify", "--listen", "127.0.0.1:0", "--node-name", "node-a", "--remedy", "stale-nat-flow")
+		"--insecure-skip-tls-verify", "--listen", "127.0.0.1:0", "--address-listen", "127.0.0.1:0", "--node-name", "node-a", "--remedy", "stale-nat-flow")
 	// The flags are the whole configuration: no kubeconfig of the machine's.
 	cmd.Env = append(os.Environ(), "GHOSTWATCH_RUN_MAIN=1", "HOME=/nonexistent", "KUBECONFIG=")
 	cmd.SysProcAttr = &syscall.SysProcAttr{

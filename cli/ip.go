@@ -29,19 +29,24 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ghostwatch/ghostwatch/internal/cmdline"
+	"github.com/ghostwatch/ghostwatch/source/conntrack"
 	"github.com/ghostwatch/ghostwatch/source/gossip"
 	"github.com/ghostwatch/ghostwatch/source/kube"
 	"github.com/ghostwatch/ghostwatch/source/kube/history"
 )
 
 type ipOptions struct {
-	kubeFlags           *genericclioptions.ConfigFlags
-	output              string
-	controllerNamespace string
-	controllerSelector  string
-	historyPort         int
-	historyURLs         []string
-	timeout             time.Duration
+	kubeFlags          *genericclioptions.ConfigFlags
+	output             string
+	namespace          string
+	controllerSelector string
+	agentSelector      string
+	historyPort        int
+	agentPort          int
+	historyURLs        []string
+	flowsURLs          []string
+	concurrency        int
+	timeout            time.Duration
 }
 
 func newIPCommand(streams genericiooptions.IOStreams) *cobra.Command {
@@ -51,7 +56,8 @@ func newIPCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		Use:   "ip ADDRESS",
 		Short: "Who has held a pod IP, and who holds it now: one timeline",
 		Long: `ip tells the story of one address, oldest first: every pod that held it, with
-its UID, node, when it started and how it ended, and the pod that holds it now.
+its UID, node, when it started and how it ended, the pod that holds it now,
+and the conntrack flows every node still holds for it.
 
 Once a pod is gone the API server forgets it held its address; the ghostwatch
 controller does not. Every replica, leading or not, keeps the address history
@@ -59,33 +65,39 @@ from its watch of every Pod (bounded: --history-ended), and serves it on its
 own loopback. ip reaches each ready replica by a port-forward, which the API
 server authorizes, asks each for the address, and merges their answers (a
 replica restarted later knows less). The pods that hold the address now are
-listed from the API server itself (by status.podIP).
+listed from the API server itself (by status.podIP). Every agent, likewise
+through a port-forward to its own loopback, reads its node's conntrack table
+afresh and answers with the flows translated to the address, addressed to it,
+or opened by it (--concurrency at once, all within --timeout).
 
-It needs: list on pods (every namespace), and list on pods and create on
-pods/portforward in the controller's namespace. The Helm chart's
-ipReader ClusterRole grants exactly that.
+It needs: list on pods (every namespace), and create on pods/portforward in
+ghostwatch's namespace. The Helm chart's ipReader grants exactly that.
 
-Not read by ip: the conntrack flows still pinned to the address (ghostwatch
-scan on the nodes), its IPAM record and the gossip members at it (ghostwatch
-scan --rule ipam-unbooked-ip,ipam-misbooked,gossip-ghost-member).
+Not read by ip: the address's IPAM record and the gossip members at it
+(ghostwatch scan --rule ipam-unbooked-ip,ipam-misbooked,gossip-ghost-member).
 
-Exit codes: 0 every replica answered, 2 could not run or a replica did not
-answer (the timeline says which, and what it holds is still printed).`,
+Exit codes: 0 every replica and agent answered, 2 could not run or one did
+not answer (the report names it, with why, and prints what the others said:
+a node that did not answer is never read as holding no flow).`,
 		Example: `  ghostwatch ip 10.244.3.47
   kubectl ghostwatch ip 10.244.3.47 -o json
 
-  # on a node, or through your own port-forward to a replica
-  ghostwatch ip 10.244.3.47 --history-url http://127.0.0.1:10282`,
+  # through your own port-forwards, or on a node
+  ghostwatch ip 10.244.3.47 --history-url http://127.0.0.1:10282 --flows-url http://127.0.0.1:10283`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), streams, args[0]) },
 	}
 	f := cmd.Flags()
 	o.kubeFlags.AddFlags(f)
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
-	f.StringVar(&o.controllerNamespace, "controller-namespace", "ghostwatch", "the namespace of the ghostwatch controller's pods")
+	f.StringVar(&o.namespace, "ghostwatch-namespace", "ghostwatch", "the namespace of ghostwatch's controller and agent pods")
 	f.StringVar(&o.controllerSelector, "controller-selector", "app.kubernetes.io/name=ghostwatch,app.kubernetes.io/component=controller", "the label selector of the controller's pods")
+	f.StringVar(&o.agentSelector, "agent-selector", "app.kubernetes.io/name=ghostwatch,app.kubernetes.io/component=agent", "the label selector of the agents' pods")
 	f.IntVar(&o.historyPort, "history-port", HistoryPort, "the port of the controller's address history (its --history-listen) in its pods")
+	f.IntVar(&o.agentPort, "agent-port", AgentAddressPort, "the port where each agent answers for its node's conntrack table (its --address-listen)")
 	f.StringSliceVar(&o.historyURLs, "history-url", nil, "ask these address histories (http://HOST:PORT) instead of port-forwarding to the controller's pods")
+	f.StringSliceVar(&o.flowsURLs, "flows-url", nil, "ask these agents (http://HOST:PORT) instead of port-forwarding to every agent's pod")
+	f.IntVar(&o.concurrency, "concurrency", 16, "at most this many replicas and agents asked at once")
 	f.DurationVar(&o.timeout, "timeout", 20*time.Second, "how long to wait for the API server and the replicas")
 	return cmd
 }
@@ -95,12 +107,20 @@ type ipReport struct {
 	IP netip.Addr `json:"ip"`
 	// Tenures are every pod that held the address, oldest first.
 	Tenures []history.Tenure `json:"tenures"`
-	// Histories are the replicas that answered; Unanswered those that did
-	// not, and why.
+	// Flows are what each node's conntrack table holds for the address,
+	// by node.
+	Flows []nodeFlows `json:"flows"`
+	// Histories are the replicas that answered; Unanswered the replicas
+	// and agents that did not, and why.
 	Histories  []historySource `json:"histories"`
 	Unanswered []unanswered    `json:"unanswered,omitempty"`
 	// NotRead lists the ledgers ip does not read, with what does.
 	NotRead []string `json:"notRead"`
+}
+
+type nodeFlows struct {
+	Agent string `json:"agent"`
+	conntrack.AtAddress
 }
 
 type historySource struct {
@@ -115,7 +135,6 @@ type unanswered struct {
 }
 
 var ipNotRead = []string{
-	"conntrack flows pinned to the address: ghostwatch scan on each node",
 	"its IPAM record: ghostwatch scan --rule ipam-unbooked-ip,ipam-misbooked,ipam-leaked-ip",
 	"gossip members at the address: ghostwatch scan --rule gossip-ghost-member",
 }
@@ -134,9 +153,14 @@ func (o *ipOptions) run(ctx context.Context, streams genericiooptions.IOStreams,
 	if o.timeout <= 0 {
 		return cmdline.WithCode(ExitError, fmt.Errorf("--timeout %s: must be positive", o.timeout))
 	}
-	for _, u := range o.historyURLs {
-		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
-			return cmdline.WithCode(ExitError, fmt.Errorf("--history-url %q: want http://HOST:PORT", u))
+	if o.concurrency < 1 {
+		return cmdline.WithCode(ExitError, fmt.Errorf("--concurrency %d: must be at least 1", o.concurrency))
+	}
+	for flag, urls := range map[string][]string{"--history-url": o.historyURLs, "--flows-url": o.flowsURLs} {
+		for _, u := range urls {
+			if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+				return cmdline.WithCode(ExitError, fmt.Errorf("%s %q: want http://HOST:PORT", flag, gossip.Redact(u)))
+			}
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
@@ -148,27 +172,51 @@ func (o *ipOptions) run(ctx context.Context, streams genericiooptions.IOStreams,
 	if err != nil {
 		return cmdline.WithCode(ExitError, err)
 	}
-	rep := ipReport{IP: ip, NotRead: ipNotRead}
+	restConfig, err := o.kubeFlags.ToRESTConfig()
+	if err != nil {
+		return cmdline.WithCode(ExitError, fmt.Errorf("kubeconfig: %w", err))
+	}
+	rep := ipReport{IP: ip, NotRead: ipNotRead, Flows: []nodeFlows{}}
 	var (
-		wg      sync.WaitGroup
-		now     []corev1.Pod
-		nowErr  error
-		answers []history.Answer
-		missed  []unanswered
+		wg                   sync.WaitGroup
+		now                  []corev1.Pod
+		nowErr               error
+		answers              []history.Answer
+		flows                []nodeFlows
+		missedH, missedFlows []unanswered
 	)
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		var l *corev1.PodList
 		l, nowErr = client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("status.podIP", ip.String()).String()})
 		if nowErr == nil {
 			now = l.Items
 		}
-	}()
-	go func() {
-		defer wg.Done()
-		answers, missed = o.histories(ctx, client, ip)
-	}()
+	})
+	wg.Go(func() {
+		targets := urlTargets(o.historyURLs, func(ctx context.Context, base, _ string) (history.Answer, error) { return askHistory(ctx, base, ip) })
+		if len(o.historyURLs) == 0 {
+			targets = podTargets(ctx, restConfig, client, o.namespace, o.controllerSelector, o.historyPort, "the controller", func(ctx context.Context, base, _ string) (history.Answer, error) {
+				return askHistory(ctx, base, ip)
+			})
+		}
+		answers, missedH = askAll(ctx, o.concurrency, targets)
+		slices.SortFunc(answers, func(a, b history.Answer) int { return strings.Compare(a.Replica, b.Replica) })
+	})
+	wg.Go(func() {
+		ask := func(ctx context.Context, base, name string) (nodeFlows, error) {
+			var at conntrack.AtAddress
+			if err := getJSON(ctx, base+conntrack.AddressPath+ip.String(), &at); err != nil {
+				return nodeFlows{}, err
+			}
+			return nodeFlows{Agent: name, AtAddress: at}, nil
+		}
+		targets := urlTargets(o.flowsURLs, ask)
+		if len(o.flowsURLs) == 0 {
+			targets = podTargets(ctx, restConfig, client, o.namespace, o.agentSelector, o.agentPort, "the agents", ask)
+		}
+		flows, missedFlows = askAll(ctx, o.concurrency, targets)
+		slices.SortFunc(flows, func(a, b nodeFlows) int { return strings.Compare(a.Node, b.Node) })
+	})
 	wg.Wait()
 	if nowErr != nil {
 		return cmdline.WithCode(ExitError, fmt.Errorf("listing the pods at %s from the API server %s: %w", ip, server, nowErr))
@@ -177,57 +225,85 @@ func (o *ipOptions) run(ctx context.Context, streams genericiooptions.IOStreams,
 	for _, a := range answers {
 		rep.Histories = append(rep.Histories, historySource{Replica: a.Replica, Since: a.Since, NotReady: a.NotReady})
 	}
-	rep.Unanswered = missed
+	rep.Flows = append(rep.Flows, flows...)
+	rep.Unanswered = slices.Concat(missedH, missedFlows)
 	if err := printIP(streams.Out, o.output, rep); err != nil {
 		return cmdline.WithCode(ExitError, err)
 	}
 	switch {
-	case len(missed) > 0:
-		return cmdline.WithCode(ExitError, fmt.Errorf("%d of %d address histories did not answer", len(missed), len(missed)+len(answers)))
+	case len(rep.Unanswered) > 0:
+		return cmdline.WithCode(ExitError, fmt.Errorf("%d replicas or agents did not answer: what they hold is not in this timeline", len(rep.Unanswered)))
 	case len(answers) == 0:
-		return cmdline.WithCode(ExitError, fmt.Errorf("no address history answered: is the ghostwatch controller running in namespace %s (--controller-namespace)?", o.controllerNamespace))
+		return cmdline.WithCode(ExitError, fmt.Errorf("no address history answered: is the ghostwatch controller running in namespace %s (--ghostwatch-namespace)?", o.namespace))
 	}
 	return nil
 }
 
-// histories asks every address history for ip, concurrently: those
-// --history-url names, else every ready controller replica through a
-// port-forward.
-func (o *ipOptions) histories(ctx context.Context, client kubernetes.Interface, ip netip.Addr) ([]history.Answer, []unanswered) {
-	type target struct {
-		name string
-		ask  func(context.Context) (history.Answer, error)
+// target is one replica or agent to ask.
+type target[T any] struct {
+	name string
+	ask  func(context.Context) (T, error)
+}
+
+// urlTargets asks each of urls with ask.
+func urlTargets[T any](urls []string, ask func(ctx context.Context, base, name string) (T, error)) []target[T] {
+	var out []target[T]
+	for _, u := range urls {
+		name := gossip.Redact(u)
+		out = append(out, target[T]{name, func(ctx context.Context) (T, error) { return ask(ctx, strings.TrimSuffix(u, "/"), name) }})
 	}
-	var targets []target
-	for _, u := range o.historyURLs {
-		targets = append(targets, target{gossip.Redact(u), func(ctx context.Context) (history.Answer, error) { return askHistory(ctx, u, ip) }})
+	return out
+}
+
+// podTargets asks every running pod of namespace ns that selector
+// selects, at port, through a port-forward; what names them in errors.
+// Failing to list them, or finding none, is one target that fails so.
+func podTargets[T any](ctx context.Context, cfg *rest.Config, client kubernetes.Interface, ns, selector string, port int, what string, ask func(ctx context.Context, base, name string) (T, error)) []target[T] {
+	fail := func(err error) []target[T] {
+		return []target[T]{{what, func(context.Context) (T, error) { var zero T; return zero, err }}}
 	}
-	if len(o.historyURLs) == 0 {
-		pods, err := client.CoreV1().Pods(o.controllerNamespace).List(ctx, metav1.ListOptions{LabelSelector: o.controllerSelector})
-		if err != nil {
-			return nil, []unanswered{{Replica: "controller", Error: fmt.Sprintf("listing the controller's pods in %s (%s): %v", o.controllerNamespace, o.controllerSelector, err)}}
-		}
-		restConfig, err := o.kubeFlags.ToRESTConfig()
-		if err != nil {
-			return nil, []unanswered{{Replica: "controller", Error: err.Error()}}
-		}
-		for _, p := range pods.Items {
-			if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
-				continue
-			}
-			targets = append(targets, target{p.Name, func(ctx context.Context) (history.Answer, error) {
-				return askThroughPortForward(ctx, restConfig, client, p.Namespace, p.Name, o.historyPort, ip)
-			}})
-		}
+	pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return fail(fmt.Errorf("listing the pods of %s in %s (%s): %w", what, ns, selector, err))
 	}
+	var out []target[T]
+	for _, p := range pods.Items {
+		if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+			continue
+		}
+		name := p.Name
+		if p.Spec.NodeName != "" && strings.Contains(what, "agent") {
+			name += " on " + p.Spec.NodeName
+		}
+		out = append(out, target[T]{name, func(ctx context.Context) (T, error) {
+			var a T
+			err := portForward(ctx, cfg, client, p.Namespace, p.Name, port, func(base string) (err error) {
+				a, err = ask(ctx, base, p.Name)
+				return err
+			})
+			return a, err
+		}})
+	}
+	if len(out) == 0 {
+		return fail(fmt.Errorf("no running pod of %s in %s (%s)", what, ns, selector))
+	}
+	return out
+}
+
+// askAll asks the targets, at most concurrency at once; each answer, or
+// why not.
+func askAll[T any](ctx context.Context, concurrency int, targets []target[T]) ([]T, []unanswered) {
 	var (
 		mu      sync.Mutex
-		answers []history.Answer
+		answers []T
 		missed  []unanswered
 		wg      sync.WaitGroup
+		slots   = make(chan struct{}, concurrency)
 	)
 	for _, t := range targets {
 		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
 			a, err := t.ask(ctx)
 			mu.Lock()
 			defer mu.Unlock()
@@ -239,31 +315,15 @@ func (o *ipOptions) histories(ctx context.Context, client kubernetes.Interface, 
 		})
 	}
 	wg.Wait()
-	slices.SortFunc(answers, func(a, b history.Answer) int { return strings.Compare(a.Replica, b.Replica) })
 	slices.SortFunc(missed, func(a, b unanswered) int { return strings.Compare(a.Replica, b.Replica) })
 	return answers, missed
 }
 
-// askHistory asks the history at base (http://HOST:PORT) for ip. No
-// credential is sent: the history needs none.
+// askHistory asks the history at base (http://HOST:PORT) for ip.
 func askHistory(ctx context.Context, base string, ip netip.Addr) (history.Answer, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+history.Path+ip.String(), nil)
-	if err != nil {
-		return history.Answer{}, err
-	}
-	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := c.Do(req)
-	if err != nil {
-		return history.Answer{}, fmt.Errorf("asking %s: %w", gossip.Redact(base), errors.Unwrap(err))
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return history.Answer{}, fmt.Errorf("%s answered %s: %s", gossip.Redact(base), resp.Status, strings.TrimSpace(string(b)))
-	}
 	var a history.Answer
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&a); err != nil {
-		return history.Answer{}, fmt.Errorf("%s: %w", gossip.Redact(base), err)
+	if err := getJSON(ctx, base+history.Path+ip.String(), &a); err != nil {
+		return history.Answer{}, err
 	}
 	if a.IP != ip {
 		return history.Answer{}, fmt.Errorf("%s answered for %s, not %s", gossip.Redact(base), a.IP, ip)
@@ -271,13 +331,37 @@ func askHistory(ctx context.Context, base string, ip netip.Addr) (history.Answer
 	return a, nil
 }
 
-// askThroughPortForward forwards a local port of the loopback to port of
-// the pod, as kubectl port-forward does (through the API server, which
-// authorizes it), and asks the history there.
-func askThroughPortForward(ctx context.Context, cfg *rest.Config, client kubernetes.Interface, ns, pod string, port int, ip netip.Addr) (history.Answer, error) {
+// getJSON decodes what url answers into v. No credential is sent (a
+// replica's history and an agent's table need none), and no redirect is
+// followed.
+func getJSON(ctx context.Context, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Do(req)
+	if err != nil {
+		return fmt.Errorf("asking %s: %w", gossip.Redact(url), errors.Unwrap(err))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("%s answered %s: %s", gossip.Redact(url), resp.Status, strings.TrimSpace(string(b)))
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(v); err != nil {
+		return fmt.Errorf("%s: %w", gossip.Redact(url), err)
+	}
+	return nil
+}
+
+// portForward forwards a local port of the loopback to port of the pod,
+// as kubectl port-forward does (through the API server, which authorizes
+// it), and calls fn with its base URL while it lasts.
+func portForward(ctx context.Context, cfg *rest.Config, client kubernetes.Interface, ns, pod string, port int, fn func(base string) error) error {
 	transport, upgrader, err := spdy.RoundTripperFor(cfg)
 	if err != nil {
-		return history.Answer{}, err
+		return err
 	}
 	url := client.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("portforward").URL()
 	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, http.MethodPost, url)
@@ -285,26 +369,22 @@ func askThroughPortForward(ctx context.Context, cfg *rest.Config, client kuberne
 	defer close(stop)
 	pf, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{fmt.Sprintf("0:%d", port)}, stop, ready, io.Discard, io.Discard)
 	if err != nil {
-		return history.Answer{}, err
+		return err
 	}
 	done := make(chan error, 1)
 	go func() { done <- pf.ForwardPorts() }()
 	select {
 	case <-ready:
 	case err := <-done:
-		return history.Answer{}, fmt.Errorf("port-forward to %s/%s: %w", ns, pod, err)
+		return fmt.Errorf("port-forward to %s/%s: %w", ns, pod, err)
 	case <-ctx.Done():
-		return history.Answer{}, fmt.Errorf("port-forward to %s/%s: %w", ns, pod, ctx.Err())
+		return fmt.Errorf("port-forward to %s/%s: %w", ns, pod, ctx.Err())
 	}
 	ports, err := pf.GetPorts()
 	if err != nil || len(ports) != 1 {
-		return history.Answer{}, fmt.Errorf("port-forward to %s/%s: no local port (%v)", ns, pod, err)
+		return fmt.Errorf("port-forward to %s/%s: no local port (%v)", ns, pod, err)
 	}
-	a, err := askHistory(ctx, fmt.Sprintf("http://127.0.0.1:%d", ports[0].Local), ip)
-	if err != nil {
-		return history.Answer{}, fmt.Errorf("%s/%s: %w", ns, pod, err)
-	}
-	return a, nil
+	return fn(fmt.Sprintf("http://127.0.0.1:%d", ports[0].Local))
 }
 
 // mergeTenures merges what the replicas remember of ip with the pods the
@@ -368,7 +448,7 @@ func printIP(w io.Writer, format string, rep ipReport) error {
 	}
 	// Milliseconds: a rollout replaces a pod within the second.
 	const stamp = "2006-01-02T15:04:05.000Z07:00"
-	fmt.Fprintf(w, "%s: %d pods, oldest first\n\n", rep.IP, len(rep.Tenures))
+	fmt.Fprintf(w, "%s: %d %s, oldest first\n\n", rep.IP, len(rep.Tenures), map[bool]string{true: "pod", false: "pods"}[len(rep.Tenures) == 1])
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "FROM\tUNTIL\tPOD\tUID\tNODE\tENDED")
 	for _, t := range rep.Tenures {
@@ -385,6 +465,26 @@ func printIP(w io.Writer, format string, rep ipReport) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s\t%s\t%s\n", t.From.Format(stamp), until, t.Namespace, t.Pod, t.UID, cmpOr(t.Node, "-"), ended)
 	}
 	tw.Flush()
+	fmt.Fprintf(w, "\nConntrack flows at %s:\n", rep.IP)
+	for _, n := range rep.Flows {
+		fmt.Fprintf(w, "  %s (%d entries read at %s): ", n.Node, n.Read, n.CapturedAt.Format(stamp))
+		if n.Total == 0 {
+			fmt.Fprintln(w, "none")
+			continue
+		}
+		fmt.Fprintf(w, "%d %s\n", n.Total, map[bool]string{true: "flow", false: "flows"}[n.Total == 1])
+		for _, f := range n.Flows {
+			state := cmpOr(f.State, "-")
+			fmt.Fprintf(w, "    %-11s %s  backend %s  %s, expires in %s\n", f.Role, f.Flow, f.Backend, state, time.Duration(f.Timeout)*time.Second)
+			fmt.Fprintf(w, "                to remove exactly it: %s\n", f.Remove)
+		}
+		if len(n.Flows) < n.Total {
+			fmt.Fprintf(w, "    ... and %d more (-o json lists %d)\n", n.Total-len(n.Flows), len(n.Flows))
+		}
+	}
+	if len(rep.Flows) == 0 {
+		fmt.Fprintln(w, "  no agent answered: no node's table was read")
+	}
 	fmt.Fprintln(w, "\nAddress histories:")
 	for _, h := range rep.Histories {
 		s := fmt.Sprintf("  %s: since %s", h.Replica, h.Since.Format(time.RFC3339))
@@ -393,11 +493,14 @@ func printIP(w io.Writer, format string, rep ipReport) error {
 		}
 		fmt.Fprintln(w, s)
 	}
-	for _, u := range rep.Unanswered {
-		fmt.Fprintf(w, "  %s: did not answer: %s\n", u.Replica, u.Error)
+	if len(rep.Histories) == 0 {
+		fmt.Fprintln(w, "  none answered: only the pods the API server lists now are shown")
 	}
-	if len(rep.Histories)+len(rep.Unanswered) == 0 {
-		fmt.Fprintln(w, "  none found: only the pods the API server lists now are shown")
+	if len(rep.Unanswered) > 0 {
+		fmt.Fprintln(w, "\nDid not answer (what they hold is not above):")
+		for _, u := range rep.Unanswered {
+			fmt.Fprintf(w, "  %s: %s\n", u.Replica, u.Error)
+		}
 	}
 	fmt.Fprintln(w, "\nNot read here:")
 	for _, n := range rep.NotRead {

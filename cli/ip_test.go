@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ghostwatch/ghostwatch/source/conntrack"
 	"github.com/ghostwatch/ghostwatch/source/kube/history"
 )
 
@@ -58,6 +59,12 @@ func TestIPTimelineTable(t *testing.T) {
 			{IP: ip, Namespace: "shop", Pod: "web-a", UID: "uid-a", Node: "node-1", From: ipT0, Until: ipT0.Add(5 * time.Minute), Ended: "failed", Reason: "Evicted"},
 			{IP: ip, Namespace: "shop", Pod: "web-b", UID: "uid-b", Node: "node-2", From: ipT0.Add(10 * time.Minute)},
 		},
+		Flows: []nodeFlows{
+			{Agent: "gw-agent-x7k2p", AtAddress: conntrack.AtAddress{Node: "node-1", CapturedAt: ipT0.Add(30 * time.Minute), Read: 1234, Total: 1, Flows: []conntrack.AddressFlow{{
+				Role: "backend", Flow: "tcp 10.244.1.5:40000 -> 10.96.0.10:80", Backend: "10.244.3.47:8080", State: "ESTABLISHED", Timeout: 431990,
+				Remove: "conntrack -D -p tcp -s 10.244.1.5 -d 10.96.0.10 --sport 40000 --dport 80 -r 10.244.3.47"}}}},
+			{Agent: "gw-agent-q2w9z", AtAddress: conntrack.AtAddress{Node: "node-2", CapturedAt: ipT0.Add(30 * time.Minute), Read: 87}},
+		},
 		Histories:  []historySource{{Replica: "gw-controller-0", Since: ipT0.Add(-time.Hour)}},
 		Unanswered: []unanswered{{Replica: "gw-controller-1", Error: "port-forward to ghostwatch/gw-controller-1: context deadline exceeded"}},
 	}
@@ -71,12 +78,19 @@ FROM                      UNTIL                     POD         UID    NODE    E
 2026-11-26T10:00:00.000Z  2026-11-26T10:05:00.000Z  shop/web-a  uid-a  node-1  failed (Evicted)
 2026-11-26T10:10:00.000Z  -                         shop/web-b  uid-b  node-2  holds it now
 
+Conntrack flows at 10.244.3.47:
+  node-1 (1234 entries read at 2026-11-26T10:30:00.000Z): 1 flow
+    backend     tcp 10.244.1.5:40000 -> 10.96.0.10:80  backend 10.244.3.47:8080  ESTABLISHED, expires in 119h59m50s
+                to remove exactly it: conntrack -D -p tcp -s 10.244.1.5 -d 10.96.0.10 --sport 40000 --dport 80 -r 10.244.3.47
+  node-2 (87 entries read at 2026-11-26T10:30:00.000Z): none
+
 Address histories:
   gw-controller-0: since 2026-11-26T09:00:00Z
-  gw-controller-1: did not answer: port-forward to ghostwatch/gw-controller-1: context deadline exceeded
+
+Did not answer (what they hold is not above):
+  gw-controller-1: port-forward to ghostwatch/gw-controller-1: context deadline exceeded
 
 Not read here:
-  conntrack flows pinned to the address: ghostwatch scan on each node
   its IPAM record: ghostwatch scan --rule ipam-unbooked-ip,ipam-misbooked,ipam-leaked-ip
   gossip members at the address: ghostwatch scan --rule gossip-ghost-member
 `
@@ -95,6 +109,8 @@ func TestIPRefusesBadInput(t *testing.T) {
 		{[]string{"ip", "10.244.3.47", "-o", "xml"}, `-o "xml": want table, json or yaml`},
 		{[]string{"ip", "10.244.3.47", "--history-url", "127.0.0.1:10282"}, `--history-url "127.0.0.1:10282": want http://HOST:PORT`},
 		{[]string{"ip", "10.244.3.47", "--timeout", "0s"}, "--timeout 0s: must be positive"},
+		{[]string{"ip", "10.244.3.47", "--concurrency", "0"}, "--concurrency 0: must be at least 1"},
+		{[]string{"ip", "10.244.3.47", "--flows-url", "user:pw@10.0.0.1:10283"}, `--flows-url "user:xxxxx@10.0.0.1:10283": want http://HOST:PORT`},
 		{[]string{"ip"}, "accepts 1 arg(s), received 0"},
 	} {
 		code, _, errOut := run(t, "", append(tc.args, "--server=https://127.0.0.1:1")...)

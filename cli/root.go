@@ -108,8 +108,11 @@ var commandWord = regexp.MustCompile(`(?m)(^\s*(?:\$ )?|\| )ghostwatch `)
 // HistoryPort serves each controller replica's address history, on its
 // loopback only: `ghostwatch ip` reaches it by port-forward, which the API
 // server authorizes (pods/portforward in the controller's namespace).
+// AgentAddressPort serves, on each agent's loopback, what its node's
+// conntrack table holds for an address, to `ghostwatch ip`, likewise.
 const (
-	AgentPort      = 10280
-	ControllerPort = 10281
-	HistoryPort    = 10282
+	AgentPort        = 10280
+	ControllerPort   = 10281
+	HistoryPort      = 10282
+	AgentAddressPort = 10283
 )

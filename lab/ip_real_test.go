@@ -18,6 +18,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/cli"
 	"github.com/ghostwatch/ghostwatch/deploy"
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
+	"github.com/ghostwatch/ghostwatch/source/conntrack"
 	"github.com/ghostwatch/ghostwatch/source/kube/history"
 )
 
@@ -45,22 +46,31 @@ func TestRealIPTimelineSurvivesTheLeader(t *testing.T) {
 	}
 	a := e.controllerReplica(t, "controller-a")
 	b := e.controllerReplica(t, "controller-b")
+	// The agent of node-1, report only.
+	e.realAgent(t)
 	// Their pods, on a node whose kubelet API the test serves: a
-	// port-forward to a replica's history port reaches that replica's.
+	// port-forward to a replica's history port reaches that replica's, to
+	// the agent's address port the agent's, in node-1's namespace.
+	const agentPod = "gw-agent-x7k2p"
 	replicas := map[string]*replica{a.name: a, b.name: b}
 	if err := e.cp.ServeKubeletAPI(ctx, "control-1", func(ctx context.Context, ns, name string, port int32) (net.Conn, error) {
-		r, ok := replicas[name]
-		if ns != "ghostwatch" || !ok || port != cli.HistoryPort {
-			return nil, fmt.Errorf("nothing listens on %s/%s:%d", ns, name, port)
+		if r, ok := replicas[name]; ok && ns == "ghostwatch" && port == cli.HistoryPort {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", strings.TrimPrefix(r.url, "http://"))
 		}
-		var d net.Dialer
-		return d.DialContext(ctx, "tcp", strings.TrimPrefix(r.url, "http://"))
+		if name == agentPod && ns == "ghostwatch" && port == cli.AgentAddressPort {
+			return e.node.Net.Dial(ctx, "tcp", "", fmt.Sprintf("127.0.0.1:%d", port))
+		}
+		return nil, fmt.Errorf("nothing listens on %s/%s:%d", ns, name, port)
 	}); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range replicas {
-		e.replicaPod(t, r.name, "control-1")
+		e.ghostwatchPod(t, r.name, "controller", "control-1")
 	}
+	e.ghostwatchPod(t, agentPod, "agent", "control-1")
+	// The Service of the cart pods, which the client below goes through.
+	svc := e.service(t, "shop", "cart", 0)
 	var leader string
 	e.eventually(t, time.Minute, "a replica to lead", func() bool {
 		l, err := e.api.CoordinationV1().Leases("ghostwatch").Get(ctx, "ghostwatch-controller", metav1.GetOptions{})
@@ -83,6 +93,15 @@ func TestRealIPTimelineSurvivesTheLeader(t *testing.T) {
 		}
 		uids = append(uids, e.podAt(t, "shop", name, ip))
 	}
+	// A pooled connection to the Service, answered by the last pod.
+	clientHost, err := e.bed.AddHost("app", e.node.Net, hostPfx(netip.MustParseAddr("10.244.7.250")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c := keepAlive(cctx, clientHost, netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80))
+	answeredBy(t, c, "cart-7d9f-c", 3)
 	want := []string{
 		"shop/cart-7d9f-a " + uids[0] + " node-1 deleted",
 		"shop/cart-7d9f-b " + uids[1] + " node-1 deleted",
@@ -135,6 +154,18 @@ func TestRealIPTimelineSurvivesTheLeader(t *testing.T) {
 		rep = e.ghostwatchIP(t, ip)
 		return fmt.Sprint(rep.summary()) == fmt.Sprint(want) && len(rep.Unanswered) == 0
 	})
+	// The client's connection is still translated to the dead pod on
+	// node-1: its agent says so, with the command that removes exactly it.
+	if len(rep.Flows) != 1 || rep.Flows[0].Node != "node-1" || rep.Flows[0].Total == 0 {
+		t.Fatalf("flows %+v, want node-1's ghost", rep.Flows)
+	}
+	found := false
+	for _, f := range rep.Flows[0].Flows {
+		found = found || (f.Role == "backend" && strings.HasPrefix(f.Flow, "tcp 10.244.7.250:") && strings.Contains(f.Remove, "-r "+ip.String()))
+	}
+	if !found {
+		t.Errorf("node-1's flows %+v: want the client's, translated to %s", rep.Flows[0].Flows, ip)
+	}
 	if len(rep.Histories) != 1 || rep.Histories[0].Replica != standby.name {
 		t.Errorf("histories %+v, want %s's alone", rep.Histories, standby.name)
 	}
@@ -149,14 +180,14 @@ func TestRealIPTimelineSurvivesTheLeader(t *testing.T) {
 	t.Logf("ghostwatch ip %s:\n%s", ip, table)
 }
 
-// replicaPod creates the pod of a controller replica, as its Deployment
-// would, bound to node and running.
-func (e *realEnv) replicaPod(t *testing.T, name, node string) {
+// ghostwatchPod creates the pod of a ghostwatch component, as its
+// Deployment or DaemonSet would, bound to node and running.
+func (e *realEnv) ghostwatchPod(t *testing.T, name, component, node string) {
 	t.Helper()
 	ctx := context.Background()
 	p, err := e.api.CoreV1().Pods("ghostwatch").Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/name": "ghostwatch", "app.kubernetes.io/component": "controller"}},
-		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "controller", Image: "ghostwatch"}}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/name": "ghostwatch", "app.kubernetes.io/component": component}},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: component, Image: "ghostwatch"}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -169,7 +200,10 @@ func (e *realEnv) replicaPod(t *testing.T, name, node string) {
 
 // ipTimeline is what `ghostwatch ip -o json` prints, as the test reads it.
 type ipTimeline struct {
-	Tenures   []history.Tenure `json:"tenures"`
+	Tenures []history.Tenure `json:"tenures"`
+	Flows   []struct {
+		conntrack.AtAddress
+	} `json:"flows"`
 	Histories []struct {
 		Replica string `json:"replica"`
 	} `json:"histories"`
