@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/portforward"
@@ -70,11 +71,14 @@ through a port-forward to its own loopback, reads its node's conntrack table
 afresh and answers with the flows translated to the address, addressed to it,
 or opened by it (--concurrency at once, all within --timeout).
 
-It needs: list on pods (every namespace), and create on pods/portforward in
-ghostwatch's namespace. The Helm chart's ipReader grants exactly that.
+It needs: list on pods (every namespace) and on Calico's ipamblocks, and
+create on pods/portforward in ghostwatch's namespace. The Helm chart's
+ipReader grants exactly that.
 
-Not read by ip: the address's IPAM record and the gossip members at it
-(ghostwatch scan --rule ipam-unbooked-ip,ipam-misbooked,gossip-ghost-member).
+Where the API server serves Calico's IPAM, ip reads the block that holds the
+address and says whether its booking (handle, node, pod) matches the pod that
+holds it. Not read by ip: a host-local reservation (on its node) and the
+gossip members at the address (ghostwatch scan --rule ... there).
 
 Exit codes: 0 every replica and agent answered, 2 could not run or one did
 not answer (the report names it, with why, and prints what the others said:
@@ -110,6 +114,8 @@ type ipReport struct {
 	// Flows are what each node's conntrack table holds for the address,
 	// by node.
 	Flows []nodeFlows `json:"flows"`
+	// IPAM is what Calico's IPAM ledger books for it.
+	IPAM *ipamRecord `json:"ipam,omitempty"`
 	// Histories are the replicas that answered; Unanswered the replicas
 	// and agents that did not, and why.
 	Histories  []historySource `json:"histories"`
@@ -135,7 +141,7 @@ type unanswered struct {
 }
 
 var ipNotRead = []string{
-	"its IPAM record: ghostwatch scan --rule ipam-unbooked-ip,ipam-misbooked,ipam-leaked-ip",
+	"a host-local reservation of the address: ghostwatch scan on its node (--rule ipam-unbooked-ip,ipam-leaked-ip)",
 	"gossip members at the address: ghostwatch scan --rule gossip-ghost-member",
 }
 
@@ -185,12 +191,24 @@ func (o *ipOptions) run(ctx context.Context, streams genericiooptions.IOStreams,
 		flows                []nodeFlows
 		missedH, missedFlows []unanswered
 	)
+	var (
+		record    ipamRecord
+		recordErr error
+	)
 	wg.Go(func() {
 		var l *corev1.PodList
 		l, nowErr = client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("status.podIP", ip.String()).String()})
-		if nowErr == nil {
-			now = l.Items
+		if nowErr != nil {
+			return
 		}
+		now = l.Items
+		// The IPAM record is judged against the pods at the address.
+		dyn, err := dynamic.NewForConfig(restConfig)
+		if err != nil {
+			recordErr = err
+			return
+		}
+		record, recordErr = calicoRecord(ctx, dyn, ip, now)
 	})
 	wg.Go(func() {
 		targets := urlTargets(o.historyURLs, func(ctx context.Context, base, _ string) (history.Answer, error) { return askHistory(ctx, base, ip) })
@@ -227,6 +245,11 @@ func (o *ipOptions) run(ctx context.Context, streams genericiooptions.IOStreams,
 	}
 	rep.Flows = append(rep.Flows, flows...)
 	rep.Unanswered = slices.Concat(missedH, missedFlows)
+	if recordErr != nil {
+		rep.Unanswered = append(rep.Unanswered, unanswered{Replica: "calico", Error: recordErr.Error()})
+	} else {
+		rep.IPAM = &record
+	}
 	if err := printIP(streams.Out, o.output, rep); err != nil {
 		return cmdline.WithCode(ExitError, err)
 	}
@@ -484,6 +507,27 @@ func printIP(w io.Writer, format string, rep ipReport) error {
 	}
 	if len(rep.Flows) == 0 {
 		fmt.Fprintln(w, "  no agent answered: no node's table was read")
+	}
+	if r := rep.IPAM; r != nil {
+		fmt.Fprintln(w, "\nIPAM record:")
+		switch {
+		case r.Ledger == "":
+			fmt.Fprintf(w, "  %s\n", r.NotServed)
+		case r.Block == "":
+			fmt.Fprintf(w, "  calico: no block holds %s\n", rep.IP)
+		case !r.Allocated:
+			fmt.Fprintf(w, "  calico: block %s (%s, affinity %s): free\n", r.Block, r.CIDR, cmpOr(r.Affinity, "none"))
+		default:
+			at := ""
+			if !r.BookedAt.IsZero() {
+				at = " at " + r.BookedAt.UTC().Format(stamp)
+			}
+			fmt.Fprintf(w, "  calico: block %s (%s, affinity %s), ordinal %d, handle %s, booked under node %s for %s%s\n",
+				r.Block, r.CIDR, cmpOr(r.Affinity, "none"), r.Ordinal, r.Handle, cmpOr(r.BookedNode, "-"), cmpOr(r.BookedPod, "-"), at)
+		}
+		if r.Ledger != "" {
+			fmt.Fprintf(w, "  %s\n", r.Verdict)
+		}
 	}
 	fmt.Fprintln(w, "\nAddress histories:")
 	for _, h := range rep.Histories {

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
 	"github.com/ghostwatch/ghostwatch/source/kube/history"
 )
@@ -65,7 +66,10 @@ func TestIPTimelineTable(t *testing.T) {
 				Remove: "conntrack -D -p tcp -s 10.244.1.5 -d 10.96.0.10 --sport 40000 --dport 80 -r 10.244.3.47"}}}},
 			{Agent: "gw-agent-q2w9z", AtAddress: conntrack.AtAddress{Node: "node-2", CapturedAt: ipT0.Add(30 * time.Minute), Read: 87}},
 		},
-		Histories:  []historySource{{Replica: "gw-controller-0", Since: ipT0.Add(-time.Hour)}},
+		IPAM: &ipamRecord{Ledger: "calico", Block: "10-244-3-0-26", CIDR: "10.244.3.0/26", Affinity: "node-2", Allocated: true, Ordinal: 47,
+			Handle: "k8s-pod-network.c0ffee", BookedNode: "node-9", BookedPod: "shop/web-b", BookedAt: ipT0.Add(10 * time.Minute),
+			Verdict: "booked under node node-9, but pod shop/web-b runs on node-2: Calico's leak collector will free it while the pod runs (ipam-misbooked)"},
+		Histories: []historySource{{Replica: "gw-controller-0", Since: ipT0.Add(-time.Hour)}},
 		Unanswered: []unanswered{{Replica: "gw-controller-1", Error: "port-forward to ghostwatch/gw-controller-1: context deadline exceeded"}},
 	}
 	var b bytes.Buffer
@@ -84,6 +88,10 @@ Conntrack flows at 10.244.3.47:
                 to remove exactly it: conntrack -D -p tcp -s 10.244.1.5 -d 10.96.0.10 --sport 40000 --dport 80 -r 10.244.3.47
   node-2 (87 entries read at 2026-11-26T10:30:00.000Z): none
 
+IPAM record:
+  calico: block 10-244-3-0-26 (10.244.3.0/26, affinity node-2), ordinal 47, handle k8s-pod-network.c0ffee, booked under node node-9 for shop/web-b at 2026-11-26T10:10:00.000Z
+  booked under node node-9, but pod shop/web-b runs on node-2: Calico's leak collector will free it while the pod runs (ipam-misbooked)
+
 Address histories:
   gw-controller-0: since 2026-11-26T09:00:00Z
 
@@ -91,7 +99,7 @@ Did not answer (what they hold is not above):
   gw-controller-1: port-forward to ghostwatch/gw-controller-1: context deadline exceeded
 
 Not read here:
-  its IPAM record: ghostwatch scan --rule ipam-unbooked-ip,ipam-misbooked,ipam-leaked-ip
+  a host-local reservation of the address: ghostwatch scan on its node (--rule ipam-unbooked-ip,ipam-leaked-ip)
   gossip members at the address: ghostwatch scan --rule gossip-ghost-member
 `
 	if b.String() != want {
@@ -116,6 +124,39 @@ func TestIPRefusesBadInput(t *testing.T) {
 		code, _, errOut := run(t, "", append(tc.args, "--server=https://127.0.0.1:1")...)
 		if code != ExitError || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want %q", tc.args, code, errOut, tc.want)
+		}
+	}
+}
+
+// Calico's booking of an address, judged against the pods that hold it.
+func TestIPJudgesCalicosRecord(t *testing.T) {
+	ip := netip.MustParseAddr("10.244.3.47")
+	block := func(allocs ...snapshot.Allocation) []snapshot.IPAMBlock {
+		return []snapshot.IPAMBlock{{Name: "10-244-3-0-26", CIDR: netip.MustParsePrefix("10.244.3.0/26"), Affinity: "node-2", Allocations: allocs}}
+	}
+	booked := func(node, pod string) snapshot.Allocation {
+		return snapshot.Allocation{Ordinal: 47, IP: ip, HandleID: "k8s-pod-network.c0ffee", Node: node, Namespace: "shop", Pod: pod}
+	}
+	holder := func(name, node string) snapshot.Pod {
+		return snapshot.Pod{Namespace: "shop", Name: name, Node: node, Phase: snapshot.PodRunning, IPs: []netip.Addr{ip}}
+	}
+	for _, tc := range []struct {
+		name    string
+		blocks  []snapshot.IPAMBlock
+		holders []snapshot.Pod
+		want    string
+	}{
+		{"booked for its holder", block(booked("node-2", "web-b")), []snapshot.Pod{holder("web-b", "node-2")}, "matches the pod that holds it"},
+		{"free, held by none", block(), nil, "matches: free, and no pod holds it"},
+		{"booked under another node", block(booked("node-9", "web-b")), []snapshot.Pod{holder("web-b", "node-2")}, "booked under node node-9, but pod shop/web-b runs on node-2"},
+		{"booked for another pod", block(booked("node-2", "web-a")), []snapshot.Pod{holder("web-b", "node-2")}, "booked for shop/web-a, but pod shop/web-b holds it"},
+		{"free under a running pod", block(), []snapshot.Pod{holder("web-b", "node-2")}, "free in block 10-244-3-0-26 while pod shop/web-b holds it"},
+		{"booked for a pod gone", block(booked("node-2", "web-a")), nil, "booked for shop/web-a, but no running pod holds it"},
+		{"two holders", block(booked("node-2", "web-b")), []snapshot.Pod{holder("web-b", "node-2"), holder("web-c", "node-2")}, "held by 2 pods at once"},
+		{"no block", nil, []snapshot.Pod{holder("web-b", "node-2")}, "no Calico block holds it"},
+	} {
+		if got := judgeCalico(tc.blocks, ip, tc.holders).Verdict; !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}
 }

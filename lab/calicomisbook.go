@@ -53,6 +53,10 @@ type CalicoMisbookOptions struct {
 	// lab: DefaultMisbookGrace when zero, at least MinMisbookGrace.
 	// Calico's default is 15m.
 	LeakGracePeriod time.Duration
+	// Inspect, when set, is called once ghostwatch has reported the
+	// misbooked addresses, before anything is fixed or freed, with an
+	// admin's kubeconfig of the lab's API server: a look from outside.
+	Inspect func(ctx context.Context, kubeconfig string, misbooked []netip.Addr) error
 }
 
 // CalicoMisbookResult is what the calico-misbook scenario measured. Times
@@ -162,7 +166,7 @@ func CalicoMisbook(ctx context.Context, o CalicoMisbookOptions) (res *CalicoMisb
 	grace := o.LeakGracePeriod
 	tl.section("ghostwatch-lab calico-misbook — seed 002: re-imaged nodes book their pods under another node's name (Calico v3.30.1, leakGracePeriod %s; Calico's default: 15m)", grace)
 
-	m := &misbook{tl: tl, grace: grace, res: &CalicoMisbookResult{Scenario: "calico-misbook", LeakGracePeriod: grace.String()}}
+	m := &misbook{opts: o, tl: tl, grace: grace, res: &CalicoMisbookResult{Scenario: "calico-misbook", LeakGracePeriod: grace.String()}}
 	start := time.Now()
 	m.cp, err = controlplane.Start(ctx, controlplane.Options{Bin: kubeBin})
 	if err != nil {
@@ -238,6 +242,7 @@ func misbookBinaries(o CalicoMisbookOptions) (kubeBin, calicoBin string, err err
 
 // misbook is the scenario's state as it plays.
 type misbook struct {
+	opts  CalicoMisbookOptions
 	tl    *timeline
 	grace time.Duration
 	res   *CalicoMisbookResult
@@ -389,6 +394,15 @@ func (m *misbook) book(ctx context.Context) error {
 			e.result.PredictedFreedFrom, e.result.PredictedFreedBy = seconds(tl, from), seconds(tl, by)
 			tl.logf("ghostwatch", "predicts the collector frees %s between +%.1fs and +%.1fs on this timeline: one to two leakGracePeriods (%s; Calico's default: 15m) after its booking, whose time it reads to the second",
 				e.pod.IP, tl.since(from), tl.since(by), m.grace)
+		}
+	}
+	if m.opts.Inspect != nil {
+		kubeconfig, err := m.cp.WriteKubeconfig(controlplane.UserAdmin)
+		if err != nil {
+			return err
+		}
+		if err := m.opts.Inspect(ctx, kubeconfig, []netip.Addr{m.alone.pod.IP, m.fixed.pod.IP}); err != nil {
+			return fmt.Errorf("inspecting the misbooked addresses: %w", err)
 		}
 	}
 	return nil

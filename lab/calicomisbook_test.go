@@ -2,9 +2,13 @@ package lab
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
+	"net/netip"
 	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -36,7 +40,26 @@ func TestCalicoMisbookScenario(t *testing.T) {
 	var out strings.Builder
 	const grace = 10 * time.Second
 	start := time.Now()
-	res, err := CalicoMisbook(context.Background(), CalicoMisbookOptions{Out: &out, LeakGracePeriod: grace})
+	// While the misbookings stand, ghostwatch ip shows each address's
+	// booking and says what is wrong with it (no controller or agent runs
+	// in this lab: they are named as not answering).
+	var records []string
+	inspect := func(ctx context.Context, kubeconfig string, misbooked []netip.Addr) error {
+		for _, ip := range misbooked {
+			out, _ := exec.CommandContext(ctx, ghostwatchBinary(t), "ip", ip.String(), "--kubeconfig="+kubeconfig, "-o", "json",
+				"--history-url=http://127.0.0.1:1", "--flows-url=http://127.0.0.1:1").Output()
+			var rep struct {
+				Tenures []struct{ Pod, Node string }
+				IPAM    struct{ BookedNode, BookedPod, Verdict string }
+			}
+			if err := json.Unmarshal(out, &rep); err != nil {
+				return fmt.Errorf("ghostwatch ip %s -o json: %w: %s", ip, err, out)
+			}
+			records = append(records, fmt.Sprintf("%s %d pod(s): booked under %s: %s", ip, len(rep.Tenures), rep.IPAM.BookedNode, rep.IPAM.Verdict))
+		}
+		return nil
+	}
+	res, err := CalicoMisbook(context.Background(), CalicoMisbookOptions{Out: &out, LeakGracePeriod: grace, Inspect: inspect})
 	t.Logf("%s in %s:\n%s", "lab calico-misbook", time.Since(start).Round(100*time.Millisecond), out.String())
 	if err != nil {
 		t.Fatal(err)
@@ -45,6 +68,15 @@ func TestCalicoMisbookScenario(t *testing.T) {
 		t.Fatalf("result %+v", res)
 	}
 	alone, fixed := res.Endings[0], res.Endings[1]
+	if len(records) != 2 {
+		t.Errorf("ghostwatch ip was asked of %d addresses, want 2", len(records))
+	}
+	for _, r := range records {
+		if !strings.Contains(r, " 1 pod(s): booked under node-") || !strings.HasSuffix(r, "while the pod runs (ipam-misbooked)") {
+			t.Errorf("ghostwatch ip: %s; want the pod, its booking under the other node, and ipam-misbooked", r)
+		}
+		t.Logf("ghostwatch ip %s", r)
+	}
 
 	// Before anything is fixed or freed: the stale files, and both
 	// misbookings, critical, each with a window.

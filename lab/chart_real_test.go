@@ -185,6 +185,7 @@ func checkChartAccess(t *testing.T, e *realEnv) {
 		// A user bound to the chart's ip-reader: what `ghostwatch ip` needs.
 		{"user:alice", "", "pods", "", "", []string{"list"}},
 		{"user:alice", "", "pods/portforward", "ghostwatch", "", []string{"create"}},
+		{"user:alice", "crd.projectcalico.org", "ipamblocks", "", "", []string{"list"}},
 		{"user:alice", "", "pods/portforward", "shop", "", nil},
 		{"user:alice", "", "pods/exec", "ghostwatch", "", nil},
 		{"user:alice", "", "secrets", "ghostwatch", "", nil},

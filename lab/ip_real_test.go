@@ -159,6 +159,9 @@ func TestRealIPTimelineSurvivesTheLeader(t *testing.T) {
 	if len(rep.Flows) != 1 || rep.Flows[0].Node != "node-1" || rep.Flows[0].Total == 0 {
 		t.Fatalf("flows %+v, want node-1's ghost", rep.Flows)
 	}
+	if rep.IPAM == nil || !strings.Contains(rep.IPAM.NotServed, "serves no Calico IPAM") {
+		t.Errorf("IPAM %+v: want it said that no Calico IPAM is served", rep.IPAM)
+	}
 	found := false
 	for _, f := range rep.Flows[0].Flows {
 		found = found || (f.Role == "backend" && strings.HasPrefix(f.Flow, "tcp 10.244.7.250:") && strings.Contains(f.Remove, "-r "+ip.String()))
@@ -208,6 +211,9 @@ type ipTimeline struct {
 		Replica string `json:"replica"`
 	} `json:"histories"`
 	Unanswered []struct{ Replica, Error string } `json:"unanswered"`
+	IPAM       *struct {
+		NotServed, Verdict string
+	} `json:"ipam"`
 }
 
 func (r ipTimeline) summary() []string {
