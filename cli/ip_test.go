@@ -69,7 +69,7 @@ func TestIPTimelineTable(t *testing.T) {
 		IPAM: &ipamRecord{Ledger: "calico", Block: "10-244-3-0-26", CIDR: "10.244.3.0/26", Affinity: "node-2", Allocated: true, Ordinal: 47,
 			Handle: "k8s-pod-network.c0ffee", BookedNode: "node-9", BookedPod: "shop/web-b", BookedAt: ipT0.Add(10 * time.Minute),
 			Verdict: "booked under node node-9, but pod shop/web-b runs on node-2: Calico's leak collector will free it while the pod runs (ipam-misbooked)"},
-		Histories: []historySource{{Replica: "gw-controller-0", Since: ipT0.Add(-time.Hour)}},
+		Histories:  []historySource{{Replica: "gw-controller-0", Since: ipT0.Add(-time.Hour)}},
 		Unanswered: []unanswered{{Replica: "gw-controller-1", Error: "port-forward to ghostwatch/gw-controller-1: context deadline exceeded"}},
 	}
 	var b bytes.Buffer
