@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -100,6 +101,8 @@ type Agent struct {
 
 	mu     sync.Mutex
 	status Status
+	// findings are those of the last complete audit.
+	findings []finding.Finding
 }
 
 // New returns an agent; Run starts it.
@@ -132,6 +135,13 @@ func New(cfg Config) *Agent {
 		}
 	}
 	return a
+}
+
+// At says what the agent's last complete audit found that names ip.
+func (a *Agent) At(ip netip.Addr) sink.FindingsAt {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return sink.NewFindingsAt(a.cfg.NodeName, a.status.Running, a.cfg.Rules, a.findings, ip)
 }
 
 // Status returns a copy of the agent's status.
@@ -300,6 +310,9 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string, full bool) (wait 
 		return 0
 	}
 	a.last = res.Snapshot
+	a.mu.Lock()
+	a.findings = res.Findings
+	a.mu.Unlock()
 	if m != nil {
 		m.Publish(res.Findings)
 	}

@@ -380,6 +380,7 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 			}
 			return c, func() { c.Close() }, nil
 		}, time.Now))
+		mux.Handle(sink.FindingsPath, sink.FindingsHandler(a.At))
 		stopAddress, err := serveHTTP(o.addressListen, mux, log)
 		if err != nil {
 			stopServing()

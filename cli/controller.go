@@ -32,6 +32,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/internal/cmdline"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/sink"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/calico"
 	"github.com/ghostwatch/ghostwatch/source/gossip"
@@ -269,6 +270,7 @@ func (o *controllerOptions) run(ctx context.Context, streams genericiooptions.IO
 		}
 		mux := http.NewServeMux()
 		mux.Handle(history.Path, history.Handler(hist, identity))
+		mux.Handle(sink.FindingsPath, sink.FindingsHandler(c.At))
 		stopHistory, err := serveHTTP(o.historyListen, mux, log)
 		if err != nil {
 			return cmdline.WithCode(ExitError, fmt.Errorf("--history-listen: %w", err))

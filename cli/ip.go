@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ghostwatch/ghostwatch/internal/cmdline"
+	"github.com/ghostwatch/ghostwatch/sink"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
 	"github.com/ghostwatch/ghostwatch/source/gossip"
 	"github.com/ghostwatch/ghostwatch/source/kube"
@@ -116,6 +117,15 @@ type ipReport struct {
 	Flows []nodeFlows `json:"flows"`
 	// IPAM is what Calico's IPAM ledger books for it.
 	IPAM *ipamRecord `json:"ipam,omitempty"`
+	// Findings are the findings standing that name the address: the
+	// leading replica's (the cluster rules) and each agent's (its node's).
+	Findings []reportFinding `json:"findings"`
+	// Members are the gossip members at the address, as the leader's last
+	// views read them.
+	Members []sink.MemberAt `json:"gossipMembers"`
+	// Judged says whether a leading replica answered: without one, the
+	// cluster rules' findings and the gossip members are not known.
+	Judged bool `json:"clusterJudged"`
 	// Histories are the replicas that answered; Unanswered the replicas
 	// and agents that did not, and why.
 	Histories  []historySource `json:"histories"`
@@ -127,6 +137,19 @@ type ipReport struct {
 type nodeFlows struct {
 	Agent string `json:"agent"`
 	conntrack.AtAddress
+	said sink.FindingsAt
+}
+
+// replicaAnswer is what a controller replica says of the address.
+type replicaAnswer struct {
+	history.Answer
+	said sink.FindingsAt
+}
+
+// reportFinding is a finding and who reported it.
+type reportFinding struct {
+	From string `json:"from"`
+	sink.FindingAt
 }
 
 type historySource struct {
@@ -142,7 +165,6 @@ type unanswered struct {
 
 var ipNotRead = []string{
 	"a host-local reservation of the address: ghostwatch scan on its node (--rule ipam-unbooked-ip,ipam-leaked-ip)",
-	"gossip members at the address: ghostwatch scan --rule gossip-ghost-member",
 }
 
 func (o *ipOptions) run(ctx context.Context, streams genericiooptions.IOStreams, arg string) error {
@@ -187,7 +209,7 @@ func (o *ipOptions) run(ctx context.Context, streams genericiooptions.IOStreams,
 		wg                   sync.WaitGroup
 		now                  []corev1.Pod
 		nowErr               error
-		answers              []history.Answer
+		answers              []replicaAnswer
 		flows                []nodeFlows
 		missedH, missedFlows []unanswered
 	)
@@ -211,22 +233,28 @@ func (o *ipOptions) run(ctx context.Context, streams genericiooptions.IOStreams,
 		record, recordErr = calicoRecord(ctx, dyn, ip, now)
 	})
 	wg.Go(func() {
-		targets := urlTargets(o.historyURLs, func(ctx context.Context, base, _ string) (history.Answer, error) { return askHistory(ctx, base, ip) })
+		ask := func(ctx context.Context, base, _ string) (replicaAnswer, error) {
+			a, err := askHistory(ctx, base, ip)
+			if err != nil {
+				return replicaAnswer{}, err
+			}
+			r := replicaAnswer{Answer: a}
+			return r, getJSON(ctx, base+sink.FindingsPath+ip.String(), &r.said)
+		}
+		targets := urlTargets(o.historyURLs, ask)
 		if len(o.historyURLs) == 0 {
-			targets = podTargets(ctx, restConfig, client, o.namespace, o.controllerSelector, o.historyPort, "the controller", func(ctx context.Context, base, _ string) (history.Answer, error) {
-				return askHistory(ctx, base, ip)
-			})
+			targets = podTargets(ctx, restConfig, client, o.namespace, o.controllerSelector, o.historyPort, "the controller", ask)
 		}
 		answers, missedH = askAll(ctx, o.concurrency, targets)
-		slices.SortFunc(answers, func(a, b history.Answer) int { return strings.Compare(a.Replica, b.Replica) })
+		slices.SortFunc(answers, func(a, b replicaAnswer) int { return strings.Compare(a.Replica, b.Replica) })
 	})
 	wg.Go(func() {
 		ask := func(ctx context.Context, base, name string) (nodeFlows, error) {
-			var at conntrack.AtAddress
-			if err := getJSON(ctx, base+conntrack.AddressPath+ip.String(), &at); err != nil {
+			n := nodeFlows{Agent: name}
+			if err := getJSON(ctx, base+conntrack.AddressPath+ip.String(), &n.AtAddress); err != nil {
 				return nodeFlows{}, err
 			}
-			return nodeFlows{Agent: name, AtAddress: at}, nil
+			return n, getJSON(ctx, base+sink.FindingsPath+ip.String(), &n.said)
 		}
 		targets := urlTargets(o.flowsURLs, ask)
 		if len(o.flowsURLs) == 0 {
@@ -239,11 +267,26 @@ func (o *ipOptions) run(ctx context.Context, streams genericiooptions.IOStreams,
 	if nowErr != nil {
 		return cmdline.WithCode(ExitError, fmt.Errorf("listing the pods at %s from the API server %s: %w", ip, server, nowErr))
 	}
-	rep.Tenures = mergeTenures(ip, answers, now)
+	var histories []history.Answer
+	rep.Findings, rep.Members = []reportFinding{}, []sink.MemberAt{}
 	for _, a := range answers {
+		histories = append(histories, a.Answer)
 		rep.Histories = append(rep.Histories, historySource{Replica: a.Replica, Since: a.Since, NotReady: a.NotReady})
+		if a.said.Judging {
+			rep.Judged = true
+			for _, f := range a.said.Findings {
+				rep.Findings = append(rep.Findings, reportFinding{From: a.said.From, FindingAt: f})
+			}
+			rep.Members = append(rep.Members, a.said.Members...)
+		}
 	}
+	rep.Tenures = mergeTenures(ip, histories, now)
 	rep.Flows = append(rep.Flows, flows...)
+	for _, n := range flows {
+		for _, f := range n.said.Findings {
+			rep.Findings = append(rep.Findings, reportFinding{From: n.said.From, FindingAt: f})
+		}
+	}
 	rep.Unanswered = slices.Concat(missedH, missedFlows)
 	if recordErr != nil {
 		rep.Unanswered = append(rep.Unanswered, unanswered{Replica: "calico", Error: recordErr.Error()})
@@ -528,6 +571,33 @@ func printIP(w io.Writer, format string, rep ipReport) error {
 		if r.Ledger != "" {
 			fmt.Fprintf(w, "  %s\n", r.Verdict)
 		}
+	}
+	fmt.Fprintf(w, "\nGossip members at %s:\n", rep.IP)
+	for _, m := range rep.Members {
+		since := ""
+		if !m.Since.IsZero() {
+			since = " since " + m.Since.UTC().Format(stamp)
+		}
+		fmt.Fprintf(w, "  %s %s: %s (port %d) %s%s\n", m.System, cmpOr(m.Cluster, "-"), m.Name, m.Port, m.Status, since)
+	}
+	switch {
+	case !rep.Judged:
+		fmt.Fprintln(w, "  not known: no leading controller replica answered")
+	case len(rep.Members) == 0:
+		fmt.Fprintln(w, "  none in the clusters the controller reads")
+	}
+	fmt.Fprintf(w, "\nFindings naming %s:\n", rep.IP)
+	for _, f := range rep.Findings {
+		fmt.Fprintf(w, "  [%s] %s %s: %s\n", f.From, f.Severity, f.Rule, f.Message)
+		if f.Runbook != "" {
+			fmt.Fprintf(w, "    runbook: %s\n", f.Runbook)
+		}
+	}
+	if len(rep.Findings) == 0 {
+		fmt.Fprintln(w, "  none")
+	}
+	if !rep.Judged {
+		fmt.Fprintln(w, "  (the cluster rules' are not known: no leading controller replica answered)")
 	}
 	fmt.Fprintln(w, "\nAddress histories:")
 	for _, h := range rep.Histories {

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ghostwatch/ghostwatch/sink"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
 	"github.com/ghostwatch/ghostwatch/source/kube/history"
@@ -69,6 +70,13 @@ func TestIPTimelineTable(t *testing.T) {
 		IPAM: &ipamRecord{Ledger: "calico", Block: "10-244-3-0-26", CIDR: "10.244.3.0/26", Affinity: "node-2", Allocated: true, Ordinal: 47,
 			Handle: "k8s-pod-network.c0ffee", BookedNode: "node-9", BookedPod: "shop/web-b", BookedAt: ipT0.Add(10 * time.Minute),
 			Verdict: "booked under node node-9, but pod shop/web-b runs on node-2: Calico's leak collector will free it while the pod runs (ipam-misbooked)"},
+		Judged: true,
+		Findings: []reportFinding{
+			{From: "gw-controller-0", FindingAt: sink.FindingAt{Rule: "ipam-misbooked", Severity: "critical", Message: "pod shop/web-b runs on node node-2 and holds 10.244.3.47, but Calico booked it under node node-9",
+				Runbook: "https://github.com/ghostwatch/ghostwatch/blob/main/docs/runbooks/ipam-misbooked.md"}},
+			{From: "node-1", FindingAt: sink.FindingAt{Rule: "misdelivered-flow", Severity: "critical", Message: "a flow to shop/web-a reaches shop/web-b"}},
+		},
+		Members:    []sink.MemberAt{{System: "consul", Cluster: "shop/consul", Name: "web-a", Port: 8301, Status: "failed", Since: ipT0.Add(5 * time.Minute)}},
 		Histories:  []historySource{{Replica: "gw-controller-0", Since: ipT0.Add(-time.Hour)}},
 		Unanswered: []unanswered{{Replica: "gw-controller-1", Error: "port-forward to ghostwatch/gw-controller-1: context deadline exceeded"}},
 	}
@@ -92,6 +100,14 @@ IPAM record:
   calico: block 10-244-3-0-26 (10.244.3.0/26, affinity node-2), ordinal 47, handle k8s-pod-network.c0ffee, booked under node node-9 for shop/web-b at 2026-11-26T10:10:00.000Z
   booked under node node-9, but pod shop/web-b runs on node-2: Calico's leak collector will free it while the pod runs (ipam-misbooked)
 
+Gossip members at 10.244.3.47:
+  consul shop/consul: web-a (port 8301) failed since 2026-11-26T10:05:00.000Z
+
+Findings naming 10.244.3.47:
+  [gw-controller-0] critical ipam-misbooked: pod shop/web-b runs on node node-2 and holds 10.244.3.47, but Calico booked it under node node-9
+    runbook: https://github.com/ghostwatch/ghostwatch/blob/main/docs/runbooks/ipam-misbooked.md
+  [node-1] critical misdelivered-flow: a flow to shop/web-a reaches shop/web-b
+
 Address histories:
   gw-controller-0: since 2026-11-26T09:00:00Z
 
@@ -100,7 +116,6 @@ Did not answer (what they hold is not above):
 
 Not read here:
   a host-local reservation of the address: ghostwatch scan on its node (--rule ipam-unbooked-ip,ipam-leaked-ip)
-  gossip members at the address: ghostwatch scan --rule gossip-ghost-member
 `
 	if b.String() != want {
 		t.Errorf("table:\n%s\nwant:\n%s", b.String(), want)

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"slices"
 	"sort"
 	"strings"
@@ -181,6 +182,9 @@ type Controller struct {
 	// (without the records a source lent it), for the re-checks; nil
 	// otherwise.
 	pass *snapshot.Snapshot
+	// standing are the findings of the last pass, as published, while
+	// this replica leads.
+	standing []finding.Finding
 }
 
 // New returns a controller for cfg.
@@ -219,6 +223,26 @@ func New(cfg Config) *Controller {
 		}
 	}
 	return c
+}
+
+// At says what this replica knows of ip: while it leads, the findings
+// standing that name it and the gossip members at it in the last pass's
+// views; while it stands by, that it judges nothing.
+func (c *Controller) At(ip netip.Addr) sink.FindingsAt {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at := sink.NewFindingsAt(c.cfg.Identity, c.status.Leading, c.cfg.Rules, c.standing, ip)
+	if !c.status.Leading || c.pass == nil || c.pass.Gossip == nil {
+		return at
+	}
+	for _, v := range c.pass.Gossip.Views {
+		for _, m := range v.Members {
+			if m.Addr.Unmap() == ip {
+				at.Members = append(at.Members, sink.MemberAt{System: v.System, Cluster: v.Cluster, Name: m.Name, Port: m.Port, Status: m.Status, Since: m.Since})
+			}
+		}
+	}
+	return at
 }
 
 // lastPass returns the snapshot of the last pass while this replica
@@ -331,7 +355,7 @@ func (c *Controller) lead(ctx context.Context) error {
 	defer cancel()
 	defer func() {
 		c.mu.Lock()
-		c.pass = nil
+		c.pass, c.standing = nil, nil
 		c.mu.Unlock()
 	}()
 	changed := make(chan struct{}, 1)
@@ -499,6 +523,9 @@ func (c *Controller) publish(sources []snapshot.SourceStatus, fs []finding.Findi
 		c.events.Finding(f)
 	}
 	c.reported, c.last = now, last
+	c.mu.Lock()
+	c.standing = all
+	c.mu.Unlock()
 	c.mu.Lock()
 	c.status.LastPass, c.status.Findings, c.status.Skipped = cfg.Now(), len(all), skipped
 	c.mu.Unlock()

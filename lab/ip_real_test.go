@@ -150,10 +150,21 @@ func TestRealIPTimelineSurvivesTheLeader(t *testing.T) {
 	}
 	e.gone(t, "shop", "cart-7d9f-c")
 	want[2] = "shop/cart-7d9f-c " + uids[2] + " node-1 deleted"
-	e.eventually(t, 30*time.Second, "the standby alone to tell the three, the last one ended", func() bool {
+	staleFound := func() bool {
+		for _, f := range rep.Findings {
+			if f.From == "node-1" && f.Rule == "stale-nat-flow" && strings.HasSuffix(f.Runbook, "docs/runbooks/stale-nat-flow.md") {
+				return true
+			}
+		}
+		return false
+	}
+	e.eventually(t, 30*time.Second, "the standby alone to tell the three, the last one ended, and node-1's agent its stale flow", func() bool {
 		rep = e.ghostwatchIP(t, ip)
-		return fmt.Sprint(rep.summary()) == fmt.Sprint(want) && len(rep.Unanswered) == 0
+		return fmt.Sprint(rep.summary()) == fmt.Sprint(want) && len(rep.Unanswered) == 0 && staleFound()
 	})
+	if !rep.Judged {
+		t.Error("the standby leads, yet the report says no leading replica answered")
+	}
 	// The client's connection is still translated to the dead pod on
 	// node-1: its agent says so, with the command that removes exactly it.
 	if len(rep.Flows) != 1 || rep.Flows[0].Node != "node-1" || rep.Flows[0].Total == 0 {
@@ -214,6 +225,8 @@ type ipTimeline struct {
 	IPAM       *struct {
 		NotServed, Verdict string
 	} `json:"ipam"`
+	Findings []struct{ From, Rule, Runbook string } `json:"findings"`
+	Judged   bool                                   `json:"clusterJudged"`
 }
 
 func (r ipTimeline) summary() []string {

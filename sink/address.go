@@ -1,0 +1,82 @@
+package sink
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/internal/buildinfo"
+	"github.com/ghostwatch/ghostwatch/rule"
+)
+
+// FindingsPath is where FindingsHandler answers: FindingsPath + an address.
+const FindingsPath = "/v1/findings/"
+
+// FindingsAt is what a running ghostwatch (an agent, a controller replica)
+// says of one address: the findings standing that name it and, for the
+// controller, the gossip members at it.
+type FindingsAt struct {
+	// From names who answered (the node, the replica).
+	From string `json:"from"`
+	// Judging is false for a controller replica that stands by: it
+	// judges nothing, and its empty lists say nothing.
+	Judging  bool        `json:"judging"`
+	Findings []FindingAt `json:"findings"`
+	Members  []MemberAt  `json:"members,omitempty"`
+}
+
+// FindingAt is one finding as an answer lists it.
+type FindingAt struct {
+	Rule     string `json:"rule"`
+	Severity string `json:"severity"`
+	Message  string `json:"message"`
+	Runbook  string `json:"runbook,omitempty"`
+}
+
+// MemberAt is a gossip member at the address, as its cluster's last view
+// read says.
+type MemberAt struct {
+	System  string    `json:"system"`
+	Cluster string    `json:"cluster,omitempty"`
+	Name    string    `json:"name"`
+	Port    uint16    `json:"port,omitempty"`
+	Status  string    `json:"status"`
+	Since   time.Time `json:"since,omitzero"`
+}
+
+// NewFindingsAt lists the findings of fs that name ip (their subject's
+// address), each with its rule's runbook at this binary's version.
+func NewFindingsAt(from string, judging bool, rules []rule.Rule, fs []finding.Finding, ip netip.Addr) FindingsAt {
+	out := FindingsAt{From: from, Judging: judging, Findings: []FindingAt{}}
+	for _, f := range fs {
+		if a, err := netip.ParseAddr(f.Subject.IP); err != nil || a.Unmap() != ip {
+			continue
+		}
+		fa := FindingAt{Rule: f.Rule, Severity: f.Severity.String(), Message: f.Message}
+		if r, ok := rule.Find(rules, f.Rule); ok && r.Info().Runbook != "" {
+			fa.Runbook = buildinfo.DocURL(r.Info().Runbook)
+		}
+		out.Findings = append(out.Findings, fa)
+	}
+	return out
+}
+
+// FindingsHandler answers GET FindingsPath+ADDRESS with what at says of
+// the address, as JSON.
+func FindingsHandler(at func(ip netip.Addr) FindingsAt) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			http.Error(w, "GET only", http.StatusMethodNotAllowed)
+			return
+		}
+		ip, err := netip.ParseAddr(r.URL.Path[len(FindingsPath):])
+		if err != nil {
+			http.Error(w, "not an IP address: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(at(ip.Unmap()))
+	})
+}
