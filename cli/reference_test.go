@@ -101,7 +101,7 @@ func reference() []byte {
 
 	b.WriteString("\n## Flags\n")
 	root := NewRootCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}})
-	for _, name := range []string{"agent", "controller", "scan", "ip"} {
+	for _, name := range []string{"agent", "controller", "scan", "ip", "collect", "analyze"} {
 		cmd, _, err := root.Find([]string{name})
 		if err != nil || cmd == root {
 			fmt.Fprintf(&b, "\n(no %s command)\n", name)

@@ -45,7 +45,7 @@ Exit codes: 0 nothing found at or above --fail-on, 1 findings, 2 could not run.`
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
-	root.AddCommand(newScanCommand(streams), newIPCommand(streams), newAgentCommand(streams), newControllerCommand(streams), newLabCommand(), newVersionCommand(streams))
+	root.AddCommand(newScanCommand(streams), newIPCommand(streams), newCollectCommand(streams), newAnalyzeCommand(streams), newAgentCommand(streams), newControllerCommand(streams), newLabCommand(), newVersionCommand(streams))
 	return root
 }
 

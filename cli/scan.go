@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -55,6 +56,13 @@ type scanOptions struct {
 	clockSkew         time.Duration
 	hostRoot          string
 	live              bool
+
+	// What a bundle saved (ghostwatch analyze): the node's addresses and
+	// its Service proxy, read as the live scan reads them; hostRootSet
+	// says hostRoot is a bundle's copy of the node's files.
+	savedAddresses []netip.Addr
+	savedProxy     *savedServiceProxy
+	hostRootSet    bool
 }
 
 func newScanCommand(streams genericiooptions.IOStreams) *cobra.Command {
@@ -152,7 +160,7 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	if o.live && !offline {
 		return cmdline.WithCode(ExitError, errors.New("--live: this scan reads everything live already; it mixes live reads into a scan of saved evidence (--kube-objects, --conntrack-file, --gossip-members)"))
 	}
-	readStore := readLive || cmd.Flags().Changed("host-root")
+	readStore := readLive || o.hostRootSet || cmd.Flags().Changed("host-root")
 	node := resolveNodeName(o.nodeName)
 
 	if n := stdinUses(o.kubeObjects, o.conntrackFile) + stdinUses(o.gossipMembers, ""); n > 1 {
@@ -258,8 +266,15 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	if readsTable && o.conntrackFile == "" && readLive && len(npa) == 0 {
 		sources = append(sources, &host.Addresses{})
 	}
+	if readsTable && o.savedAddresses != nil && len(npa) == 0 {
+		saved := o.savedAddresses
+		sources = append(sources, &host.Addresses{Read: func() ([]netip.Addr, error) { return saved, nil }})
+	}
 	if readsTable {
 		sources = append(sources, ctSrc)
+		if o.savedProxy != nil {
+			sources = append(sources, savedProxy{*o.savedProxy})
+		}
 		if readLive && o.conntrackFile == "" {
 			// Who translates Services on this host: kube-proxy's mode
 			// decides which addresses are NodePort frontends, and an eBPF
@@ -445,4 +460,19 @@ func parsePrefixes(ss []string) ([]netip.Prefix, error) {
 		out = append(out, p.Masked())
 	}
 	return out, nil
+}
+
+// savedProxy is the Service proxy a bundle saved, as the proxy source
+// read it on the node.
+type savedProxy struct{ saved savedServiceProxy }
+
+func (savedProxy) Name() string { return proxy.Name }
+
+func (sp savedProxy) Collect(_ context.Context, s *snapshot.Snapshot) error {
+	if sp.saved.Unsupported != "" {
+		return source.Unsupported("%s", sp.saved.Unsupported)
+	}
+	p := *sp.saved.ServiceProxy
+	s.ServiceProxy = &p
+	return nil
 }

@@ -1,0 +1,391 @@
+package cli
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/ghostwatch/ghostwatch/internal/buildinfo"
+	"github.com/ghostwatch/ghostwatch/internal/cmdline"
+	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source"
+	"github.com/ghostwatch/ghostwatch/source/calico"
+	"github.com/ghostwatch/ghostwatch/source/conntrack"
+	"github.com/ghostwatch/ghostwatch/source/host"
+	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/nodefs"
+	"github.com/ghostwatch/ghostwatch/source/proxy"
+)
+
+// The files of a bundle, as collect writes them and analyze reads them.
+const (
+	bundleManifest  = "manifest.json"
+	bundleObjects   = "cluster/objects.json"
+	bundleCalico    = "cluster/calico.json"
+	bundleConntrack = "node/conntrack.txt"
+	bundleAddresses = "node/addresses.json"
+	bundleProxy     = "node/proxy.json"
+	bundleHost      = "node/host"
+)
+
+// bundleDirs are the node's directories a bundle copies, as scan's
+// --host-root reads them.
+var bundleDirs = []string{"/etc/cni/net.d", "/var/lib/cni/networks", "/var/lib/calico"}
+
+// manifest says what a bundle holds and what it does not, and why.
+type manifest struct {
+	Version    string    `json:"version"`
+	Node       string    `json:"node"`
+	CapturedAt time.Time `json:"capturedAt"`
+	// Collected lists each file of the bundle and what it is.
+	Collected []bundleFile `json:"collected"`
+	// NotCollected lists what was not, and why.
+	NotCollected []notCollected `json:"notCollected"`
+}
+
+type bundleFile struct {
+	Path string `json:"path"`
+	What string `json:"what"`
+}
+
+// savedServiceProxy is what the proxy source said on the node: who
+// translates Services, or why their flows do not show in conntrack.
+type savedServiceProxy struct {
+	ServiceProxy *snapshot.ServiceProxy `json:"serviceProxy,omitempty"`
+	Unsupported  string                 `json:"unsupported,omitempty"`
+}
+
+type notCollected struct {
+	What string `json:"what"`
+	Why  string `json:"why"`
+	// Absent says the ledger does not exist here (a resource the API
+	// server does not serve): nothing was missed.
+	Absent bool `json:"absent,omitempty"`
+}
+
+type collectOptions struct {
+	kubeFlags *genericclioptions.ConfigFlags
+	output    string
+	nodeName  string
+	hostRoot  string
+}
+
+func newCollectCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	o := &collectOptions{kubeFlags: genericclioptions.NewConfigFlags(true)}
+	o.kubeFlags.Namespace = nil
+	cmd := &cobra.Command{
+		Use:   "collect",
+		Short: "Save the evidence of this node and the cluster in one tarball, for ghostwatch analyze",
+		Long: `collect saves, in one tar.gz, what every rule of a scan on this node reads, at
+one moment: from the cluster, the objects the rules read (Pods, Services,
+EndpointSlices, Nodes, ServiceCIDRs) and Calico's IPAM objects where they are
+served; from the node, its conntrack table (as conntrack -L -o extended,id
+prints it, with the time it was read), its addresses, which proxy translates
+Services here, and a copy of its CNI configurations, host-local's stores and
+Calico's node name file.
+
+manifest.json inside lists every file and what it is, and what was not
+collected and why (a resource not served, a symbolic link or a named pipe
+under the host root, no CAP_NET_ADMIN). Nothing is read from Secrets, and no
+token, password or credential is written: the API server's address is not
+recorded at all. Gossip member lists are not collected by this version.
+
+ghostwatch analyze BUNDLE runs every rule on it, as a scan on this node at
+that moment would.
+
+Exit codes: 0 everything collected, 2 something was not (the bundle is
+written all the same, and its manifest says what is missing).`,
+		Example: `  # on a node, as root (CAP_NET_ADMIN reads the table)
+  ghostwatch collect -f incident-42.tar.gz
+  ghostwatch analyze incident-42.tar.gz`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), streams) },
+	}
+	f := cmd.Flags()
+	o.kubeFlags.AddFlags(f)
+	f.StringVarP(&o.output, "file", "f", "", "the tarball to write (default ghostwatch-NODE-TIME.tar.gz in the current directory)")
+	f.StringVar(&o.nodeName, "node-name", "", "this node's name (default $NODE_NAME, else the hostname)")
+	f.StringVar(&o.hostRoot, "host-root", "/", "where the node's / is mounted (in a pod: the hostPath mount)")
+	return cmd
+}
+
+// bundleWriter writes a tar.gz and its manifest.
+type bundleWriter struct {
+	tw *tar.Writer
+	m  manifest
+}
+
+func (b *bundleWriter) add(name string, data []byte, what string) error {
+	if err := b.tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: b.m.CapturedAt, Typeflag: tar.TypeReg}); err != nil {
+		return err
+	}
+	if _, err := b.tw.Write(data); err != nil {
+		return err
+	}
+	b.m.Collected = append(b.m.Collected, bundleFile{Path: name, What: what})
+	return nil
+}
+
+func (b *bundleWriter) miss(what, why string) {
+	b.m.NotCollected = append(b.m.NotCollected, notCollected{What: what, Why: why})
+}
+
+// absent records a ledger that does not exist here.
+func (b *bundleWriter) absent(what, why string) {
+	b.m.NotCollected = append(b.m.NotCollected, notCollected{What: what, Why: why, Absent: true})
+}
+
+func (o *collectOptions) run(ctx context.Context, streams genericiooptions.IOStreams) error {
+	node := resolveNodeName(o.nodeName)
+	captured := time.Now().UTC()
+	out := o.output
+	if out == "" {
+		out = fmt.Sprintf("ghostwatch-%s-%s.tar.gz", cmpOr(node, "node"), captured.Format("20060102T150405Z"))
+	}
+	if _, _, err := kube.ClientFromFlags(o.kubeFlags); err != nil {
+		return cmdline.WithCode(ExitError, err)
+	}
+	restConfig, err := o.kubeFlags.ToRESTConfig()
+	if err != nil {
+		return cmdline.WithCode(ExitError, fmt.Errorf("kubeconfig: %w", err))
+	}
+	dyn, err := dynamic.NewForConfig(restConfig)
+	if err != nil {
+		return cmdline.WithCode(ExitError, err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(out), ".ghostwatch-bundle-*")
+	if err != nil {
+		return cmdline.WithCode(ExitError, fmt.Errorf("writing the bundle: %w", err))
+	}
+	defer os.Remove(tmp.Name())
+	gz := gzip.NewWriter(tmp)
+	b := &bundleWriter{tw: tar.NewWriter(gz), m: manifest{Version: buildinfo.Read().Version, Node: node, CapturedAt: captured, Collected: []bundleFile{}, NotCollected: []notCollected{}}}
+
+	// The node first, the table before all: the moment the bundle stands
+	// for is its capture.
+	if err := collectConntrack(ctx, b, captured); err != nil {
+		return cmdline.WithCode(ExitError, err)
+	}
+	var s snapshot.Snapshot
+	if err := (&host.Addresses{}).Collect(ctx, &s); err != nil {
+		b.miss("this node's addresses", err.Error())
+	} else if data, err := json.Marshal(s.LocalAddresses); err == nil {
+		if err := b.add(bundleAddresses, data, "this node's addresses, for kube-proxy's default NodePort frontends"); err != nil {
+			return cmdline.WithCode(ExitError, err)
+		}
+	}
+	var sp savedServiceProxy
+	switch err := (&proxy.Source{}).Collect(ctx, &s); {
+	case errors.Is(err, source.ErrUnsupported):
+		sp.Unsupported = err.Error()
+	case err != nil:
+		b.miss("which proxy translates Services here", err.Error())
+	default:
+		sp.ServiceProxy = s.ServiceProxy
+	}
+	if sp.ServiceProxy != nil || sp.Unsupported != "" {
+		data, err := json.Marshal(sp)
+		if err != nil {
+			return cmdline.WithCode(ExitError, err)
+		}
+		if err := b.add(bundleProxy, data, "which proxy translates Services on this node, and in which mode"); err != nil {
+			return cmdline.WithCode(ExitError, err)
+		}
+	}
+	for _, dir := range bundleDirs {
+		if err := copyHostDir(b, o.hostRoot, dir); err != nil {
+			return cmdline.WithCode(ExitError, err)
+		}
+	}
+	if err := collectObjects(ctx, b, dyn); err != nil {
+		return cmdline.WithCode(ExitError, err)
+	}
+	data, err := json.MarshalIndent(b.m, "", "  ")
+	if err != nil {
+		return cmdline.WithCode(ExitError, err)
+	}
+	if err := b.tw.WriteHeader(&tar.Header{Name: bundleManifest, Mode: 0o644, Size: int64(len(data)), ModTime: captured, Typeflag: tar.TypeReg}); err != nil {
+		return cmdline.WithCode(ExitError, err)
+	}
+	if _, err := b.tw.Write(data); err != nil {
+		return cmdline.WithCode(ExitError, err)
+	}
+	for _, c := range []io.Closer{b.tw, gz, tmp} {
+		if err := c.Close(); err != nil {
+			return cmdline.WithCode(ExitError, fmt.Errorf("writing the bundle: %w", err))
+		}
+	}
+	if err := os.Rename(tmp.Name(), out); err != nil {
+		return cmdline.WithCode(ExitError, fmt.Errorf("writing the bundle: %w", err))
+	}
+	fmt.Fprintf(streams.ErrOut, "wrote %s: %d files, captured at %s\n", out, len(b.m.Collected), captured.Format(time.RFC3339))
+	missed := 0
+	for _, n := range b.m.NotCollected {
+		if n.Absent {
+			fmt.Fprintf(streams.ErrOut, "  not here: %s: %s\n", n.What, n.Why)
+			continue
+		}
+		missed++
+		fmt.Fprintf(streams.ErrOut, "  not collected: %s: %s\n", n.What, n.Why)
+	}
+	if missed > 0 {
+		return cmdline.WithCode(ExitError, fmt.Errorf("%d items not collected (the manifest in %s lists them, and why)", missed, out))
+	}
+	return nil
+}
+
+// collectConntrack writes the node's table as conntrack -L prints it.
+func collectConntrack(ctx context.Context, b *bundleWriter, captured time.Time) error {
+	if err := conntrack.CheckNetAdmin(); err != nil {
+		b.miss("this node's conntrack table", err.Error())
+		return nil
+	}
+	c, err := conntrack.Open()
+	if err != nil {
+		b.miss("this node's conntrack table", err.Error())
+		return nil
+	}
+	defer c.Close()
+	var text strings.Builder
+	w := conntrack.NewTextWriter(&text, captured)
+	n, err := c.Dump(ctx, func(f *snapshot.Flow) error { return w.Write(f) })
+	if err == nil {
+		err = w.Flush()
+	}
+	if err != nil {
+		b.miss("this node's conntrack table", fmt.Sprintf("read %d entries, then: %v", n, err))
+		return nil
+	}
+	return b.add(bundleConntrack, []byte(text.String()), fmt.Sprintf("this node's conntrack table, %d entries, as conntrack -L -o extended,id prints it", n))
+}
+
+// copyHostDir copies the regular files under dir of the node's tree, as
+// nodefs reads them: no link followed, nothing but regular files, each
+// bounded; what it skips is said.
+func copyHostDir(b *bundleWriter, root, dir string) error {
+	base := filepath.Join(root, dir)
+	if _, err := os.Lstat(base); errors.Is(err, fs.ErrNotExist) {
+		return nil // no such ledger on this node
+	}
+	return filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
+		rel, _ := filepath.Rel(root, p)
+		nodePath := "/" + filepath.ToSlash(rel)
+		if err != nil {
+			b.miss(nodePath, err.Error())
+			return nil
+		}
+		if d.IsDir() {
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			b.miss(nodePath, fmt.Sprintf("not a regular file (%s): not read", d.Type()))
+			return nil
+		}
+		data, err := nodefs.ReadFile(p)
+		if err != nil {
+			b.miss(nodePath, err.Error())
+			return nil
+		}
+		return b.add(path.Join(bundleHost, filepath.ToSlash(rel)), data, "the node's "+nodePath)
+	})
+}
+
+// objectKinds are the cluster's objects the rules read.
+var objectKinds = []struct {
+	gvr  schema.GroupVersionResource
+	kind string
+}{
+	{schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "Pod"},
+	{schema.GroupVersionResource{Version: "v1", Resource: "services"}, "Service"},
+	{schema.GroupVersionResource{Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"}, "EndpointSlice"},
+	{schema.GroupVersionResource{Version: "v1", Resource: "nodes"}, "Node"},
+	{schema.GroupVersionResource{Group: "networking.k8s.io", Version: "v1", Resource: "servicecidrs"}, "ServiceCIDR"},
+}
+
+// collectObjects writes the cluster's objects the rules read, and
+// Calico's IPAM objects where they are served, as kubectl get -o json
+// lists them, without managed fields or last-applied annotations.
+func collectObjects(ctx context.Context, b *bundleWriter, dyn dynamic.Interface) error {
+	list := func(gvr schema.GroupVersionResource) ([]map[string]any, error) {
+		l, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		var out []map[string]any
+		for _, it := range l.Items {
+			obj := it.Object
+			if md, ok := obj["metadata"].(map[string]any); ok {
+				delete(md, "managedFields")
+				if ann, ok := md["annotations"].(map[string]any); ok {
+					delete(ann, "kubectl.kubernetes.io/last-applied-configuration")
+				}
+			}
+			out = append(out, obj)
+		}
+		return out, nil
+	}
+	write := func(name, what string, items []map[string]any) error {
+		data, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "items": items})
+		if err != nil {
+			return err
+		}
+		return b.add(name, data, what)
+	}
+	var objects []map[string]any
+	var kinds []string
+	for _, k := range objectKinds {
+		items, err := list(k.gvr)
+		if apierrors.IsNotFound(err) {
+			b.absent(k.gvr.Resource, "not served by this API server")
+			continue
+		}
+		if err != nil {
+			b.miss(k.gvr.Resource, err.Error())
+			continue
+		}
+		objects = append(objects, items...)
+		kinds = append(kinds, fmt.Sprintf("%d %s", len(items), k.gvr.Resource))
+	}
+	if err := write(bundleObjects, "the cluster's objects the rules read: "+strings.Join(kinds, ", "), objects); err != nil {
+		return err
+	}
+	var ledger []map[string]any
+	var counts []string
+	for _, r := range calico.Listed() {
+		items, err := list(schema.GroupVersionResource{Group: r.Group, Version: "v1", Resource: r.Resource})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			b.miss(r.String(), err.Error())
+			continue
+		}
+		ledger = append(ledger, items...)
+		counts = append(counts, fmt.Sprintf("%d %s", len(items), r.Resource))
+	}
+	if len(counts) == 0 {
+		b.absent("Calico's IPAM objects", "the API server serves none ("+calico.Group+")")
+		return nil
+	}
+	slices.Sort(counts)
+	return write(bundleCalico, "Calico's IPAM objects: "+strings.Join(counts, ", "), ledger)
+}

@@ -1,0 +1,200 @@
+package lab
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ghostwatch/ghostwatch/lab/controlplane"
+)
+
+// The conntrack incident on the real control plane (a pooled connection
+// left translated to a deleted replica): a live scan on the node, then
+// `ghostwatch collect` there at once, then `ghostwatch analyze` of the
+// tarball elsewhere, give the same findings; the bundle holds no token and
+// no Secret, and its manifest lists what it holds.
+func TestRealCollectThenAnalyzeIsTheLiveScan(t *testing.T) {
+	e := newRealEnv(t, controlplane.ProxyIPTables)
+	svc := e.service(t, "db", "pg", 0)
+	for _, p := range []string{"pg-0", "pg-1", "pg-2"} {
+		e.pod(t, "db", p, "pg", netip.Addr{}, 1)
+	}
+	app, err := e.bed.AddHost("app", e.node.Net, hostPfx(netip.MustParseAddr("10.244.7.250")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	k := e.killPinned(t, keepAlive(ctx, app, netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80)), "db", "pg", 1, metav1.DeleteOptions{})
+	// The client goes: nothing opens new flows while the evidence is read.
+	cancel()
+	if len(e.flowsTo(t, k.ip)) == 0 {
+		t.Fatalf("no flow left to the deleted %s", k.ip)
+	}
+	// The node's files: a host-local store and its configuration.
+	root := t.TempDir()
+	for name, data := range map[string]string{
+		"etc/cni/net.d/10-lab.conflist":               `{"cniVersion":"1.0.0","name":"lab","plugins":[{"type":"bridge","ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.7.0/24"}]]}}]}`,
+		"var/lib/cni/networks/lab/last_reserved_ip.0": "10.244.7.9",
+	} {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kubeconfig, err := e.cp.WriteKubeconfig(controlplane.UserAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inNode := func(args ...string) ([]byte, error) {
+		var stderr bytes.Buffer
+		cmd := exec.Command("ip", append([]string{"netns", "exec", e.node.Net.Name(), ghostwatchBinary(t)}, args...)...)
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			err = fmt.Errorf("%v: %s", err, stderr.String())
+		}
+		return out, err
+	}
+	live, err := inNode("scan", "--kubeconfig="+kubeconfig, "--node-name=node-1", "--host-root="+root, "-o", "json")
+	if err != nil && !strings.Contains(err.Error(), "exit status 1") {
+		t.Fatalf("scan: %v", err)
+	}
+	bundle := filepath.Join(t.TempDir(), "incident.tar.gz")
+	if _, err := inNode("collect", "--kubeconfig="+kubeconfig, "--node-name=node-1", "--host-root="+root, "-f", bundle); err != nil {
+		t.Fatalf("collect: %v", err)
+	}
+	// Analyzed outside the node: nothing of the node is read.
+	analyzed, err := exec.Command(ghostwatchBinary(t), "analyze", bundle, "-o", "json").Output()
+	if err != nil && !strings.Contains(err.Error(), "exit status 1") {
+		t.Fatalf("analyze: %v", err)
+	}
+	l, a := reportFindings(t, live), reportFindings(t, analyzed)
+	if len(l) == 0 || !slices.ContainsFunc(l, func(s string) bool {
+		return strings.Contains(s, "stale-nat-flow") && strings.Contains(s, k.ip.String())
+	}) {
+		t.Fatalf("the live scan found %q: want the ghost of %s", l, k.ip)
+	}
+	t.Logf("live scan and analyze: %q", l)
+	if fmt.Sprint(l) != fmt.Sprint(a) {
+		t.Errorf("findings differ:\n live    %q\n analyze %q", l, a)
+	}
+
+	// What the bundle holds, and what it never does.
+	files := bundleFiles(t, bundle)
+	for _, want := range []string{"manifest.json", "cluster/objects.json", "node/conntrack.txt", "node/addresses.json", "node/proxy.json",
+		"node/host/etc/cni/net.d/10-lab.conflist", "node/host/var/lib/cni/networks/lab/last_reserved_ip.0"} {
+		if _, ok := files[want]; !ok {
+			t.Errorf("the bundle lacks %s (it holds %v)", want, keys(files))
+		}
+	}
+	token, err := os.ReadFile(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range files {
+		if bytes.Contains(data, []byte("kind\":\"Secret")) || bytes.Contains(data, []byte(e.cp.Server)) || bytes.Contains(data, tokenOf(token)) {
+			t.Errorf("%s holds a Secret, the API server's address or the kubeconfig's token", name)
+		}
+	}
+	var m struct {
+		Node         string
+		Collected    []struct{ Path, What string }
+		NotCollected []struct {
+			What, Why string
+			Absent    bool
+		}
+	}
+	if err := json.Unmarshal(files["manifest.json"], &m); err != nil || m.Node != "node-1" || len(m.Collected) != len(files)-1 {
+		t.Errorf("manifest %+v (%v): want node-1 and every other file listed", m, err)
+	}
+	// No Calico here: said, not missed.
+	if len(m.NotCollected) != 1 || !m.NotCollected[0].Absent || !strings.Contains(m.NotCollected[0].What, "Calico") {
+		t.Errorf("not collected %+v: want Calico's IPAM, absent", m.NotCollected)
+	}
+}
+
+// reportFindings lists a JSON report's findings as rule, severity and
+// subject, sorted.
+func reportFindings(t *testing.T, report []byte) []string {
+	t.Helper()
+	var r struct {
+		Findings []struct {
+			Rule, Severity string
+			Subject        map[string]any
+		}
+	}
+	if err := json.Unmarshal(report, &r); err != nil {
+		t.Fatalf("report: %v\n%s", err, report)
+	}
+	var out []string
+	for _, f := range r.Findings {
+		out = append(out, fmt.Sprintf("%s %s %v", f.Rule, f.Severity, f.Subject))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// bundleFiles reads a tar.gz into memory.
+func bundleFiles(t *testing.T, file string) map[string][]byte {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]byte{}
+	tr := tar.NewReader(gz)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[h.Name] = b
+	}
+}
+
+func keys(m map[string][]byte) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// tokenOf is the bearer token a kubeconfig holds.
+func tokenOf(kubeconfig []byte) []byte {
+	for _, l := range strings.Split(string(kubeconfig), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "token: "); ok {
+			return []byte(strings.Trim(v, `"`))
+		}
+	}
+	return []byte("no token in the kubeconfig")
+}
