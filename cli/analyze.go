@@ -18,6 +18,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/ghostwatch/ghostwatch/internal/cmdline"
+	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
 // Bounds of what analyze unpacks: a table of millions of flows as text is
@@ -35,8 +36,8 @@ func newAnalyzeCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		Long: `analyze reads a bundle (ghostwatch collect) and runs every rule on what it
 holds, as ghostwatch scan on that node at the capture would: the cluster's
 objects and Calico's, the node's conntrack table with its capture time, its
-addresses and Service proxy, and its copy of the node's files. Nothing live is
-read. The report is scan's; a rule whose evidence the bundle lacks is not
+addresses and Service proxy, its copy of the node's files, and the gossip
+clusters' member lists the controller read. Nothing live is read. The report is scan's; a rule whose evidence the bundle lacks is not
 judged, and the report says so (the bundle's manifest says why it is missing).
 
 Exit codes as scan's: 0 nothing at or above --fail-on, 1 findings, 2 could
@@ -88,6 +89,16 @@ func (o *scanOptions) fromBundle(dir string, m manifest) error {
 		o.savedAddresses = []netip.Addr{}
 		if err := json.Unmarshal(b, &o.savedAddresses); err != nil {
 			return fmt.Errorf("%s: %w", bundleAddresses, err)
+		}
+	}
+	if has(bundleGossip) {
+		b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(bundleGossip)))
+		if err != nil {
+			return err
+		}
+		o.savedGossip = &snapshot.Gossip{}
+		if err := json.Unmarshal(b, o.savedGossip); err != nil {
+			return fmt.Errorf("%s: %w", bundleGossip, err)
 		}
 	}
 	if has(bundleProxy) {

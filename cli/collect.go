@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
+	"net/netip"
 	"os"
 	"path"
 	"path/filepath"
@@ -23,6 +25,9 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 
 	"github.com/ghostwatch/ghostwatch/internal/buildinfo"
 	"github.com/ghostwatch/ghostwatch/internal/cmdline"
@@ -30,8 +35,10 @@ import (
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/calico"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
+	"github.com/ghostwatch/ghostwatch/source/gossip"
 	"github.com/ghostwatch/ghostwatch/source/host"
 	"github.com/ghostwatch/ghostwatch/source/kube"
+	"github.com/ghostwatch/ghostwatch/source/kube/history"
 	"github.com/ghostwatch/ghostwatch/source/nodefs"
 	"github.com/ghostwatch/ghostwatch/source/proxy"
 )
@@ -45,6 +52,8 @@ const (
 	bundleAddresses = "node/addresses.json"
 	bundleProxy     = "node/proxy.json"
 	bundleHost      = "node/host"
+	bundleHistory   = "controller/history.json"
+	bundleGossip    = "controller/gossip.json"
 )
 
 // bundleDirs are the node's directories a bundle copies, as scan's
@@ -83,10 +92,15 @@ type notCollected struct {
 }
 
 type collectOptions struct {
-	kubeFlags *genericclioptions.ConfigFlags
-	output    string
-	nodeName  string
-	hostRoot  string
+	kubeFlags          *genericclioptions.ConfigFlags
+	output             string
+	nodeName           string
+	hostRoot           string
+	namespace          string
+	controllerSelector string
+	historyPort        int
+	historyURLs        []string
+	timeout            time.Duration
 }
 
 func newCollectCommand(streams genericiooptions.IOStreams) *cobra.Command {
@@ -103,11 +117,15 @@ prints it, with the time it was read), its addresses, which proxy translates
 Services here, and a copy of its CNI configurations, host-local's stores and
 Calico's node name file.
 
+From the controller's replicas (through a port-forward, as ghostwatch ip does),
+its address history and the gossip clusters' member lists its leader last read
+(never the credentials they were read with).
+
 manifest.json inside lists every file and what it is, and what was not
 collected and why (a resource not served, a symbolic link or a named pipe
 under the host root, no CAP_NET_ADMIN). Nothing is read from Secrets, and no
 token, password or credential is written: the API server's address is not
-recorded at all. Gossip member lists are not collected by this version.
+recorded at all.
 
 ghostwatch analyze BUNDLE runs every rule on it, as a scan on this node at
 that moment would.
@@ -125,6 +143,11 @@ written all the same, and its manifest says what is missing).`,
 	f.StringVarP(&o.output, "file", "f", "", "the tarball to write (default ghostwatch-NODE-TIME.tar.gz in the current directory)")
 	f.StringVar(&o.nodeName, "node-name", "", "this node's name (default $NODE_NAME, else the hostname)")
 	f.StringVar(&o.hostRoot, "host-root", "/", "where the node's / is mounted (in a pod: the hostPath mount)")
+	f.StringVar(&o.namespace, "ghostwatch-namespace", "ghostwatch", "the namespace of ghostwatch's controller pods")
+	f.StringVar(&o.controllerSelector, "controller-selector", "app.kubernetes.io/name=ghostwatch,app.kubernetes.io/component=controller", "the label selector of the controller's pods")
+	f.IntVar(&o.historyPort, "history-port", HistoryPort, "the port of the controller's address history (its --history-listen) in its pods")
+	f.StringSliceVar(&o.historyURLs, "history-url", nil, "ask these controller replicas (http://HOST:PORT) instead of port-forwarding to the controller's pods")
+	f.DurationVar(&o.timeout, "timeout", time.Minute, "how long to wait for the API server and the controller's replicas")
 	return cmd
 }
 
@@ -161,9 +184,17 @@ func (o *collectOptions) run(ctx context.Context, streams genericiooptions.IOStr
 	if out == "" {
 		out = fmt.Sprintf("ghostwatch-%s-%s.tar.gz", cmpOr(node, "node"), captured.Format("20060102T150405Z"))
 	}
-	if _, _, err := kube.ClientFromFlags(o.kubeFlags); err != nil {
-		return cmdline.WithCode(ExitError, err)
+	if o.timeout <= 0 {
+		return cmdline.WithCode(ExitError, fmt.Errorf("--timeout %s: must be positive", o.timeout))
 	}
+	for _, u := range o.historyURLs {
+		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			return cmdline.WithCode(ExitError, fmt.Errorf("--history-url %q: want http://HOST:PORT", gossip.Redact(u)))
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	klog.SetSlogLogger(slog.New(slog.DiscardHandler))
 	restConfig, err := o.kubeFlags.ToRESTConfig()
 	if err != nil {
 		return cmdline.WithCode(ExitError, fmt.Errorf("kubeconfig: %w", err))
@@ -217,6 +248,13 @@ func (o *collectOptions) run(ctx context.Context, streams genericiooptions.IOStr
 		}
 	}
 	if err := collectObjects(ctx, b, dyn); err != nil {
+		return cmdline.WithCode(ExitError, err)
+	}
+	client, _, err := kube.ClientFromFlags(o.kubeFlags)
+	if err != nil {
+		return cmdline.WithCode(ExitError, err)
+	}
+	if err := o.collectController(ctx, b, restConfig, client); err != nil {
 		return cmdline.WithCode(ExitError, err)
 	}
 	data, err := json.MarshalIndent(b.m, "", "  ")
@@ -388,4 +426,85 @@ func collectObjects(ctx context.Context, b *bundleWriter, dyn dynamic.Interface)
 	}
 	slices.Sort(counts)
 	return write(bundleCalico, "Calico's IPAM objects: "+strings.Join(counts, ", "), ledger)
+}
+
+// collectController asks every controller replica for its address history
+// (merged: a replica restarted later knows less) and the leader for the
+// gossip clusters' views of its last pass.
+func (o *collectOptions) collectController(ctx context.Context, b *bundleWriter, cfg *rest.Config, client kubernetes.Interface) error {
+	type said struct {
+		all   history.Answer
+		views gossipViews
+	}
+	ask := func(ctx context.Context, base, _ string) (said, error) {
+		var s said
+		if err := getJSON(ctx, base+history.AllPath, &s.all); err != nil {
+			return s, err
+		}
+		return s, getJSON(ctx, base+GossipViewsPath, &s.views)
+	}
+	targets := urlTargets(o.historyURLs, ask)
+	if len(o.historyURLs) == 0 {
+		targets = podTargets(ctx, cfg, client, o.namespace, o.controllerSelector, o.historyPort, "the controller", ask)
+	}
+	answers, missed := askAll(ctx, 4, targets)
+	for _, m := range missed {
+		b.miss("the controller replica "+m.Replica, m.Error)
+	}
+	if len(answers) == 0 {
+		b.miss("the controller's address history and gossip views", "no replica answered")
+		return nil
+	}
+	merged := history.Answer{Tenures: []history.Tenure{}}
+	type key struct {
+		ip  netip.Addr
+		uid string
+	}
+	seen := map[key]int{}
+	var replicas []string
+	var views *snapshot.Gossip
+	leading := false
+	for _, a := range answers {
+		replicas = append(replicas, a.all.Replica)
+		if merged.Since.IsZero() || a.all.Since.Before(merged.Since) {
+			merged.Since = a.all.Since
+		}
+		for _, t := range a.all.Tenures {
+			k := key{t.IP, t.UID}
+			i, ok := seen[k]
+			if !ok {
+				seen[k] = len(merged.Tenures)
+				merged.Tenures = append(merged.Tenures, t)
+				continue
+			}
+			if old := &merged.Tenures[i]; old.Holding() && !t.Holding() {
+				old.Until, old.Ended, old.Reason = t.Until, t.Ended, t.Reason
+			}
+		}
+		if a.views.Leading {
+			leading, views = true, a.views.Gossip
+		}
+	}
+	slices.Sort(replicas)
+	merged.Replica = strings.Join(replicas, ",")
+	data, err := json.Marshal(merged)
+	if err != nil {
+		return err
+	}
+	if err := b.add(bundleHistory, data, fmt.Sprintf("the controller's address history, %d tenures, merged from %s", len(merged.Tenures), merged.Replica)); err != nil {
+		return err
+	}
+	switch {
+	case !leading:
+		b.miss("the gossip clusters' member lists", "no leading controller replica answered")
+	case views == nil:
+		b.absent("the gossip clusters' member lists", "the controller reads no gossip cluster (none declared, or no pod annotated)")
+	default:
+		data, err := json.Marshal(views)
+		if err != nil {
+			return err
+		}
+		return b.add(bundleGossip, data, fmt.Sprintf("the gossip clusters' member lists, %d views, as the controller's leader last read them", len(views.Views)))
+	}
+	return nil
 }

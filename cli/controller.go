@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -33,6 +34,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/sink"
+	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/calico"
 	"github.com/ghostwatch/ghostwatch/source/gossip"
@@ -271,6 +273,11 @@ func (o *controllerOptions) run(ctx context.Context, streams genericiooptions.IO
 		mux := http.NewServeMux()
 		mux.Handle(history.Path, history.Handler(hist, identity))
 		mux.Handle(sink.FindingsPath, sink.FindingsHandler(c.At))
+		mux.Handle(history.AllPath, history.AllHandler(hist, identity))
+		mux.HandleFunc(GossipViewsPath, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(gossipViews{Replica: identity, Leading: c.Status().Leading, Gossip: c.Gossip()})
+		})
 		stopHistory, err := serveHTTP(o.historyListen, mux, log)
 		if err != nil {
 			return cmdline.WithCode(ExitError, fmt.Errorf("--history-listen: %w", err))
@@ -284,6 +291,18 @@ func (o *controllerOptions) run(ctx context.Context, streams genericiooptions.IO
 		return cmdline.WithCode(ExitError, fmt.Errorf("controller: %w", runErr))
 	}
 	return nil
+}
+
+// GossipViewsPath is where a controller replica serves, on its loopback,
+// the gossip clusters' views its last pass read (gossipViews).
+const GossipViewsPath = "/v1/gossip"
+
+// gossipViews is what a replica serves at GossipViewsPath: while it leads,
+// the views of its last pass; nothing while it stands by.
+type gossipViews struct {
+	Replica string           `json:"replica"`
+	Leading bool             `json:"leading"`
+	Gossip  *snapshot.Gossip `json:"gossip,omitempty"`
 }
 
 // controllerSources are the sources the leader reads, in order: every Pod

@@ -62,6 +62,7 @@ type scanOptions struct {
 	// says hostRoot is a bundle's copy of the node's files.
 	savedAddresses []netip.Addr
 	savedProxy     *savedServiceProxy
+	savedGossip    *snapshot.Gossip
 	hostRootSet    bool
 }
 
@@ -125,30 +126,41 @@ source was incomplete (then no finding is claimed for what it would have read).`
 	return cmd
 }
 
-func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams) error {
+// scanPlan is what a scan reads and runs.
+type scanPlan struct {
+	sources []source.Source
+	rules   []rule.Rule
+	node    string
+	npa     []netip.Prefix
+	failOn  finding.Severity
+	output  string
+}
+
+// plan builds the scan's sources and rules from its options.
+func (o *scanOptions) plan(cmd *cobra.Command, streams genericiooptions.IOStreams) (*scanPlan, error) {
 	var failOn finding.Severity
 	if o.failOn != "none" {
 		var err error
 		if failOn, err = finding.ParseSeverity(o.failOn); err != nil {
-			return cmdline.WithCode(ExitError, fmt.Errorf("--fail-on %q: want info, warning, critical or none", o.failOn))
+			return nil, cmdline.WithCode(ExitError, fmt.Errorf("--fail-on %q: want info, warning, critical or none", o.failOn))
 		}
 	}
 	output, err := cmdline.CheckOutput(o.output, map[string]string{"table": "text"})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	npa, err := parsePrefixes(o.nodePortAddresses)
 	if err != nil {
-		return cmdline.WithCode(ExitError, fmt.Errorf("--nodeport-addresses: %w", err))
+		return nil, cmdline.WithCode(ExitError, fmt.Errorf("--nodeport-addresses: %w", err))
 	}
 	scidrs, err := parsePrefixes(o.serviceCIDRs)
 	if err != nil {
-		return cmdline.WithCode(ExitError, fmt.Errorf("--service-cidr: %w", err))
+		return nil, cmdline.WithCode(ExitError, fmt.Errorf("--service-cidr: %w", err))
 	}
 	cfg := rule.Config{Conntrack: rule.ConntrackConfig{NodePortAddresses: npa, ServiceCIDRs: scidrs, ClockSkew: o.clockSkew}}
 	rules, err := rule.Select(cfg, o.rules)
 	if err != nil {
-		return cmdline.WithCode(ExitError, fmt.Errorf("--rule: %w", err))
+		return nil, cmdline.WithCode(ExitError, fmt.Errorf("--rule: %w", err))
 	}
 	// A scan of saved evidence reads nothing live that it was not asked
 	// to: not this host's conntrack table, addresses or files, not the
@@ -158,13 +170,13 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	offline := len(o.kubeObjects) > 0 || o.conntrackFile != "" || len(o.gossipMembers) > 0
 	readLive := !offline || o.live
 	if o.live && !offline {
-		return cmdline.WithCode(ExitError, errors.New("--live: this scan reads everything live already; it mixes live reads into a scan of saved evidence (--kube-objects, --conntrack-file, --gossip-members)"))
+		return nil, cmdline.WithCode(ExitError, errors.New("--live: this scan reads everything live already; it mixes live reads into a scan of saved evidence (--kube-objects, --conntrack-file, --gossip-members)"))
 	}
 	readStore := readLive || o.hostRootSet || cmd.Flags().Changed("host-root")
 	node := resolveNodeName(o.nodeName)
 
 	if n := stdinUses(o.kubeObjects, o.conntrackFile) + stdinUses(o.gossipMembers, ""); n > 1 {
-		return cmdline.WithCode(ExitError, errors.New(`"-" (stdin) is given more than once: stdin can feed only one input; save the others to files`))
+		return nil, cmdline.WithCode(ExitError, errors.New(`"-" (stdin) is given more than once: stdin can feed only one input; save the others to files`))
 	}
 	var (
 		kubeSrc source.Source
@@ -180,7 +192,7 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 	} else {
 		client, _, err := kube.ClientFromFlags(o.kubeFlags)
 		if err != nil {
-			return cmdline.WithCode(ExitError, err)
+			return nil, cmdline.WithCode(ExitError, err)
 		}
 		kubeSrc = &live.APISource{Client: client, Timeout: o.syncTimeout}
 	}
@@ -194,7 +206,7 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 				given = append(given, "--"+f)
 			}
 		}
-		return cmdline.WithCode(ExitError, fmt.Errorf("%s: no rule of this scan reads the conntrack table (%s)", strings.Join(given, " and "), strings.Join(rule.IDs(rules), ", ")))
+		return nil, cmdline.WithCode(ExitError, fmt.Errorf("%s: no rule of this scan reads the conntrack table (%s)", strings.Join(given, " and "), strings.Join(rule.IDs(rules), ", ")))
 	}
 	var ctSrc source.Source = &conntrack.KernelSource{}
 	if !readLive {
@@ -205,13 +217,13 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 		if o.capturedAt != "" {
 			t, err := time.Parse(time.RFC3339, o.capturedAt)
 			if err != nil {
-				return cmdline.WithCode(ExitError, fmt.Errorf("--captured-at %q: want a time as RFC 3339 writes it, e.g. 2026-11-22T14:05:00Z", o.capturedAt))
+				return nil, cmdline.WithCode(ExitError, fmt.Errorf("--captured-at %q: want a time as RFC 3339 writes it, e.g. 2026-11-22T14:05:00Z", o.capturedAt))
 			}
 			fs.CapturedAt = t
 		}
 		ctSrc = fs
 	} else if o.capturedAt != "" {
-		return cmdline.WithCode(ExitError, errors.New("--captured-at needs --conntrack-file: a live table's ages count from now"))
+		return nil, cmdline.WithCode(ExitError, errors.New("--captured-at needs --conntrack-file: a live table's ages count from now"))
 	}
 
 	// The cluster objects first: the conntrack dump keeps only the flows
@@ -225,19 +237,19 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 		} else {
 			src, err := o.calicoSource(objects)
 			if err != nil {
-				return cmdline.WithCode(ExitError, err)
+				return nil, cmdline.WithCode(ExitError, err)
 			}
 			sources = append(sources, src)
 		}
 	}
 	memberFlags := o.memberFlags()
 	if o.serfAuth != "" && len(o.serfAddrs) == 0 {
-		return cmdline.WithCode(ExitError, errors.New("--serf-auth needs --serf: it is the key of the Serf agents' RPC"))
+		return nil, cmdline.WithCode(ExitError, errors.New("--serf-auth needs --serf: it is the key of the Serf agents' RPC"))
 	}
 	if len(rule.ReadersOf(rules, gossip.Name)) > 0 {
 		switch {
 		case len(memberFlags) > 1:
-			return cmdline.WithCode(ExitError, fmt.Errorf("%s: give one kind of member list per scan (saved files, Consul agents or Serf agents), and scan once for each", strings.Join(memberFlags, " and ")))
+			return nil, cmdline.WithCode(ExitError, fmt.Errorf("%s: give one kind of member list per scan (saved files, Consul agents or Serf agents), and scan once for each", strings.Join(memberFlags, " and ")))
 		case len(o.gossipMembers) > 0:
 			sources = append(sources, &gossip.FileSource{Paths: o.gossipMembers, Stdin: streams.In})
 		case len(o.consulAddrs) > 0:
@@ -245,7 +257,7 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 			for _, a := range o.consulAddrs {
 				c, err := gossip.ConsulFromEnv(a)
 				if err != nil {
-					return cmdline.WithCode(ExitError, fmt.Errorf("--consul %s: %w", gossip.Redact(a), err))
+					return nil, cmdline.WithCode(ExitError, fmt.Errorf("--consul %s: %w", gossip.Redact(a), err))
 				}
 				c.AllowPlaintext = c.AllowPlaintext || o.plaintextToken
 				src.Agents = append(src.Agents, c)
@@ -257,11 +269,13 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 				src.Agents = append(src.Agents, gossip.SerfFromEnv(a, o.serfAuth))
 			}
 			sources = append(sources, src)
+		case o.savedGossip != nil:
+			sources = append(sources, savedGossip{*o.savedGossip})
 		default:
 			sources = append(sources, gossip.NotGiven{})
 		}
 	} else if len(memberFlags) > 0 {
-		return cmdline.WithCode(ExitError, fmt.Errorf("%s: no rule of this scan reads gossip members (%s)", strings.Join(memberFlags, ", "), strings.Join(rule.IDs(rules), ", ")))
+		return nil, cmdline.WithCode(ExitError, fmt.Errorf("%s: no rule of this scan reads gossip members (%s)", strings.Join(memberFlags, ", "), strings.Join(rule.IDs(rules), ", ")))
 	}
 	if readsTable && o.conntrackFile == "" && readLive && len(npa) == 0 {
 		sources = append(sources, &host.Addresses{})
@@ -297,6 +311,15 @@ func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams
 			sources = append(sources, source.Absent{Source: caliconode.Name, Why: nodeFiles})
 		}
 	}
+	return &scanPlan{sources: sources, rules: rules, node: node, npa: npa, failOn: failOn, output: output}, nil
+}
+
+func (o *scanOptions) run(cmd *cobra.Command, streams genericiooptions.IOStreams) error {
+	p, err := o.plan(cmd, streams)
+	if err != nil {
+		return err
+	}
+	sources, rules, node, npa, failOn, output := p.sources, p.rules, p.node, p.npa, p.failOn, p.output
 	res := audit.Run(cmd.Context(), audit.Config{
 		NodeName: node,
 		Sources:  sources,
@@ -474,5 +497,17 @@ func (sp savedProxy) Collect(_ context.Context, s *snapshot.Snapshot) error {
 	}
 	p := *sp.saved.ServiceProxy
 	s.ServiceProxy = &p
+	return nil
+}
+
+// savedGossip is the gossip clusters' views a bundle saved, as the
+// controller's last pass read them.
+type savedGossip struct{ g snapshot.Gossip }
+
+func (savedGossip) Name() string { return gossip.Name }
+
+func (sg savedGossip) Collect(_ context.Context, s *snapshot.Snapshot) error {
+	g := sg.g
+	s.Gossip = &g
 	return nil
 }

@@ -245,6 +245,20 @@ func (c *Controller) At(ip netip.Addr) sink.FindingsAt {
 	return at
 }
 
+// Gossip returns the gossip clusters' views of the last pass while this
+// replica leads (nil when it does not, or read none), each view's address
+// as its source reported it (redacted).
+func (c *Controller) Gossip() *snapshot.Gossip {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.status.Leading || c.pass == nil || c.pass.Gossip == nil {
+		return nil
+	}
+	g := *c.pass.Gossip
+	g.Views = slices.Clone(g.Views)
+	return &g
+}
+
 // lastPass returns the snapshot of the last pass while this replica
 // leads, nil otherwise.
 func (c *Controller) lastPass() *snapshot.Snapshot {

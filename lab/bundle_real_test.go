@@ -15,9 +15,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ghostwatch/ghostwatch/deploy"
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
 )
 
@@ -28,6 +30,18 @@ import (
 // no Secret, and its manifest lists what it holds.
 func TestRealCollectThenAnalyzeIsTheLiveScan(t *testing.T) {
 	e := newRealEnv(t, controlplane.ProxyIPTables)
+	// A controller replica, whose address history the bundle takes,
+	// from before the incident.
+	ms, err := deploy.Controller()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if err := createObject(context.Background(), e.cp.Admin, m.Object); err != nil {
+			t.Fatalf("%s: %v", m.File, err)
+		}
+	}
+	replica := e.controllerReplicaIn(t, "controller-a", e.node)
 	svc := e.service(t, "db", "pg", 0)
 	for _, p := range []string{"pg-0", "pg-1", "pg-2"} {
 		e.pod(t, "db", p, "pg", netip.Addr{}, 1)
@@ -76,8 +90,15 @@ func TestRealCollectThenAnalyzeIsTheLiveScan(t *testing.T) {
 		t.Fatalf("scan: %v", err)
 	}
 	bundle := filepath.Join(t.TempDir(), "incident.tar.gz")
-	if _, err := inNode("collect", "--kubeconfig="+kubeconfig, "--node-name=node-1", "--host-root="+root, "-f", bundle); err != nil {
-		t.Fatalf("collect: %v", err)
+	// The replica runs in the node's namespace, as a pod of it would;
+	// its history is asked directly (a port-forward needs a kubelet).
+	var collectErr error
+	e.eventually(t, 30*time.Second, "collect to take the replica's history", func() bool {
+		_, collectErr = inNode("collect", "--kubeconfig="+kubeconfig, "--node-name=node-1", "--host-root="+root, "-f", bundle, "--history-url="+replica.url)
+		return collectErr == nil
+	})
+	if collectErr != nil {
+		t.Fatalf("collect: %v", collectErr)
 	}
 	// Analyzed outside the node: nothing of the node is read.
 	analyzed, err := exec.Command(ghostwatchBinary(t), "analyze", bundle, "-o", "json").Output()
@@ -97,7 +118,7 @@ func TestRealCollectThenAnalyzeIsTheLiveScan(t *testing.T) {
 
 	// What the bundle holds, and what it never does.
 	files := bundleFiles(t, bundle)
-	for _, want := range []string{"manifest.json", "cluster/objects.json", "node/conntrack.txt", "node/addresses.json", "node/proxy.json",
+	for _, want := range []string{"manifest.json", "cluster/objects.json", "controller/history.json", "node/conntrack.txt", "node/addresses.json", "node/proxy.json",
 		"node/host/etc/cni/net.d/10-lab.conflist", "node/host/var/lib/cni/networks/lab/last_reserved_ip.0"} {
 		if _, ok := files[want]; !ok {
 			t.Errorf("the bundle lacks %s (it holds %v)", want, keys(files))
@@ -123,9 +144,13 @@ func TestRealCollectThenAnalyzeIsTheLiveScan(t *testing.T) {
 	if err := json.Unmarshal(files["manifest.json"], &m); err != nil || m.Node != "node-1" || len(m.Collected) != len(files)-1 {
 		t.Errorf("manifest %+v (%v): want node-1 and every other file listed", m, err)
 	}
-	// No Calico here: said, not missed.
-	if len(m.NotCollected) != 1 || !m.NotCollected[0].Absent || !strings.Contains(m.NotCollected[0].What, "Calico") {
-		t.Errorf("not collected %+v: want Calico's IPAM, absent", m.NotCollected)
+	// No Calico and no gossip cluster here: said, not missed.
+	if len(m.NotCollected) != 2 || !m.NotCollected[0].Absent || !strings.Contains(m.NotCollected[0].What, "Calico") ||
+		!m.NotCollected[1].Absent || !strings.Contains(m.NotCollected[1].What, "gossip") {
+		t.Errorf("not collected %+v: want Calico's IPAM and the gossip lists, absent", m.NotCollected)
+	}
+	if !bytes.Contains(files["controller/history.json"], []byte(`"pod":"`+k.victim+`"`)) {
+		t.Errorf("the history does not hold the deleted %s: %s", k.victim, files["controller/history.json"])
 	}
 }
 

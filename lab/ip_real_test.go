@@ -296,16 +296,30 @@ type replica struct {
 // until the test ends (or kill).
 func (e *realEnv) controllerReplica(t *testing.T, name string) *replica {
 	t.Helper()
+	return e.controllerReplicaIn(t, name, nil)
+}
+
+// controllerReplicaIn is controllerReplica in node's network namespace
+// (on the default ports of its loopback), or the host's when node is nil.
+func (e *realEnv) controllerReplicaIn(t *testing.T, name string, node *controlplane.Node) *replica {
+	t.Helper()
 	kubeconfig, err := e.cp.WriteKubeconfig(controlplane.UserController)
 	if err != nil {
 		t.Fatal(err)
 	}
-	listen, hist := loopbackPort(t), loopbackPort(t)
+	listen, hist := fmt.Sprintf("127.0.0.1:%d", cli.ControllerPort), fmt.Sprintf("127.0.0.1:%d", cli.HistoryPort)
+	if node == nil {
+		listen, hist = loopbackPort(t), loopbackPort(t)
+	}
 	r := &replica{name: name, url: "http://" + hist, logs: &bytes.Buffer{}}
 	r.cmd = exec.Command(ghostwatchBinary(t), "controller", "--kubeconfig="+kubeconfig, "--identity="+name,
 		"--lease-namespace=ghostwatch", "--listen="+listen, "--history-listen="+hist, "--log-format=text")
 	r.cmd.Stdout, r.cmd.Stderr = r.logs, r.logs
-	if err := r.cmd.Start(); err != nil {
+	start := r.cmd.Start
+	if node != nil {
+		start = func() error { return node.Net.Do(r.cmd.Start) }
+	}
+	if err := start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

@@ -243,14 +243,37 @@ func (b *Book) Of(ip netip.Addr) []Tenure {
 	ts := b.byIP[ip]
 	out := make([]Tenure, 0, len(ts))
 	for _, t := range ts {
-		o := Tenure{IP: ip, Namespace: t.namespace.Value(), Pod: t.pod, UID: t.uid, Node: t.node.Value(),
-			From: time.Unix(0, t.from).UTC(), Ended: t.ended.Value(), Reason: t.reason.Value()}
-		if t.until != 0 {
-			o.Until = time.Unix(0, t.until).UTC()
-		}
-		out = append(out, o)
+		out = append(out, t.public(ip))
 	}
 	return out
+}
+
+// public is t as Of returns it.
+func (t tenure) public(ip netip.Addr) Tenure {
+	o := Tenure{IP: ip, Namespace: t.namespace.Value(), Pod: t.pod, UID: t.uid, Node: t.node.Value(),
+		From: time.Unix(0, t.from).UTC(), Ended: t.ended.Value(), Reason: t.reason.Value()}
+	if t.until != 0 {
+		o.Until = time.Unix(0, t.until).UTC()
+	}
+	return o
+}
+
+// Each calls fn with every tenure the book keeps, address by address,
+// oldest first within each, holding the book meanwhile: fn must not call
+// the book.
+func (b *Book) Each(fn func(Tenure)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ips := make([]netip.Addr, 0, len(b.byIP))
+	for ip := range b.byIP {
+		ips = append(ips, ip)
+	}
+	slices.SortFunc(ips, netip.Addr.Compare)
+	for _, ip := range ips {
+		for _, t := range b.byIP[ip] {
+			fn(t.public(ip))
+		}
+	}
 }
 
 // Len returns how many addresses the book knows and how many tenures it

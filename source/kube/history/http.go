@@ -7,8 +7,12 @@ import (
 	"time"
 )
 
-// Path is where Handler answers: Path + the address.
-const Path = "/v1/ip/"
+// Path is where Handler answers: Path + the address; AllPath the whole
+// book.
+const (
+	Path    = "/v1/ip/"
+	AllPath = "/v1/history"
+)
 
 // Answer is what a replica knows of one address.
 type Answer struct {
@@ -48,5 +52,40 @@ func Handler(w *Watch, replica string) http.Handler {
 		}
 		rw.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(rw).Encode(a)
+	})
+}
+
+// AllHandler answers GET AllPath with the whole book as an Answer of
+// every address (IP unset), streamed: one tenure at a time, however many.
+func AllHandler(w *Watch, replica string) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			http.Error(rw, "GET only", http.StatusMethodNotAllowed)
+			return
+		}
+		book := w.Book()
+		if book == nil {
+			http.Error(rw, "the address history has not started", http.StatusServiceUnavailable)
+			return
+		}
+		head := Answer{Replica: replica, Since: book.Since().UTC(), Tenures: []Tenure{}}
+		if err := w.Ready(); err != nil {
+			head.NotReady = err.Error()
+		}
+		rw.Header().Set("Content-Type", "application/json")
+		b, _ := json.Marshal(head)
+		// The head's fields up to its empty list of tenures, then the
+		// tenures one by one.
+		rw.Write(b[:len(b)-len(`]}`)])
+		first := true
+		enc := json.NewEncoder(rw)
+		book.Each(func(t Tenure) {
+			if !first {
+				rw.Write([]byte{','})
+			}
+			first = false
+			enc.Encode(t)
+		})
+		rw.Write([]byte("]}\n"))
 	})
 }

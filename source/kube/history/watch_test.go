@@ -82,6 +82,20 @@ func TestWatchRecordsThePodsOfAnAddress(t *testing.T) {
 	if a.Replica != "replica-a" || a.NotReady != "" || !a.Since.Equal(now) || fmt.Sprint(summary(a.Tenures)) != fmt.Sprint(want) {
 		t.Errorf("answer %+v", a)
 	}
+	all := httptest.NewServer(AllHandler(w, "replica-a"))
+	defer all.Close()
+	resp, err = http.Get(all.URL + AllPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var whole Answer
+	if err := json.NewDecoder(resp.Body).Decode(&whole); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if whole.Replica != "replica-a" || fmt.Sprint(summary(whole.Tenures)) != fmt.Sprint(want) {
+		t.Errorf("the whole book: %+v", whole)
+	}
 	for path, code := range map[string]int{Path + "10.244.3": http.StatusBadRequest, Path + "fd00::47": http.StatusOK} {
 		resp, err := http.Get(srv.URL + path)
 		if err != nil {
