@@ -49,6 +49,7 @@ type ipOptions struct {
 	flowsURLs          []string
 	concurrency        int
 	timeout            time.Duration
+	bundle             string
 }
 
 func newIPCommand(streams genericiooptions.IOStreams) *cobra.Command {
@@ -87,10 +88,22 @@ a node that did not answer is never read as holding no flow).`,
 		Example: `  ghostwatch ip 10.244.3.47
   kubectl ghostwatch ip 10.244.3.47 -o json
 
+  # offline, from a bundle ghostwatch collect wrote
+  ghostwatch ip 10.244.3.47 --bundle incident-42.tar.gz
+
   # through your own port-forwards, or on a node
   ghostwatch ip 10.244.3.47 --history-url http://127.0.0.1:10282 --flows-url http://127.0.0.1:10283`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), streams, args[0]) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.bundle != "" {
+				ip, err := netip.ParseAddr(args[0])
+				if err != nil {
+					return cmdline.WithCode(ExitError, fmt.Errorf("%q: not an IP address", args[0]))
+				}
+				return o.fromBundle(cmd, streams, ip.Unmap())
+			}
+			return o.run(cmd.Context(), streams, args[0])
+		},
 	}
 	f := cmd.Flags()
 	o.kubeFlags.AddFlags(f)
@@ -103,6 +116,7 @@ a node that did not answer is never read as holding no flow).`,
 	f.StringSliceVar(&o.historyURLs, "history-url", nil, "ask these address histories (http://HOST:PORT) instead of port-forwarding to the controller's pods")
 	f.StringSliceVar(&o.flowsURLs, "flows-url", nil, "ask these agents (http://HOST:PORT) instead of port-forwarding to every agent's pod")
 	f.IntVar(&o.concurrency, "concurrency", 16, "at most this many replicas and agents asked at once")
+	f.StringVar(&o.bundle, "bundle", "", "tell the story from a bundle ghostwatch collect wrote, offline: nothing live is asked")
 	f.DurationVar(&o.timeout, "timeout", 20*time.Second, "how long to wait for the API server and the replicas")
 	return cmd
 }

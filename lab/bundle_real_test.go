@@ -116,6 +116,32 @@ func TestRealCollectThenAnalyzeIsTheLiveScan(t *testing.T) {
 		t.Errorf("findings differ:\n live    %q\n analyze %q", l, a)
 	}
 
+	// The ghost's address, told from the bundle alone: the deleted pod,
+	// its flow left on node-1, and the finding.
+	var ipErr bytes.Buffer
+	ipCmd := exec.Command(ghostwatchBinary(t), "ip", k.ip.String(), "--bundle", bundle, "-o", "json")
+	ipCmd.Stderr = &ipErr
+	out, err := ipCmd.Output()
+	if err != nil {
+		t.Fatalf("ip --bundle: %v: %s\n%s", err, ipErr.String(), out)
+	}
+	var story struct {
+		Tenures []struct{ Pod, Ended string }
+		Flows   []struct {
+			Node  string
+			Total int
+		}
+		Findings []struct{ Rule string }
+	}
+	if err := json.Unmarshal(out, &story); err != nil {
+		t.Fatal(err)
+	}
+	if len(story.Tenures) != 1 || story.Tenures[0].Pod != k.victim || story.Tenures[0].Ended != "deleted" ||
+		len(story.Flows) != 1 || story.Flows[0].Node != "node-1" || story.Flows[0].Total == 0 ||
+		len(story.Findings) != 1 || story.Findings[0].Rule != "stale-nat-flow" {
+		t.Errorf("ip %s --bundle: %s", k.ip, out)
+	}
+
 	// What the bundle holds, and what it never does.
 	files := bundleFiles(t, bundle)
 	for _, want := range []string{"manifest.json", "cluster/objects.json", "controller/history.json", "node/conntrack.txt", "node/addresses.json", "node/proxy.json",
