@@ -417,8 +417,11 @@ func askHistory(ctx context.Context, base string, ip netip.Addr) (history.Answer
 func getJSON(ctx context.Context, url string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", gossip.Redact(url), errors.Unwrap(err))
 	}
+	// A user and password in the address are not sent: nothing asked
+	// needs a credential.
+	req.URL.User = nil
 	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := c.Do(req)
 	if err != nil {

@@ -2,7 +2,10 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
@@ -173,5 +176,32 @@ func TestIPJudgesCalicosRecord(t *testing.T) {
 		if got := judgeCalico(tc.blocks, ip, tc.holders).Verdict; !strings.HasPrefix(got, tc.want) {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+// A user and password in an address given are never sent, and a redirect
+// is not followed.
+func TestGetJSONSendsNoCredential(t *testing.T) {
+	var auth []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth = append(auth, r.Header.Get("Authorization"))
+		if r.URL.Path == "/moved" {
+			http.Redirect(w, r, "/x", http.StatusFound)
+			return
+		}
+		w.Write([]byte(`{"ok":true}`))
+	}))
+	defer srv.Close()
+	base := strings.Replace(srv.URL, "http://", "http://operator:pw-5e3cr3t@", 1)
+	var v struct{ OK bool }
+	if err := getJSON(context.Background(), base+"/x", &v); err != nil || !v.OK {
+		t.Fatalf("%v %+v", err, v)
+	}
+	err := getJSON(context.Background(), base+"/moved", &v)
+	if err == nil || !strings.Contains(err.Error(), "302") || strings.Contains(err.Error(), "pw-5e3cr3t") {
+		t.Errorf("a redirect: %v", err)
+	}
+	if len(auth) != 2 || auth[0] != "" || auth[1] != "" {
+		t.Errorf("Authorization sent: %q", auth)
 	}
 }

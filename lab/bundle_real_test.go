@@ -116,6 +116,23 @@ func TestRealCollectThenAnalyzeIsTheLiveScan(t *testing.T) {
 		t.Errorf("findings differ:\n live    %q\n analyze %q", l, a)
 	}
 
+	// Collected again with a Consul token and a Serf key in the
+	// environment and a password in an address: the bundle holds none.
+	secret := filepath.Join(t.TempDir(), "secret.tar.gz")
+	cmd := exec.Command("ip", "netns", "exec", e.node.Net.Name(), ghostwatchBinary(t), "collect", "--kubeconfig="+kubeconfig, "--node-name=node-1",
+		"--host-root="+root, "-f", secret, "--history-url="+strings.Replace(replica.url, "http://", "http://operator:pw-5e3cr3t@", 1))
+	cmd.Env = append(os.Environ(), "CONSUL_HTTP_TOKEN=c0n5ul-t0ken-9f2a", "SERF_RPC_AUTH=53rf-k3y-77b1")
+	if out, err := cmd.CombinedOutput(); err != nil || strings.Contains(string(out), "pw-5e3cr3t") {
+		t.Fatalf("collect: %v\n%s", err, out)
+	}
+	for name, data := range bundleFiles(t, secret) {
+		for _, s := range []string{"pw-5e3cr3t", "c0n5ul-t0ken-9f2a", "53rf-k3y-77b1"} {
+			if bytes.Contains(data, []byte(s)) {
+				t.Errorf("%s holds %q", name, s)
+			}
+		}
+	}
+
 	// The ghost's address, told from the bundle alone: the deleted pod,
 	// its flow left on node-1, and the finding.
 	var ipErr bytes.Buffer
