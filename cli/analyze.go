@@ -75,7 +75,8 @@ func (o *scanOptions) fromBundle(dir string, m manifest) error {
 		return err == nil
 	}
 	o.nodeName = m.Node
-	o.kubeObjects = []string{filepath.Join(dir, "cluster")}
+	// collect lists every namespace.
+	o.kubeObjects, o.objectsWhole = []string{filepath.Join(dir, "cluster")}, true
 	if has(bundleConntrack) {
 		o.conntrackFile = filepath.Join(dir, filepath.FromSlash(bundleConntrack))
 		o.capturedAt = m.CapturedAt.UTC().Format(time.RFC3339Nano)

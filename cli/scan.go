@@ -64,6 +64,7 @@ type scanOptions struct {
 	savedProxy     *savedServiceProxy
 	savedGossip    *snapshot.Gossip
 	hostRootSet    bool
+	objectsWhole   bool
 }
 
 func newScanCommand(streams genericiooptions.IOStreams) *cobra.Command {
@@ -186,7 +187,9 @@ func (o *scanOptions) plan(cmd *cobra.Command, streams genericiooptions.IOStream
 	)
 	if len(o.kubeObjects) > 0 {
 		objects = &kubectl.Files{Paths: o.kubeObjects, Stdin: streams.In}
-		kubeSrc = saved.NewFileSource(objects)
+		fs := saved.NewFileSource(objects)
+		fs.Whole = o.objectsWhole
+		kubeSrc = fs
 	} else if !readLive {
 		kubeSrc = source.Absent{Source: kube.Name, Why: "no cluster objects: pass --kube-objects FILE, saved when the rest was (" + saved.SaveCommand + " > objects.yaml), or --live to judge the rest against the API server as it is now"}
 	} else {
@@ -206,7 +209,11 @@ func (o *scanOptions) plan(cmd *cobra.Command, streams genericiooptions.IOStream
 				given = append(given, "--"+f)
 			}
 		}
-		return nil, cmdline.WithCode(ExitError, fmt.Errorf("%s: no rule of this scan reads the conntrack table (%s)", strings.Join(given, " and "), strings.Join(rule.IDs(rules), ", ")))
+		if len(given) > 0 {
+			return nil, cmdline.WithCode(ExitError, fmt.Errorf("%s: no rule of this scan reads the conntrack table (%s)", strings.Join(given, " and "), strings.Join(rule.IDs(rules), ", ")))
+		}
+		// A bundle's table, which no rule of this analysis reads.
+		o.conntrackFile, o.capturedAt = "", ""
 	}
 	var ctSrc source.Source = &conntrack.KernelSource{}
 	if !readLive {

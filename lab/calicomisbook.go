@@ -55,8 +55,9 @@ type CalicoMisbookOptions struct {
 	LeakGracePeriod time.Duration
 	// Inspect, when set, is called once ghostwatch has reported the
 	// misbooked addresses, before anything is fixed or freed, with an
-	// admin's kubeconfig of the lab's API server: a look from outside.
-	Inspect func(ctx context.Context, kubeconfig string, misbooked []netip.Addr) error
+	// admin's kubeconfig of the lab's API server and each node's root (its
+	// files): a look from outside.
+	Inspect func(ctx context.Context, kubeconfig string, misbooked []netip.Addr, nodeRoots map[string]string) error
 }
 
 // CalicoMisbookResult is what the calico-misbook scenario measured. Times
@@ -401,7 +402,11 @@ func (m *misbook) book(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := m.opts.Inspect(ctx, kubeconfig, []netip.Addr{m.alone.pod.IP, m.fixed.pod.IP}); err != nil {
+		roots := map[string]string{}
+		for name, n := range m.nodes {
+			roots[name] = n.Root
+		}
+		if err := m.opts.Inspect(ctx, kubeconfig, []netip.Addr{m.alone.pod.IP, m.fixed.pod.IP}, roots); err != nil {
 			return fmt.Errorf("inspecting the misbooked addresses: %w", err)
 		}
 	}

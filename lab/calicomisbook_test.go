@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -44,7 +45,31 @@ func TestCalicoMisbookScenario(t *testing.T) {
 	// booking and says what is wrong with it (no controller or agent runs
 	// in this lab: they are named as not answering).
 	var records []string
-	inspect := func(ctx context.Context, kubeconfig string, misbooked []netip.Addr) error {
+	var live, analyzed []string
+	inspect := func(ctx context.Context, kubeconfig string, misbooked []netip.Addr, roots map[string]string) error {
+		// On node-a, at this moment: a live scan of the cluster's and the
+		// node's ledgers, and collect, then analyze of its bundle, find
+		// the same.
+		rules := "--rule=ipam-misbooked,ipam-unbooked-ip,ipam-leaked-ip,ipam-ledger-corrupt,stale-nodename-file,duplicate-pod-ip"
+		l, err := exec.CommandContext(ctx, ghostwatchBinary(t), "scan", "--kubeconfig="+kubeconfig, "--node-name=node-a", "--host-root="+roots["node-a"], rules, "-o", "json").Output()
+		if err != nil && !strings.Contains(err.Error(), "exit status 1") {
+			return fmt.Errorf("scan: %w", err)
+		}
+		bundle := filepath.Join(t.TempDir(), "node-a.tar.gz")
+		// No controller in this lab: its history is named as missing.
+		out, err := exec.CommandContext(ctx, ghostwatchBinary(t), "collect", "--kubeconfig="+kubeconfig, "--node-name=node-a", "--host-root="+roots["node-a"],
+			"-f", bundle, "--history-url=http://127.0.0.1:1").CombinedOutput()
+		if err != nil && !strings.Contains(string(out), "not collected: the controller") {
+			return fmt.Errorf("collect: %w: %s", err, out)
+		}
+		var stderr strings.Builder
+		acmd := exec.CommandContext(ctx, ghostwatchBinary(t), "analyze", bundle, rules, "-o", "json")
+		acmd.Stderr = &stderr
+		a, err := acmd.Output()
+		if err != nil && !strings.Contains(err.Error(), "exit status 1") {
+			return fmt.Errorf("analyze: %w: %s", err, stderr.String())
+		}
+		live, analyzed = reportFindings(t, l), reportFindings(t, a)
 		for _, ip := range misbooked {
 			out, _ := exec.CommandContext(ctx, ghostwatchBinary(t), "ip", ip.String(), "--kubeconfig="+kubeconfig, "-o", "json",
 				"--history-url=http://127.0.0.1:1", "--flows-url=http://127.0.0.1:1").Output()
@@ -68,6 +93,10 @@ func TestCalicoMisbookScenario(t *testing.T) {
 		t.Fatalf("result %+v", res)
 	}
 	alone, fixed := res.Endings[0], res.Endings[1]
+	t.Logf("node-a, live scan and analyze of its bundle: %q", live)
+	if len(live) == 0 || fmt.Sprint(live) != fmt.Sprint(analyzed) {
+		t.Errorf("findings differ:\n live    %q\n analyze %q", live, analyzed)
+	}
 	if len(records) != 2 {
 		t.Errorf("ghostwatch ip was asked of %d addresses, want 2", len(records))
 	}
