@@ -146,6 +146,10 @@ func unpackBundle(file, dir string) (manifest, error) {
 		}
 		switch h.Typeflag {
 		case tar.TypeDir:
+			// A directory that was there, empty or not.
+			if err := os.MkdirAll(filepath.Join(dir, filepath.FromSlash(name)), 0o700); err != nil {
+				return m, err
+			}
 			continue
 		case tar.TypeReg:
 		default:

@@ -37,6 +37,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
 	"github.com/ghostwatch/ghostwatch/source/gossip"
 	"github.com/ghostwatch/ghostwatch/source/host"
+	"github.com/ghostwatch/ghostwatch/source/hostlocal"
 	"github.com/ghostwatch/ghostwatch/source/kube"
 	"github.com/ghostwatch/ghostwatch/source/kube/history"
 	"github.com/ghostwatch/ghostwatch/source/nodefs"
@@ -168,6 +169,11 @@ func (b *bundleWriter) add(name string, data []byte, what string) error {
 	return nil
 }
 
+// dir records an (empty) directory.
+func (b *bundleWriter) dir(name string) error {
+	return b.tw.WriteHeader(&tar.Header{Name: strings.TrimSuffix(name, "/") + "/", Mode: 0o755, ModTime: b.m.CapturedAt, Typeflag: tar.TypeDir})
+}
+
 func (b *bundleWriter) miss(what, why string) {
 	b.m.NotCollected = append(b.m.NotCollected, notCollected{What: what, Why: why})
 }
@@ -242,7 +248,17 @@ func (o *collectOptions) run(ctx context.Context, streams genericiooptions.IOStr
 			return cmdline.WithCode(ExitError, err)
 		}
 	}
-	for _, dir := range bundleDirs {
+	dirs := slices.Clone(bundleDirs)
+	if dataDirs, err := hostlocal.DataDirs(o.hostRoot); err != nil {
+		b.miss("host-local's data directories", err.Error())
+	} else {
+		for _, d := range dataDirs {
+			if !slices.Contains(dirs, d) {
+				dirs = append(dirs, d)
+			}
+		}
+	}
+	for _, dir := range dirs {
 		if err := copyHostDir(b, o.hostRoot, dir); err != nil {
 			return cmdline.WithCode(ExitError, err)
 		}
@@ -322,7 +338,13 @@ func collectConntrack(ctx context.Context, b *bundleWriter, captured time.Time) 
 func copyHostDir(b *bundleWriter, root, dir string) error {
 	base := filepath.Join(root, dir)
 	if _, err := os.Lstat(base); errors.Is(err, fs.ErrNotExist) {
-		return nil // no such ledger on this node
+		// No such directory here; that its parent exists is evidence
+		// (host-local reads a wiped store as empty, a missing mount as
+		// unknown): the parent goes in, empty.
+		if fi, err := os.Stat(filepath.Dir(base)); err == nil && fi.IsDir() {
+			return b.dir(path.Join(bundleHost, path.Dir(dir)))
+		}
+		return nil
 	}
 	return filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
 		rel, _ := filepath.Rel(root, p)

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -34,6 +35,10 @@ type HostLocalOptions struct {
 	CNIBin string
 	// Pods is how many pods run on the node before the wipe. Default 3.
 	Pods int
+	// Inspect, when set, is called once the store is wiped and ghostwatch
+	// has judged it, before anything else runs, with the node's name, its
+	// files' root and its pods: a look from outside.
+	Inspect func(ctx context.Context, node, root string, pods []snapshot.Pod) error
 }
 
 // HostLocalResult is what the hostlocal-wipe scenario measured.
@@ -142,6 +147,11 @@ func HostLocalWipe(ctx context.Context, o HostLocalOptions) (*HostLocalResult, e
 			if f.Target != nil {
 				targets = append(targets, f.Target)
 			}
+		}
+	}
+	if o.Inspect != nil {
+		if err := o.Inspect(ctx, wipeNodeName, n.root, slices.Clone(n.pods)); err != nil {
+			return nil, fmt.Errorf("inspecting the wiped store: %w", err)
 		}
 	}
 	alone, err := n.copyTo(filepath.Join(tmp, "alone"))

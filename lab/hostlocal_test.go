@@ -3,20 +3,27 @@ package lab
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ghostwatch/ghostwatch/audit"
 	"github.com/ghostwatch/ghostwatch/finding"
 	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/lab/cni"
+	"github.com/ghostwatch/ghostwatch/lab/controlplane"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
 // newHostLocalNode is the scenario's node in a directory of the test,
@@ -178,5 +185,73 @@ func TestHostLocalWipeScenario(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the timeline lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// The wiped store, on the real API server: with the node's pods there, a
+// live scan of the node's files and the analysis of the bundle collect
+// wrote find the same unbooked addresses as the lab's own audit.
+func TestRealHostLocalWipeCollectThenAnalyze(t *testing.T) {
+	bin, err := cni.FindHostLocal()
+	if errors.Is(err, cni.ErrNoBinary) {
+		testenv.Unavailable(t, err.Error())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cp := startControlPlane(t, controlplane.Options{})
+	kubeconfig, err := cp.WriteKubeconfig(controlplane.UserAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := "--rule=ipam-unbooked-ip,ipam-leaked-ip,duplicate-pod-ip"
+	var live, analyzed []string
+	inspect := func(ctx context.Context, node, root string, pods []snapshot.Pod) error {
+		if err := cp.RegisterNode(ctx, node, netip.MustParseAddr("172.18.0.4"), netip.MustParsePrefix("10.244.2.0/24")); err != nil {
+			return err
+		}
+		for _, sp := range pods {
+			p, err := cp.Admin.CoreV1().Pods(sp.Namespace).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: sp.Namespace, Name: sp.Name},
+				Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "web", Image: "web:1"}}}}, metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: sp.IPs[0].String(), PodIPs: []corev1.PodIP{{IP: sp.IPs[0].String()}}, StartTime: &metav1.Time{Time: time.Now()}}
+			if _, err := cp.Admin.CoreV1().Pods(sp.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+				return err
+			}
+		}
+		l, err := exec.CommandContext(ctx, ghostwatchBinary(t), "scan", "--kubeconfig="+kubeconfig, "--node-name="+node, "--host-root="+root, rules, "-o", "json").Output()
+		if err != nil && !strings.Contains(err.Error(), "exit status 1") {
+			return fmt.Errorf("scan: %w", err)
+		}
+		bundle := filepath.Join(t.TempDir(), "node.tar.gz")
+		if out, err := exec.CommandContext(ctx, ghostwatchBinary(t), "collect", "--kubeconfig="+kubeconfig, "--node-name="+node, "--host-root="+root,
+			"-f", bundle, "--history-url=http://127.0.0.1:1").CombinedOutput(); err != nil && !strings.Contains(string(out), "not collected: the controller") {
+			return fmt.Errorf("collect: %w: %s", err, out)
+		}
+		var stderr strings.Builder
+		acmd := exec.CommandContext(ctx, ghostwatchBinary(t), "analyze", bundle, rules, "-o", "json")
+		acmd.Stderr = &stderr
+		a, err := acmd.Output()
+		if err != nil && !strings.Contains(err.Error(), "exit status 1") {
+			return fmt.Errorf("analyze: %w: %s", err, stderr.String())
+		}
+		live, analyzed = reportFindings(t, l), reportFindings(t, a)
+		return nil
+	}
+	res, err := HostLocalWipe(ctx, HostLocalOptions{CNIBin: filepath.Dir(bin), Inspect: inspect})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lab []string
+	for _, f := range res.Findings {
+		if f.Rule == rule.IPAMUnbookedIPID {
+			lab = append(lab, f.Subject.IP)
+		}
+	}
+	t.Logf("the lab's audit: unbooked %v; live scan and analyze: %q", lab, live)
+	if len(live) != len(lab) || len(lab) != 3 || fmt.Sprint(live) != fmt.Sprint(analyzed) {
+		t.Errorf("live scan %q, analyze %q, the lab's own audit %v", live, analyzed, lab)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -66,6 +67,22 @@ type rangeConf struct {
 	RangeStart string `json:"rangeStart"`
 	RangeEnd   string `json:"rangeEnd"`
 	Gateway    string `json:"gateway"`
+}
+
+// DataDirs returns host-local's data directories on the node whose files
+// are under root: the default one, and each its CNI configurations name.
+func DataDirs(root string) ([]string, error) {
+	confs, err := readConfigs(root)
+	if err != nil {
+		return nil, err
+	}
+	dirs := []string{DefaultDataDir}
+	for _, c := range confs.nets {
+		if !slices.Contains(dirs, c.dataDir) {
+			dirs = append(dirs, c.dataDir)
+		}
+	}
+	return dirs, nil
 }
 
 // readConfigs returns the host-local networks of the CNI configurations in
