@@ -381,6 +381,7 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 			return c, func() { c.Close() }, nil
 		}, time.Now))
 		mux.Handle(sink.FindingsPath, sink.FindingsHandler(a.At))
+		mux.Handle(hostlocal.AddressPath, hostlocal.AddressHandler(node, o.hostRoot))
 		stopAddress, err := serveHTTP(o.addressListen, mux, log)
 		if err != nil {
 			stopServing()

@@ -33,6 +33,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/sink"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
 	"github.com/ghostwatch/ghostwatch/source/gossip"
+	"github.com/ghostwatch/ghostwatch/source/hostlocal"
 	"github.com/ghostwatch/ghostwatch/source/kube"
 	"github.com/ghostwatch/ghostwatch/source/kube/history"
 )
@@ -77,10 +78,12 @@ It needs: list on pods (every namespace) and on Calico's ipamblocks, and
 create on pods/portforward in ghostwatch's namespace. The Helm chart's
 ipReader grants exactly that.
 
-Where the API server serves Calico's IPAM, ip reads the block that holds the
-address and says whether its booking (handle, node, pod) matches the pod that
-holds it. Not read by ip: a host-local reservation (on its node) and the
-gossip members at the address (ghostwatch scan --rule ... there).
+Each agent also says what its node's host-local stores hold for the address
+(reserved, for which container, or not). Where the API server serves Calico's
+IPAM, ip reads the block that holds the address and says whether its booking
+(handle, node, pod) matches the pod that holds it. The leading replica adds
+the gossip members at the address and the findings that name it; each agent,
+its node's.
 
 Exit codes: 0 every replica and agent answered, 2 could not run or one did
 not answer (the report names it, with why, and prints what the others said:
@@ -151,7 +154,10 @@ type ipReport struct {
 type nodeFlows struct {
 	Agent string `json:"agent"`
 	conntrack.AtAddress
-	said sink.FindingsAt
+	// HostLocal is what the node's host-local stores say of the address.
+	HostLocal      []hostlocal.NetworkAddress `json:"hostLocal,omitempty"`
+	HostLocalError string                     `json:"hostLocalError,omitempty"`
+	said           sink.FindingsAt
 }
 
 // replicaAnswer is what a controller replica says of the address.
@@ -177,9 +183,7 @@ type unanswered struct {
 	Error   string `json:"error"`
 }
 
-var ipNotRead = []string{
-	"a host-local reservation of the address: ghostwatch scan on its node (--rule ipam-unbooked-ip,ipam-leaked-ip)",
-}
+var ipNotRead = []string{}
 
 func (o *ipOptions) run(ctx context.Context, streams genericiooptions.IOStreams, arg string) error {
 	ip, err := netip.ParseAddr(arg)
@@ -268,6 +272,12 @@ func (o *ipOptions) run(ctx context.Context, streams genericiooptions.IOStreams,
 			if err := getJSON(ctx, base+conntrack.AddressPath+ip.String(), &n.AtAddress); err != nil {
 				return nodeFlows{}, err
 			}
+			// The node's stores unread leave its flows standing.
+			var hl hostlocal.AtAddress
+			if err := getJSON(ctx, base+hostlocal.AddressPath+ip.String(), &hl); err != nil {
+				n.HostLocalError = err.Error()
+			}
+			n.HostLocal = hl.Networks
 			return n, getJSON(ctx, base+sink.FindingsPath+ip.String(), &n.said)
 		}
 		targets := urlTargets(o.flowsURLs, ask)
@@ -297,11 +307,14 @@ func (o *ipOptions) run(ctx context.Context, streams genericiooptions.IOStreams,
 	rep.Tenures = mergeTenures(ip, histories, now)
 	rep.Flows = append(rep.Flows, flows...)
 	for _, n := range flows {
+		if n.HostLocalError != "" {
+			rep.Unanswered = append(rep.Unanswered, unanswered{Replica: "host-local's stores on " + n.Node, Error: n.HostLocalError})
+		}
 		for _, f := range n.said.Findings {
 			rep.Findings = append(rep.Findings, reportFinding{From: n.said.From, FindingAt: f})
 		}
 	}
-	rep.Unanswered = slices.Concat(missedH, missedFlows)
+	rep.Unanswered = slices.Concat(rep.Unanswered, missedH, missedFlows)
 	if recordErr != nil {
 		rep.Unanswered = append(rep.Unanswered, unanswered{Replica: "calico", Error: recordErr.Error()})
 	} else {
@@ -568,6 +581,23 @@ func printIP(w io.Writer, format string, rep ipReport) error {
 	if len(rep.Flows) == 0 {
 		fmt.Fprintln(w, "  no agent answered: no node's table was read")
 	}
+	hl := false
+	for _, n := range rep.Flows {
+		for _, r := range n.HostLocal {
+			if !hl {
+				fmt.Fprintln(w, "\nhost-local:")
+				hl = true
+			}
+			switch {
+			case r.Reserved:
+				fmt.Fprintf(w, "  %s: network %s (%s): reserved for container %s (%s) since %s\n", n.Node, r.Network, r.Dir, r.ContainerID, cmpOr(r.IfName, "-"), r.Since.Format(stamp))
+			case r.Missing:
+				fmt.Fprintf(w, "  %s: network %s: its store %s is missing (never made, or wiped): not reserved\n", n.Node, r.Network, r.Dir)
+			default:
+				fmt.Fprintf(w, "  %s: network %s (%s): in its ranges, not reserved\n", n.Node, r.Network, r.Dir)
+			}
+		}
+	}
 	if r := rep.IPAM; r != nil {
 		fmt.Fprintln(w, "\nIPAM record:")
 		switch {
@@ -633,9 +663,11 @@ func printIP(w io.Writer, format string, rep ipReport) error {
 			fmt.Fprintf(w, "  %s: %s\n", u.Replica, u.Error)
 		}
 	}
-	fmt.Fprintln(w, "\nNot read here:")
-	for _, n := range rep.NotRead {
-		fmt.Fprintf(w, "  %s\n", n)
+	if len(rep.NotRead) > 0 {
+		fmt.Fprintln(w, "\nNot read here:")
+		for _, n := range rep.NotRead {
+			fmt.Fprintf(w, "  %s\n", n)
+		}
 	}
 	return nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source/calico"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
+	"github.com/ghostwatch/ghostwatch/source/hostlocal"
 	"github.com/ghostwatch/ghostwatch/source/kube"
 	"github.com/ghostwatch/ghostwatch/source/kube/history"
 )
@@ -116,7 +117,11 @@ func (o *ipOptions) fromBundle(cmd *cobra.Command, streams genericiooptions.IOSt
 			return cmdline.WithCode(ExitError, fmt.Errorf("%s: %s: %w", o.bundle, bundleConntrack, err))
 		}
 		at.Node, at.CapturedAt = m.Node, m.CapturedAt
-		rep.Flows = append(rep.Flows, nodeFlows{Agent: "bundle", AtAddress: at})
+		n := nodeFlows{Agent: "bundle", AtAddress: at}
+		if hl, err := hostlocal.At(cmd.Context(), file(bundleHost), ip); err == nil {
+			n.HostLocal = hl.Networks
+		}
+		rep.Flows = append(rep.Flows, n)
 	} else {
 		rep.Unanswered = append(rep.Unanswered, unanswered{Replica: "node " + m.Node, Error: "no conntrack table in the bundle (its manifest says why)"})
 	}

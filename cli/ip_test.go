@@ -17,6 +17,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/sink"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
+	"github.com/ghostwatch/ghostwatch/source/hostlocal"
 	"github.com/ghostwatch/ghostwatch/source/kube/history"
 )
 
@@ -68,7 +69,8 @@ func TestIPTimelineTable(t *testing.T) {
 			{Agent: "gw-agent-x7k2p", AtAddress: conntrack.AtAddress{Node: "node-1", CapturedAt: ipT0.Add(30 * time.Minute), Read: 1234, Total: 1, Flows: []conntrack.AddressFlow{{
 				Role: "backend", Flow: "tcp 10.244.1.5:40000 -> 10.96.0.10:80", Backend: "10.244.3.47:8080", State: "ESTABLISHED", Timeout: 431990,
 				Remove: "conntrack -D -p tcp -s 10.244.1.5 -d 10.96.0.10 --sport 40000 --dport 80 -r 10.244.3.47"}}}},
-			{Agent: "gw-agent-q2w9z", AtAddress: conntrack.AtAddress{Node: "node-2", CapturedAt: ipT0.Add(30 * time.Minute), Read: 87}},
+			{Agent: "gw-agent-q2w9z", AtAddress: conntrack.AtAddress{Node: "node-2", CapturedAt: ipT0.Add(30 * time.Minute), Read: 87},
+				HostLocal: []hostlocal.NetworkAddress{{Network: "kindnet", Dir: "/run/cni-ipam-state/kindnet", Reserved: true, ContainerID: "c0ffee", IfName: "eth0", Since: ipT0.Add(10 * time.Minute)}}},
 		},
 		IPAM: &ipamRecord{Ledger: "calico", Block: "10-244-3-0-26", CIDR: "10.244.3.0/26", Affinity: "node-2", Allocated: true, Ordinal: 47,
 			Handle: "k8s-pod-network.c0ffee", BookedNode: "node-9", BookedPod: "shop/web-b", BookedAt: ipT0.Add(10 * time.Minute),
@@ -99,6 +101,9 @@ Conntrack flows at 10.244.3.47:
                 to remove exactly it: conntrack -D -p tcp -s 10.244.1.5 -d 10.96.0.10 --sport 40000 --dport 80 -r 10.244.3.47
   node-2 (87 entries read at 2026-11-26T10:30:00.000Z): none
 
+host-local:
+  node-2: network kindnet (/run/cni-ipam-state/kindnet): reserved for container c0ffee (eth0) since 2026-11-26T10:10:00.000Z
+
 IPAM record:
   calico: block 10-244-3-0-26 (10.244.3.0/26, affinity node-2), ordinal 47, handle k8s-pod-network.c0ffee, booked under node node-9 for shop/web-b at 2026-11-26T10:10:00.000Z
   booked under node node-9, but pod shop/web-b runs on node-2: Calico's leak collector will free it while the pod runs (ipam-misbooked)
@@ -116,9 +121,6 @@ Address histories:
 
 Did not answer (what they hold is not above):
   gw-controller-1: port-forward to ghostwatch/gw-controller-1: context deadline exceeded
-
-Not read here:
-  a host-local reservation of the address: ghostwatch scan on its node (--rule ipam-unbooked-ip,ipam-leaked-ip)
 `
 	if b.String() != want {
 		t.Errorf("table:\n%s\nwant:\n%s", b.String(), want)

@@ -218,7 +218,7 @@ func reportFindings(t *testing.T, report []byte) []string {
 	return out
 }
 
-// bundleFiles reads a tar.gz into memory.
+// bundleFiles reads the files of a tar.gz into memory.
 func bundleFiles(t *testing.T, file string) map[string][]byte {
 	t.Helper()
 	f, err := os.Open(file)
@@ -239,6 +239,9 @@ func bundleFiles(t *testing.T, file string) map[string][]byte {
 		}
 		if err != nil {
 			t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeDir {
+			continue
 		}
 		b, err := io.ReadAll(tr)
 		if err != nil {

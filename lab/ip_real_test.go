@@ -46,8 +46,9 @@ func TestRealIPTimelineSurvivesTheLeader(t *testing.T) {
 	}
 	a := e.controllerReplica(t, "controller-a")
 	b := e.controllerReplica(t, "controller-b")
-	// The agent of node-1, report only.
-	e.realAgent(t)
+	// The agent of node-1, report only, its files under a root of their
+	// own (no host-local there).
+	e.realAgent(t, "--host-root="+t.TempDir())
 	// Their pods, on a node whose kubelet API the test serves: a
 	// port-forward to a replica's history port reaches that replica's, to
 	// the agent's address port the agent's, in node-1's namespace.
