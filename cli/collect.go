@@ -53,6 +53,7 @@ const (
 	bundleAddresses = "node/addresses.json"
 	bundleProxy     = "node/proxy.json"
 	bundleHost      = "node/host"
+	bundleSysctls   = "node/sysctls.json"
 	bundleHistory   = "controller/history.json"
 	bundleGossip    = "controller/gossip.json"
 )
@@ -114,8 +115,8 @@ func newCollectCommand(streams genericiooptions.IOStreams) *cobra.Command {
 one moment: from the cluster, the objects the rules read (Pods, Services,
 EndpointSlices, Nodes, ServiceCIDRs) and Calico's IPAM objects where they are
 served; from the node, its conntrack table (as conntrack -L -o extended,id
-prints it, with the time it was read), its addresses, which proxy translates
-Services here, and a copy of its CNI configurations, host-local's stores and
+prints it, with the time it was read) and its settings (net.netfilter.
+nf_conntrack_*), its addresses, which proxy translates Services here, and a copy of its CNI configurations, host-local's stores and
 Calico's node name file.
 
 From the controller's replicas (through a port-forward, as ghostwatch ip does),
@@ -220,6 +221,9 @@ func (o *collectOptions) run(ctx context.Context, streams genericiooptions.IOStr
 	// The node first, the table before all: the moment the bundle stands
 	// for is its capture.
 	if err := collectConntrack(ctx, b, captured); err != nil {
+		return cmdline.WithCode(ExitError, err)
+	}
+	if err := collectSysctls(b); err != nil {
 		return cmdline.WithCode(ExitError, err)
 	}
 	var s snapshot.Snapshot
@@ -529,4 +533,35 @@ func (o *collectOptions) collectController(ctx context.Context, b *bundleWriter,
 		return b.add(bundleGossip, data, fmt.Sprintf("the gossip clusters' member lists, %d views, as the controller's leader last read them", len(views.Views)))
 	}
 	return nil
+}
+
+// sysctlDir holds the conntrack settings of this network namespace.
+const sysctlDir = "/proc/sys/net/netfilter"
+
+// collectSysctls writes this network namespace's conntrack settings
+// (net.netfilter.nf_conntrack_*: the table's size and count, the
+// timeouts, timestamps, events, the TCP window checks), by name.
+func collectSysctls(b *bundleWriter) error {
+	entries, err := os.ReadDir(sysctlDir)
+	if err != nil {
+		b.miss("the conntrack settings (net.netfilter.nf_conntrack_*)", err.Error())
+		return nil
+	}
+	out := map[string]string{}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), "nf_conntrack_") || e.IsDir() {
+			continue
+		}
+		v, err := os.ReadFile(filepath.Join(sysctlDir, e.Name()))
+		if err != nil {
+			b.miss("net.netfilter."+e.Name(), err.Error())
+			continue
+		}
+		out["net.netfilter."+e.Name()] = strings.TrimSpace(string(v))
+	}
+	data, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return err
+	}
+	return b.add(bundleSysctls, data, fmt.Sprintf("this node's conntrack settings, %d of them (net.netfilter.nf_conntrack_*)", len(out)))
 }

@@ -161,7 +161,7 @@ func TestRealCollectThenAnalyzeIsTheLiveScan(t *testing.T) {
 
 	// What the bundle holds, and what it never does.
 	files := bundleFiles(t, bundle)
-	for _, want := range []string{"manifest.json", "cluster/objects.json", "controller/history.json", "node/conntrack.txt", "node/addresses.json", "node/proxy.json",
+	for _, want := range []string{"manifest.json", "cluster/objects.json", "controller/history.json", "node/conntrack.txt", "node/sysctls.json", "node/addresses.json", "node/proxy.json",
 		"node/host/etc/cni/net.d/10-lab.conflist", "node/host/var/lib/cni/networks/lab/last_reserved_ip.0"} {
 		if _, ok := files[want]; !ok {
 			t.Errorf("the bundle lacks %s (it holds %v)", want, keys(files))
@@ -191,6 +191,10 @@ func TestRealCollectThenAnalyzeIsTheLiveScan(t *testing.T) {
 	if len(m.NotCollected) != 2 || !m.NotCollected[0].Absent || !strings.Contains(m.NotCollected[0].What, "Calico") ||
 		!m.NotCollected[1].Absent || !strings.Contains(m.NotCollected[1].What, "gossip") {
 		t.Errorf("not collected %+v: want Calico's IPAM and the gossip lists, absent", m.NotCollected)
+	}
+	// The node's own settings: conntrack timestamps are on in its namespace.
+	if !bytes.Contains(files["node/sysctls.json"], []byte(`"net.netfilter.nf_conntrack_timestamp": "1"`)) {
+		t.Errorf("sysctls: %s", files["node/sysctls.json"])
 	}
 	if !bytes.Contains(files["controller/history.json"], []byte(`"pod":"`+k.victim+`"`)) {
 		t.Errorf("the history does not hold the deleted %s: %s", k.victim, files["controller/history.json"])
