@@ -2,6 +2,7 @@ package cli
 
 import (
 	"archive/tar"
+	"bytes"
 	"compress/gzip"
 	"context"
 	"encoding/json"
@@ -160,10 +161,15 @@ type bundleWriter struct {
 }
 
 func (b *bundleWriter) add(name string, data []byte, what string) error {
-	if err := b.tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: b.m.CapturedAt, Typeflag: tar.TypeReg}); err != nil {
+	return b.addFrom(name, bytes.NewReader(data), int64(len(data)), what)
+}
+
+// addFrom adds the size bytes r reads as the file name.
+func (b *bundleWriter) addFrom(name string, r io.Reader, size int64, what string) error {
+	if err := b.tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: size, ModTime: b.m.CapturedAt, Typeflag: tar.TypeReg}); err != nil {
 		return err
 	}
-	if _, err := b.tw.Write(data); err != nil {
+	if _, err := io.CopyN(b.tw, r, size); err != nil {
 		return err
 	}
 	b.m.Collected = append(b.m.Collected, bundleFile{Path: name, What: what})
@@ -323,8 +329,15 @@ func collectConntrack(ctx context.Context, b *bundleWriter, captured time.Time) 
 		return nil
 	}
 	defer c.Close()
-	var text strings.Builder
-	w := conntrack.NewTextWriter(&text, captured)
+	// Through a file, not memory: a table of millions of entries is
+	// hundreds of megabytes of text.
+	tmp, err := os.CreateTemp("", "ghostwatch-conntrack-*.txt")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	w := conntrack.NewTextWriter(tmp, captured)
 	n, err := c.Dump(ctx, func(f *snapshot.Flow) error { return w.Write(f) })
 	if err == nil {
 		err = w.Flush()
@@ -333,7 +346,14 @@ func collectConntrack(ctx context.Context, b *bundleWriter, captured time.Time) 
 		b.miss("this node's conntrack table", fmt.Sprintf("read %d entries, then: %v", n, err))
 		return nil
 	}
-	return b.add(bundleConntrack, []byte(text.String()), fmt.Sprintf("this node's conntrack table, %d entries, as conntrack -L -o extended,id prints it", n))
+	size, err := tmp.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	return b.addFrom(bundleConntrack, tmp, size, fmt.Sprintf("this node's conntrack table, %d entries, as conntrack -L -o extended,id prints it", n))
 }
 
 // copyHostDir copies the regular files under dir of the node's tree, as
