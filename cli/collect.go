@@ -36,7 +36,6 @@ import (
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/calico"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
-	"github.com/ghostwatch/ghostwatch/source/gossip"
 	"github.com/ghostwatch/ghostwatch/source/host"
 	"github.com/ghostwatch/ghostwatch/source/hostlocal"
 	"github.com/ghostwatch/ghostwatch/source/kube"
@@ -200,10 +199,8 @@ func (o *collectOptions) run(ctx context.Context, streams genericiooptions.IOStr
 	if o.timeout <= 0 {
 		return cmdline.WithCode(ExitError, fmt.Errorf("--timeout %s: must be positive", o.timeout))
 	}
-	for _, u := range o.historyURLs {
-		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
-			return cmdline.WithCode(ExitError, fmt.Errorf("--history-url %q: want http://HOST:PORT", gossip.Redact(u)))
-		}
+	if err := checkURLs("--history-url", o.historyURLs); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()

@@ -203,10 +203,8 @@ func (o *ipOptions) run(ctx context.Context, streams genericiooptions.IOStreams,
 		return cmdline.WithCode(ExitError, fmt.Errorf("--concurrency %d: must be at least 1", o.concurrency))
 	}
 	for flag, urls := range map[string][]string{"--history-url": o.historyURLs, "--flows-url": o.flowsURLs} {
-		for _, u := range urls {
-			if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
-				return cmdline.WithCode(ExitError, fmt.Errorf("%s %q: want http://HOST:PORT", flag, gossip.Redact(u)))
-			}
+		if err := checkURLs(flag, urls); err != nil {
+			return err
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
@@ -677,4 +675,15 @@ func cmpOr(s, or string) string {
 		return or
 	}
 	return s
+}
+
+// checkURLs refuses an address of flag that is not http(s)://HOST:PORT,
+// its password redacted.
+func checkURLs(flag string, urls []string) error {
+	for _, u := range urls {
+		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			return cmdline.WithCode(ExitError, fmt.Errorf("%s %q: want http://HOST:PORT", flag, gossip.Redact(u)))
+		}
+	}
+	return nil
 }

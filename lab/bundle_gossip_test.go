@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,12 +14,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ghostwatch/ghostwatch/deploy"
-	"github.com/ghostwatch/ghostwatch/internal/serftest"
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
-	sourcegossip "github.com/ghostwatch/ghostwatch/source/gossip"
 )
 
 // The gossip incident on real Serf agents and the real API server: a
@@ -50,38 +46,7 @@ func TestRealCollectThenAnalyzeGossipGhost(t *testing.T) {
 	hist := loopbackPort(t)
 	metrics := e.realController(t, "--gossip-interval=1s", "--gossip-clusters="+clusters, "--history-listen="+hist)
 
-	survivor := serftest.Start(t, serftest.Config{Name: "serf-0", Gossip: netip.MustParseAddrPort("127.0.0.3:0"), RPC: netip.MustParseAddrPort("127.0.0.3:0")})
-	old := serftest.Start(t, serftest.Config{Name: "node-127-0-0-2", Gossip: netip.MustParseAddrPort("127.0.0.2:0")})
-	old.Join(t, survivor.Gossip)
-	rpcPort := netip.MustParseAddrPort(survivor.RPC).Port()
-	if _, err := e.api.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gossip"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pod := func(name, ip string, start time.Time, annotations map[string]string) {
-		p, err := e.api.CoreV1().Pods("gossip").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "gossip", Name: name, Annotations: annotations},
-			Spec: corev1.PodSpec{NodeName: "node-7", Containers: []corev1.Container{{Name: "serf", Image: "serf:0.10.2"}}}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}, StartTime: &metav1.Time{Time: start}}
-		if _, err := e.api.CoreV1().Pods("gossip").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	serfPod := map[string]string{sourcegossip.AnnotationGossip: "serf"}
-	pod("serf-0", "127.0.0.3", time.Now().Add(-time.Hour), map[string]string{sourcegossip.AnnotationGossip: "serf", sourcegossip.AnnotationGossipPort: fmt.Sprint(rpcPort)})
-	pod("serf-1", "127.0.0.2", time.Now().Add(-time.Hour), serfPod)
-	e.eventually(t, time.Minute, "the controller to read both members alive", func() bool {
-		return strings.Contains(metrics(t), `ghostwatch_gossip_members{cluster="gossip/serf",status="alive",system="serf"} 2`)
-	})
-	started := time.Now().Add(6 * time.Second)
-	old.Kill()
-	if err := e.api.CoreV1().Pods("gossip").Delete(ctx, "serf-1", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
-		t.Fatal(err)
-	}
-	pod("serf-2", "127.0.0.2", started, serfPod)
-	newcomer := serftest.Start(t, serftest.Config{Name: "node-8c1f3e", Gossip: netip.MustParseAddrPort("127.0.0.2:0")})
-	newcomer.Join(t, survivor.Gossip)
+	serfGhost(t, e, metrics)
 	e.eventually(t, time.Minute, "the controller to report the ghost", func() bool {
 		return strings.Contains(metrics(t), `ghostwatch_findings{rule="gossip-ghost-member",severity="critical"} 1`)
 	})

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,16 +41,9 @@ func TestRealCollectThenAnalyzeIsTheLiveScan(t *testing.T) {
 		}
 	}
 	replica := e.controllerReplicaIn(t, "controller-a", e.node)
-	svc := e.service(t, "db", "pg", 0)
-	for _, p := range []string{"pg-0", "pg-1", "pg-2"} {
-		e.pod(t, "db", p, "pg", netip.Addr{}, 1)
-	}
-	app, err := e.bed.AddHost("app", e.node.Net, hostPfx(netip.MustParseAddr("10.244.7.250")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	app, fe := e.pooledReplicas(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	k := e.killPinned(t, keepAlive(ctx, app, netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80)), "db", "pg", 1, metav1.DeleteOptions{})
+	k := e.killPinned(t, keepAlive(ctx, app, fe), "db", "pg", 1, metav1.DeleteOptions{})
 	// The client goes: nothing opens new flows while the evidence is read.
 	cancel()
 	if len(e.flowsTo(t, k.ip)) == 0 {
@@ -272,4 +264,27 @@ func tokenOf(kubeconfig []byte) []byte {
 		}
 	}
 	return []byte("no token in the kubeconfig")
+}
+
+// scanAndBundle scans node live (its files under root, the rules given as
+// a --rule flag), then collects a bundle there (no controller asked: it is
+// named as missing) and analyzes it: both reports' findings.
+func scanAndBundle(ctx context.Context, t *testing.T, kubeconfig, node, root, rules string) (live, analyzed []string, err error) {
+	l, err := exec.CommandContext(ctx, ghostwatchBinary(t), "scan", "--kubeconfig="+kubeconfig, "--node-name="+node, "--host-root="+root, rules, "-o", "json").Output()
+	if err != nil && !strings.Contains(err.Error(), "exit status 1") {
+		return nil, nil, fmt.Errorf("scan: %w", err)
+	}
+	bundle := filepath.Join(t.TempDir(), node+".tar.gz")
+	if out, err := exec.CommandContext(ctx, ghostwatchBinary(t), "collect", "--kubeconfig="+kubeconfig, "--node-name="+node, "--host-root="+root,
+		"-f", bundle, "--history-url=http://127.0.0.1:1").CombinedOutput(); err != nil && !strings.Contains(string(out), "not collected: the controller") {
+		return nil, nil, fmt.Errorf("collect: %w: %s", err, out)
+	}
+	var stderr strings.Builder
+	acmd := exec.CommandContext(ctx, ghostwatchBinary(t), "analyze", bundle, rules, "-o", "json")
+	acmd.Stderr = &stderr
+	a, err := acmd.Output()
+	if err != nil && !strings.Contains(err.Error(), "exit status 1") {
+		return nil, nil, fmt.Errorf("analyze: %w: %s", err, stderr.String())
+	}
+	return reportFindings(t, l), reportFindings(t, a), nil
 }

@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -51,25 +50,10 @@ func TestCalicoMisbookScenario(t *testing.T) {
 		// node's ledgers, and collect, then analyze of its bundle, find
 		// the same.
 		rules := "--rule=ipam-misbooked,ipam-unbooked-ip,ipam-leaked-ip,ipam-ledger-corrupt,stale-nodename-file,duplicate-pod-ip"
-		l, err := exec.CommandContext(ctx, ghostwatchBinary(t), "scan", "--kubeconfig="+kubeconfig, "--node-name=node-a", "--host-root="+roots["node-a"], rules, "-o", "json").Output()
-		if err != nil && !strings.Contains(err.Error(), "exit status 1") {
-			return fmt.Errorf("scan: %w", err)
+		var err error
+		if live, analyzed, err = scanAndBundle(ctx, t, kubeconfig, "node-a", roots["node-a"], rules); err != nil {
+			return err
 		}
-		bundle := filepath.Join(t.TempDir(), "node-a.tar.gz")
-		// No controller in this lab: its history is named as missing.
-		out, err := exec.CommandContext(ctx, ghostwatchBinary(t), "collect", "--kubeconfig="+kubeconfig, "--node-name=node-a", "--host-root="+roots["node-a"],
-			"-f", bundle, "--history-url=http://127.0.0.1:1").CombinedOutput()
-		if err != nil && !strings.Contains(string(out), "not collected: the controller") {
-			return fmt.Errorf("collect: %w: %s", err, out)
-		}
-		var stderr strings.Builder
-		acmd := exec.CommandContext(ctx, ghostwatchBinary(t), "analyze", bundle, rules, "-o", "json")
-		acmd.Stderr = &stderr
-		a, err := acmd.Output()
-		if err != nil && !strings.Contains(err.Error(), "exit status 1") {
-			return fmt.Errorf("analyze: %w: %s", err, stderr.String())
-		}
-		live, analyzed = reportFindings(t, l), reportFindings(t, a)
 		for _, ip := range misbooked {
 			out, _ := exec.CommandContext(ctx, ghostwatchBinary(t), "ip", ip.String(), "--kubeconfig="+kubeconfig, "-o", "json",
 				"--history-url=http://127.0.0.1:1", "--flows-url=http://127.0.0.1:1").Output()

@@ -117,16 +117,9 @@ ipReader:
 
 	// A pooled connection pinned to a replica that is deleted: the agent
 	// deletes its ghost, and the client is answered by another replica.
-	svc := e.service(t, "db", "pg", 0)
-	for _, p := range []string{"pg-0", "pg-1", "pg-2"} {
-		e.pod(t, "db", p, "pg", netip.Addr{}, 1)
-	}
-	app, err := e.bed.AddHost("app", e.node.Net, hostPfx(netip.MustParseAddr("10.244.7.250")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	app, fe := e.pooledReplicas(t)
 	cctx, cancel := context.WithCancel(ctx)
-	k := e.killPinned(t, keepAlive(cctx, app, netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80)), "db", "pg", 1, metav1.DeleteOptions{})
+	k := e.killPinned(t, keepAlive(cctx, app, fe), "db", "pg", 1, metav1.DeleteOptions{})
 	cancel()
 	if k.last.Err != nil || k.last.Pod == k.victim || k.window > realMaxWindow {
 		t.Errorf("the client must be answered by another replica within %s: window %s, last outcome %+v; agent log:\n%s", realMaxWindow, k.window, k.last, agent.Logs)

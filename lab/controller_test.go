@@ -283,6 +283,31 @@ func realConsulGhost(t *testing.T, e *realEnv, metrics func(*testing.T) string) 
 // with its own identity, forces the ghost out through the survivor's RPC,
 // and the finding goes.
 func realGossipGhost(t *testing.T, e *realEnv, metrics func(*testing.T) string) {
+	survivor := serfGhost(t, e, metrics)
+
+	e.eventually(t, time.Minute, "a GossipGhostMember Event on the new pod", func() bool {
+		return e.hasWarning(t, "gossip", "Pod", "serf-2", "GossipGhostMember")
+	})
+	e.eventually(t, time.Minute, "the ghost forced out", func() bool {
+		return e.hasEvent(t, "gossip", "Pod", "serf-2", "GossipMemberForcedOut")
+	})
+	for _, m := range survivor.Members() {
+		if m.Name == "node-127-0-0-2" {
+			t.Errorf("the survivor still lists the ghost, %s", m.Status)
+		}
+	}
+	e.eventually(t, time.Minute, "the finding gone", func() bool {
+		m := metrics(t)
+		return strings.Contains(m, `ghostwatch_findings{rule="gossip-ghost-member",severity="critical"} 0`) &&
+			strings.Contains(m, `ghostwatch_remedy_actions_total{result="done",rule="gossip-ghost-member"} 1`)
+	})
+}
+
+// serfGhost makes the incident of realGossipGhost on real Serf agents,
+// their pods in namespace gossip: it returns the survivor once the
+// newcomer has joined at the dead member's address.
+func serfGhost(t *testing.T, e *realEnv, metrics func(*testing.T) string) *serftest.Agent {
+	t.Helper()
 	ctx := context.Background()
 	survivor := serftest.Start(t, serftest.Config{Name: "serf-0", Gossip: netip.MustParseAddrPort("127.0.0.3:0"), RPC: netip.MustParseAddrPort("127.0.0.3:0")})
 	old := serftest.Start(t, serftest.Config{Name: "node-127-0-0-2", Gossip: netip.MustParseAddrPort("127.0.0.2:0")})
@@ -318,23 +343,7 @@ func realGossipGhost(t *testing.T, e *realEnv, metrics func(*testing.T) string) 
 	pod("serf-2", "127.0.0.2", started, serfPod)
 	newcomer := serftest.Start(t, serftest.Config{Name: "node-8c1f3e", Gossip: netip.MustParseAddrPort("127.0.0.2:0")})
 	newcomer.Join(t, survivor.Gossip)
-
-	e.eventually(t, time.Minute, "a GossipGhostMember Event on the new pod", func() bool {
-		return e.hasWarning(t, "gossip", "Pod", "serf-2", "GossipGhostMember")
-	})
-	e.eventually(t, time.Minute, "the ghost forced out", func() bool {
-		return e.hasEvent(t, "gossip", "Pod", "serf-2", "GossipMemberForcedOut")
-	})
-	for _, m := range survivor.Members() {
-		if m.Name == "node-127-0-0-2" {
-			t.Errorf("the survivor still lists the ghost, %s", m.Status)
-		}
-	}
-	e.eventually(t, time.Minute, "the finding gone", func() bool {
-		m := metrics(t)
-		return strings.Contains(m, `ghostwatch_findings{rule="gossip-ghost-member",severity="critical"} 0`) &&
-			strings.Contains(m, `ghostwatch_remedy_actions_total{result="done",rule="gossip-ghost-member"} 1`)
-	})
+	return survivor
 }
 
 // misbookedBlock is the /26 block holding ordinal ord for pod ns/pod under

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -221,24 +220,9 @@ func TestRealHostLocalWipeCollectThenAnalyze(t *testing.T) {
 				return err
 			}
 		}
-		l, err := exec.CommandContext(ctx, ghostwatchBinary(t), "scan", "--kubeconfig="+kubeconfig, "--node-name="+node, "--host-root="+root, rules, "-o", "json").Output()
-		if err != nil && !strings.Contains(err.Error(), "exit status 1") {
-			return fmt.Errorf("scan: %w", err)
-		}
-		bundle := filepath.Join(t.TempDir(), "node.tar.gz")
-		if out, err := exec.CommandContext(ctx, ghostwatchBinary(t), "collect", "--kubeconfig="+kubeconfig, "--node-name="+node, "--host-root="+root,
-			"-f", bundle, "--history-url=http://127.0.0.1:1").CombinedOutput(); err != nil && !strings.Contains(string(out), "not collected: the controller") {
-			return fmt.Errorf("collect: %w: %s", err, out)
-		}
-		var stderr strings.Builder
-		acmd := exec.CommandContext(ctx, ghostwatchBinary(t), "analyze", bundle, rules, "-o", "json")
-		acmd.Stderr = &stderr
-		a, err := acmd.Output()
-		if err != nil && !strings.Contains(err.Error(), "exit status 1") {
-			return fmt.Errorf("analyze: %w: %s", err, stderr.String())
-		}
-		live, analyzed = reportFindings(t, l), reportFindings(t, a)
-		return nil
+		var err error
+		live, analyzed, err = scanAndBundle(ctx, t, kubeconfig, node, root, rules)
+		return err
 	}
 	res, err := HostLocalWipe(ctx, HostLocalOptions{CNIBin: filepath.Dir(bin), Inspect: inspect})
 	if err != nil {

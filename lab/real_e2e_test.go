@@ -239,15 +239,7 @@ func TestRealSeed004CrossNode(t *testing.T) {
 // as kube-proxy does.)
 func TestRealSeed001PooledClusterIP(t *testing.T) {
 	e := newRealEnv(t, controlplane.ProxyIPTables)
-	svc := e.service(t, "db", "pg", 0)
-	for _, p := range []string{"pg-0", "pg-1", "pg-2"} {
-		e.pod(t, "db", p, "pg", netip.Addr{}, 1)
-	}
-	app, err := e.bed.AddHost("app", e.node.Net, hostPfx(netip.MustParseAddr("10.244.7.250")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fe := netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80)
+	app, fe := e.pooledReplicas(t)
 	for _, withAgent := range []bool{false, true} {
 		if withAgent {
 			e.realAgent(t, "--remedy=stale-nat-flow", minGraceFlag)
@@ -680,4 +672,20 @@ func TestLabConntrackDeployRealControlPlane(t *testing.T) {
 		t.Errorf("the timeline does not state the policy, or the node rewrote the client's address")
 	}
 	checkAgentActions(t, res)
+}
+
+// pooledReplicas is Service db/pg with three replicas (pg-0, pg-1, pg-2)
+// and a client host, app, to pool connections to it: the host and the
+// Service's frontend.
+func (e *realEnv) pooledReplicas(t *testing.T) (*netbed.Host, netip.AddrPort) {
+	t.Helper()
+	svc := e.service(t, "db", "pg", 0)
+	for _, p := range []string{"pg-0", "pg-1", "pg-2"} {
+		e.pod(t, "db", p, "pg", netip.Addr{}, 1)
+	}
+	app, err := e.bed.AddHost("app", e.node.Net, hostPfx(netip.MustParseAddr("10.244.7.250")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return app, netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80)
 }
