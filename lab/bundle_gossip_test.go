@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -13,9 +12,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
-	"github.com/ghostwatch/ghostwatch/deploy"
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
 )
 
@@ -26,19 +22,7 @@ import (
 // bundle finds what the controller found.
 func TestRealCollectThenAnalyzeGossipGhost(t *testing.T) {
 	e := newRealEnv(t, controlplane.ProxyIPTables)
-	ctx := context.Background()
-	ms, err := deploy.Controller()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range ms {
-		if _, ok := m.Object.(*corev1.Namespace); ok {
-			continue
-		}
-		if err := createObject(ctx, e.cp.Admin, m.Object); err != nil {
-			t.Fatalf("%s: %v", m.File, err)
-		}
-	}
+	e.installController(t)
 	clusters := filepath.Join(t.TempDir(), "gossip-clusters.yaml")
 	if err := os.WriteFile(clusters, []byte("clusters:\n- {system: serf, namespace: gossip}\n"), 0o644); err != nil {
 		t.Fatal(err)

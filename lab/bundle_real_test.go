@@ -18,7 +18,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ghostwatch/ghostwatch/deploy"
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
 )
 
@@ -31,15 +30,7 @@ func TestRealCollectThenAnalyzeIsTheLiveScan(t *testing.T) {
 	e := newRealEnv(t, controlplane.ProxyIPTables)
 	// A controller replica, whose address history the bundle takes,
 	// from before the incident.
-	ms, err := deploy.Controller()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range ms {
-		if err := createObject(context.Background(), e.cp.Admin, m.Object); err != nil {
-			t.Fatalf("%s: %v", m.File, err)
-		}
-	}
+	e.installController(t)
 	replica := e.controllerReplicaIn(t, "controller-a", e.node)
 	app, fe := e.pooledReplicas(t)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -41,18 +41,7 @@ import (
 func TestRealController(t *testing.T) {
 	e := newRealEnv(t, controlplane.ProxyIPTables)
 	ctx := context.Background()
-	ms, err := deploy.Controller()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range ms {
-		if _, ok := m.Object.(*corev1.Namespace); ok {
-			continue // deploy/agent made it, the same
-		}
-		if err := createObject(ctx, e.cp.Admin, m.Object); err != nil {
-			t.Fatalf("%s: %v", m.File, err)
-		}
-	}
+	e.installController(t)
 	client, err := kubernetes.NewForConfig(e.cp.Config(controlplane.UserController))
 	if err != nil {
 		t.Fatal(err)
@@ -404,6 +393,24 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// installController applies deploy/controller (its RBAC, its
+// ServiceAccount), but its namespace, which deploy/agent made the same.
+func (e *realEnv) installController(t *testing.T) {
+	t.Helper()
+	ms, err := deploy.Controller()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if _, ok := m.Object.(*corev1.Namespace); ok {
+			continue
+		}
+		if err := createObject(context.Background(), e.cp.Admin, m.Object); err != nil {
+			t.Fatalf("%s: %v", m.File, err)
+		}
+	}
 }
 
 // realController runs the ghostwatch binary's controller with the identity

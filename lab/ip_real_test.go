@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ghostwatch/ghostwatch/cli"
-	"github.com/ghostwatch/ghostwatch/deploy"
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
 	"github.com/ghostwatch/ghostwatch/source/kube/history"
@@ -35,15 +34,7 @@ func TestRealIPTimelineSurvivesTheLeader(t *testing.T) {
 	if _, err := e.api.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ms, err := deploy.Controller()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range ms {
-		if err := createObject(ctx, e.cp.Admin, m.Object); err != nil {
-			t.Fatalf("%s: %v", m.File, err)
-		}
-	}
+	e.installController(t)
 	a := e.controllerReplica(t, "controller-a")
 	b := e.controllerReplica(t, "controller-b")
 	// The agent of node-1, report only, its files under a root of their
