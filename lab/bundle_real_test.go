@@ -261,12 +261,24 @@ func tokenOf(kubeconfig []byte) []byte {
 // a --rule flag), then collects a bundle there (no controller asked: it is
 // named as missing) and analyzes it: both reports' findings.
 func scanAndBundle(ctx context.Context, t *testing.T, kubeconfig, node, root, rules string) (live, analyzed []string, err error) {
-	l, err := exec.CommandContext(ctx, ghostwatchBinary(t), "scan", "--kubeconfig="+kubeconfig, "--node-name="+node, "--host-root="+root, rules, "-o", "json").Output()
+	return scanAndBundleIn(ctx, t, "", kubeconfig, node, root, rules)
+}
+
+// scanAndBundleIn is scanAndBundle with the scan and collect run in the
+// network namespace netns ("": this one).
+func scanAndBundleIn(ctx context.Context, t *testing.T, netns, kubeconfig, node, root, rules string) (live, analyzed []string, err error) {
+	onNode := func(args ...string) *exec.Cmd {
+		if netns == "" {
+			return exec.CommandContext(ctx, ghostwatchBinary(t), args...)
+		}
+		return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", netns, ghostwatchBinary(t)}, args...)...)
+	}
+	l, err := onNode("scan", "--kubeconfig="+kubeconfig, "--node-name="+node, "--host-root="+root, rules, "-o", "json").Output()
 	if err != nil && !strings.Contains(err.Error(), "exit status 1") {
 		return nil, nil, fmt.Errorf("scan: %w", err)
 	}
 	bundle := filepath.Join(t.TempDir(), node+".tar.gz")
-	if out, err := exec.CommandContext(ctx, ghostwatchBinary(t), "collect", "--kubeconfig="+kubeconfig, "--node-name="+node, "--host-root="+root,
+	if out, err := onNode("collect", "--kubeconfig="+kubeconfig, "--node-name="+node, "--host-root="+root,
 		"-f", bundle, "--history-url=http://127.0.0.1:1").CombinedOutput(); err != nil && !strings.Contains(string(out), "not collected: the controller") {
 		return nil, nil, fmt.Errorf("collect: %w: %s", err, out)
 	}

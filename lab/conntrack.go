@@ -56,6 +56,11 @@ type Options struct {
 	// KubeBin is the directory of the real control plane's binaries;
 	// default $GHOSTWATCH_KUBE_BIN.
 	KubeBin string
+	// Inspect, when set with the real control plane, is called while the
+	// client fails and the ghost stands, after the lab's own scan, with an
+	// admin's kubeconfig and the node's network namespace: a look from
+	// outside.
+	Inspect func(ctx context.Context, kubeconfig, netns string) error
 }
 
 func (o *Options) defaults() {
@@ -742,6 +747,15 @@ func (in *incident) scanGhost(ctx context.Context) error {
 		return err
 	}
 	in.run.Findings = res.Findings
+	if in.o.Inspect != nil && in.e.real != nil {
+		kubeconfig, err := in.e.real.cp.WriteKubeconfig(controlplane.UserAdmin)
+		if err != nil {
+			return err
+		}
+		if err := in.o.Inspect(ctx, kubeconfig, in.e.node.Name()); err != nil {
+			return fmt.Errorf("inspecting the ghost: %w", err)
+		}
+	}
 	return nil
 }
 

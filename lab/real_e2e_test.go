@@ -646,8 +646,16 @@ func TestRealUDPPinnedToDeletedBackend(t *testing.T) {
 func TestLabConntrackDeployRealControlPlane(t *testing.T) {
 	bin := realBinaries(t)
 	var out bytes.Buffer
+	// While the ghost stands (each run), a live scan of the node and the
+	// analysis of the bundle collect wrote there find the same.
+	var live, analyzed [][]string
+	inspect := func(ctx context.Context, kubeconfig, netns string) error {
+		l, a, err := scanAndBundleIn(ctx, t, netns, kubeconfig, labNode, t.TempDir(), "--rule=stale-nat-flow,misdelivered-flow")
+		live, analyzed = append(live, l), append(analyzed, a)
+		return err
+	}
 	res, err := ConntrackDeploy(context.Background(), Options{Out: &out, Prefix: prefix(), Observe: 5 * time.Second,
-		WithAgent: true, ControlPlane: ControlPlaneReal, KubeBin: bin})
+		WithAgent: true, ControlPlane: ControlPlaneReal, KubeBin: bin, Inspect: inspect})
 	t.Log("\n" + out.String())
 	if err != nil {
 		t.Fatal(err)
@@ -672,6 +680,15 @@ func TestLabConntrackDeployRealControlPlane(t *testing.T) {
 		t.Errorf("the timeline does not state the policy, or the node rewrote the client's address")
 	}
 	checkAgentActions(t, res)
+	if len(live) == 0 || len(live[0]) == 0 {
+		t.Fatalf("no live scan while the ghost stood: %q", live)
+	}
+	for i := range live {
+		t.Logf("run %d: live scan and analyze: %q", i, live[i])
+		if fmt.Sprint(live[i]) != fmt.Sprint(analyzed[i]) {
+			t.Errorf("run %d: live scan %q, analyze %q", i, live[i], analyzed[i])
+		}
+	}
 }
 
 // pooledReplicas is Service db/pg with three replicas (pg-0, pg-1, pg-2)
