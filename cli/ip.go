@@ -51,6 +51,7 @@ type ipOptions struct {
 	concurrency        int
 	timeout            time.Duration
 	bundle             string
+	nodes              []string
 }
 
 func newIPCommand(streams genericiooptions.IOStreams) *cobra.Command {
@@ -120,6 +121,7 @@ a node that did not answer is never read as holding no flow).`,
 	f.StringSliceVar(&o.flowsURLs, "flows-url", nil, "ask these agents (http://HOST:PORT) instead of port-forwarding to every agent's pod")
 	f.IntVar(&o.concurrency, "concurrency", 16, "at most this many replicas and agents asked at once")
 	f.StringVar(&o.bundle, "bundle", "", "tell the story from a bundle ghostwatch collect wrote, offline: nothing live is asked")
+	f.StringSliceVar(&o.nodes, "node", nil, "ask only the agents of these nodes (default every node's): on a large cluster, the nodes whose clients matter")
 	f.DurationVar(&o.timeout, "timeout", 20*time.Second, "how long to wait for the API server and the replicas")
 	return cmd
 }
@@ -281,6 +283,16 @@ func (o *ipOptions) run(ctx context.Context, streams genericiooptions.IOStreams,
 		targets := urlTargets(o.flowsURLs, ask)
 		if len(o.flowsURLs) == 0 {
 			targets = podTargets(ctx, restConfig, client, o.namespace, o.agentSelector, o.agentPort, "the agents", ask)
+			if len(o.nodes) > 0 {
+				targets = slices.DeleteFunc(targets, func(t target[nodeFlows]) bool {
+					return !slices.ContainsFunc(o.nodes, func(n string) bool { return strings.HasSuffix(t.name, " on "+n) })
+				})
+				if len(targets) == 0 {
+					targets = []target[nodeFlows]{{"the agents", func(context.Context) (nodeFlows, error) {
+						return nodeFlows{}, fmt.Errorf("no running agent on %s", strings.Join(o.nodes, ", "))
+					}}}
+				}
+			}
 		}
 		flows, missedFlows = askAll(ctx, o.concurrency, targets)
 		slices.SortFunc(flows, func(a, b nodeFlows) int { return strings.Compare(a.Node, b.Node) })

@@ -179,6 +179,12 @@ func TestRealIPTimelineSurvivesTheLeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Only the agents of the nodes asked for: none runs on node-9.
+	out, _ := exec.Command(ghostwatchBinary(t), "ip", ip.String(), "--kubeconfig="+kubeconfig, "--node=node-9", "-o", "json").Output()
+	var some ipTimeline
+	if err := json.Unmarshal(out, &some); err != nil || len(some.Flows) != 0 || len(some.Unanswered) != 1 || !strings.Contains(some.Unanswered[0].Error, "no running agent on node-9") {
+		t.Errorf("--node=node-9: %v %s", err, out)
+	}
 	table, err := exec.Command(ghostwatchBinary(t), "ip", ip.String(), "--kubeconfig="+kubeconfig).CombinedOutput()
 	if err != nil || !strings.Contains(string(table), "shop/cart-7d9f-c") {
 		t.Errorf("ghostwatch ip: %v\n%s", err, table)
