@@ -62,6 +62,9 @@ controller:
 ipReader:
   enabled: true
   subjects: [{kind: User, name: alice, apiGroup: rbac.authorization.k8s.io}]
+collector:
+  enabled: true
+  subjects: [{kind: User, name: bob, apiGroup: rbac.authorization.k8s.io}]
 `)
 	if err != nil {
 		t.Fatal(err)
@@ -182,6 +185,13 @@ func checkChartAccess(t *testing.T, e *realEnv) {
 		{"user:alice", "", "pods/portforward", "shop", "", nil},
 		{"user:alice", "", "pods/exec", "ghostwatch", "", nil},
 		{"user:alice", "", "secrets", "ghostwatch", "", nil},
+		// A user bound to the chart's collector: what `ghostwatch collect` needs.
+		{"user:bob", "", "services", "", "", []string{"list"}},
+		{"user:bob", "discovery.k8s.io", "endpointslices", "", "", []string{"list"}},
+		{"user:bob", "crd.projectcalico.org", "ipamhandles", "", "", []string{"list"}},
+		{"user:bob", "", "pods/portforward", "ghostwatch", "", []string{"create"}},
+		{"user:bob", "", "secrets", "", "", nil},
+		{"user:bob", "", "configmaps", "", "", nil},
 		{"gw-agent", "", "pods", "", "", []string{"list", "watch"}},
 		{"gw-agent", "", "services", "", "", []string{"list", "watch"}},
 		{"gw-agent", "", "nodes", "", "", []string{"list", "watch"}},
