@@ -11,7 +11,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"net/netip"
 	"os"
 	"path"
 	"path/filepath"
@@ -94,15 +93,12 @@ type notCollected struct {
 }
 
 type collectOptions struct {
-	kubeFlags          *genericclioptions.ConfigFlags
-	output             string
-	nodeName           string
-	hostRoot           string
-	namespace          string
-	controllerSelector string
-	historyPort        int
-	historyURLs        []string
-	timeout            time.Duration
+	kubeFlags *genericclioptions.ConfigFlags
+	output    string
+	nodeName  string
+	hostRoot  string
+	replicaFlags
+	timeout time.Duration
 }
 
 func newCollectCommand(streams genericiooptions.IOStreams) *cobra.Command {
@@ -145,10 +141,7 @@ written all the same, and its manifest says what is missing).`,
 	f.StringVarP(&o.output, "file", "f", "", "the tarball to write (default ghostwatch-NODE-TIME.tar.gz in the current directory)")
 	f.StringVar(&o.nodeName, "node-name", "", "this node's name (default $NODE_NAME, else the hostname)")
 	f.StringVar(&o.hostRoot, "host-root", "/", "where the node's / is mounted (in a pod: the hostPath mount)")
-	f.StringVar(&o.namespace, "ghostwatch-namespace", "ghostwatch", "the namespace of ghostwatch's controller pods")
-	f.StringVar(&o.controllerSelector, "controller-selector", "app.kubernetes.io/name=ghostwatch,app.kubernetes.io/component=controller", "the label selector of the controller's pods")
-	f.IntVar(&o.historyPort, "history-port", HistoryPort, "the port of the controller's address history (its --history-listen) in its pods")
-	f.StringSliceVar(&o.historyURLs, "history-url", nil, "ask these controller replicas (http://HOST:PORT) instead of port-forwarding to the controller's pods")
+	o.replicaFlags.addFlags(f)
 	f.DurationVar(&o.timeout, "timeout", time.Minute, "how long to wait for the API server and the controller's replicas")
 	return cmd
 }
@@ -205,6 +198,11 @@ func (o *collectOptions) run(ctx context.Context, streams genericiooptions.IOStr
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	klog.SetSlogLogger(slog.New(slog.DiscardHandler))
+	// The kubeconfig is checked before anything is read.
+	client, _, err := kube.ClientFromFlags(o.kubeFlags)
+	if err != nil {
+		return cmdline.WithCode(ExitError, err)
+	}
 	restConfig, err := o.kubeFlags.ToRESTConfig()
 	if err != nil {
 		return cmdline.WithCode(ExitError, fmt.Errorf("kubeconfig: %w", err))
@@ -271,10 +269,6 @@ func (o *collectOptions) run(ctx context.Context, streams genericiooptions.IOStr
 		}
 	}
 	if err := collectObjects(ctx, b, dyn); err != nil {
-		return cmdline.WithCode(ExitError, err)
-	}
-	client, _, err := kube.ClientFromFlags(o.kubeFlags)
-	if err != nil {
 		return cmdline.WithCode(ExitError, err)
 	}
 	if err := o.collectController(ctx, b, restConfig, client); err != nil {
@@ -486,11 +480,7 @@ func (o *collectOptions) collectController(ctx context.Context, b *bundleWriter,
 		}
 		return s, getJSON(ctx, base+GossipViewsPath, &s.views)
 	}
-	targets := urlTargets(o.historyURLs, ask)
-	if len(o.historyURLs) == 0 {
-		targets = podTargets(ctx, cfg, client, o.namespace, o.controllerSelector, o.historyPort, "the controller", ask)
-	}
-	answers, missed := askAll(ctx, 4, targets)
+	answers, missed := askAll(ctx, 4, replicaTargets(ctx, o.replicaFlags, cfg, client, ask))
 	for _, m := range missed {
 		b.miss("the controller replica "+m.Replica, m.Error)
 	}
@@ -498,12 +488,8 @@ func (o *collectOptions) collectController(ctx context.Context, b *bundleWriter,
 		b.miss("the controller's address history and gossip views", "no replica answered")
 		return nil
 	}
-	merged := history.Answer{Tenures: []history.Tenure{}}
-	type key struct {
-		ip  netip.Addr
-		uid string
-	}
-	seen := map[key]int{}
+	merged := history.Answer{}
+	var told [][]history.Tenure
 	var replicas []string
 	var views *snapshot.Gossip
 	leading := false
@@ -512,22 +498,12 @@ func (o *collectOptions) collectController(ctx context.Context, b *bundleWriter,
 		if merged.Since.IsZero() || a.all.Since.Before(merged.Since) {
 			merged.Since = a.all.Since
 		}
-		for _, t := range a.all.Tenures {
-			k := key{t.IP, t.UID}
-			i, ok := seen[k]
-			if !ok {
-				seen[k] = len(merged.Tenures)
-				merged.Tenures = append(merged.Tenures, t)
-				continue
-			}
-			if old := &merged.Tenures[i]; old.Holding() && !t.Holding() {
-				old.Until, old.Ended, old.Reason = t.Until, t.Ended, t.Reason
-			}
-		}
+		told = append(told, a.all.Tenures)
 		if a.views.Leading {
 			leading, views = true, a.views.Gossip
 		}
 	}
+	merged.Tenures = history.Merge(told...)
 	slices.Sort(replicas)
 	merged.Replica = strings.Join(replicas, ",")
 	data, err := json.Marshal(merged)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -31,6 +32,7 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/internal/cmdline"
 	"github.com/ghostwatch/ghostwatch/sink"
+	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
 	"github.com/ghostwatch/ghostwatch/source/gossip"
 	"github.com/ghostwatch/ghostwatch/source/hostlocal"
@@ -38,20 +40,41 @@ import (
 	"github.com/ghostwatch/ghostwatch/source/kube/history"
 )
 
-type ipOptions struct {
-	kubeFlags          *genericclioptions.ConfigFlags
-	output             string
+// replicaFlags say how to reach the controller's replicas: through a
+// port-forward to each pod the selector finds, or at the addresses given.
+type replicaFlags struct {
 	namespace          string
 	controllerSelector string
-	agentSelector      string
 	historyPort        int
-	agentPort          int
 	historyURLs        []string
-	flowsURLs          []string
-	concurrency        int
-	timeout            time.Duration
-	bundle             string
-	nodes              []string
+}
+
+func (r *replicaFlags) addFlags(f *pflag.FlagSet) {
+	f.StringVar(&r.namespace, "ghostwatch-namespace", "ghostwatch", "the namespace of ghostwatch's controller and agent pods")
+	f.StringVar(&r.controllerSelector, "controller-selector", "app.kubernetes.io/name=ghostwatch,app.kubernetes.io/component=controller", "the label selector of the controller's pods")
+	f.IntVar(&r.historyPort, "history-port", HistoryPort, "the port of the controller's address history (its --history-listen) in its pods")
+	f.StringSliceVar(&r.historyURLs, "history-url", nil, "ask these controller replicas (http://HOST:PORT) instead of port-forwarding to the controller's pods")
+}
+
+// replicaTargets are the replicas r reaches, each asked with ask.
+func replicaTargets[T any](ctx context.Context, r replicaFlags, cfg *rest.Config, client kubernetes.Interface, ask func(ctx context.Context, base, name string) (T, error)) []target[T] {
+	if len(r.historyURLs) > 0 {
+		return urlTargets(r.historyURLs, ask)
+	}
+	return podTargets(ctx, cfg, client, r.namespace, r.controllerSelector, r.historyPort, "the controller", false, ask)
+}
+
+type ipOptions struct {
+	kubeFlags *genericclioptions.ConfigFlags
+	output    string
+	replicaFlags
+	agentSelector string
+	agentPort     int
+	flowsURLs     []string
+	concurrency   int
+	timeout       time.Duration
+	bundle        string
+	nodes         []string
 }
 
 func newIPCommand(streams genericiooptions.IOStreams) *cobra.Command {
@@ -112,12 +135,9 @@ a node that did not answer is never read as holding no flow).`,
 	f := cmd.Flags()
 	o.kubeFlags.AddFlags(f)
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
-	f.StringVar(&o.namespace, "ghostwatch-namespace", "ghostwatch", "the namespace of ghostwatch's controller and agent pods")
-	f.StringVar(&o.controllerSelector, "controller-selector", "app.kubernetes.io/name=ghostwatch,app.kubernetes.io/component=controller", "the label selector of the controller's pods")
+	o.replicaFlags.addFlags(f)
 	f.StringVar(&o.agentSelector, "agent-selector", "app.kubernetes.io/name=ghostwatch,app.kubernetes.io/component=agent", "the label selector of the agents' pods")
-	f.IntVar(&o.historyPort, "history-port", HistoryPort, "the port of the controller's address history (its --history-listen) in its pods")
 	f.IntVar(&o.agentPort, "agent-port", AgentAddressPort, "the port where each agent answers for its node's conntrack table (its --address-listen)")
-	f.StringSliceVar(&o.historyURLs, "history-url", nil, "ask these address histories (http://HOST:PORT) instead of port-forwarding to the controller's pods")
 	f.StringSliceVar(&o.flowsURLs, "flows-url", nil, "ask these agents (http://HOST:PORT) instead of port-forwarding to every agent's pod")
 	f.IntVar(&o.concurrency, "concurrency", 16, "at most this many replicas and agents asked at once")
 	f.StringVar(&o.bundle, "bundle", "", "tell the story from a bundle ghostwatch collect wrote, offline: nothing live is asked")
@@ -225,7 +245,7 @@ func (o *ipOptions) run(ctx context.Context, streams genericiooptions.IOStreams,
 	rep := ipReport{IP: ip, NotRead: ipNotRead, Flows: []nodeFlows{}}
 	var (
 		wg                   sync.WaitGroup
-		now                  []corev1.Pod
+		now                  []snapshot.Pod
 		nowErr               error
 		answers              []replicaAnswer
 		flows                []nodeFlows
@@ -241,7 +261,9 @@ func (o *ipOptions) run(ctx context.Context, streams genericiooptions.IOStreams,
 		if nowErr != nil {
 			return
 		}
-		now = l.Items
+		for i := range l.Items {
+			now = append(now, kube.Pod(&l.Items[i]))
+		}
 		// The IPAM record is judged against the pods at the address.
 		dyn, err := dynamic.NewForConfig(restConfig)
 		if err != nil {
@@ -259,11 +281,7 @@ func (o *ipOptions) run(ctx context.Context, streams genericiooptions.IOStreams,
 			r := replicaAnswer{Answer: a}
 			return r, getJSON(ctx, base+sink.FindingsPath+ip.String(), &r.said)
 		}
-		targets := urlTargets(o.historyURLs, ask)
-		if len(o.historyURLs) == 0 {
-			targets = podTargets(ctx, restConfig, client, o.namespace, o.controllerSelector, o.historyPort, "the controller", ask)
-		}
-		answers, missedH = askAll(ctx, o.concurrency, targets)
+		answers, missedH = askAll(ctx, o.concurrency, replicaTargets(ctx, o.replicaFlags, restConfig, client, ask))
 		slices.SortFunc(answers, func(a, b replicaAnswer) int { return strings.Compare(a.Replica, b.Replica) })
 	})
 	wg.Go(func() {
@@ -282,13 +300,13 @@ func (o *ipOptions) run(ctx context.Context, streams genericiooptions.IOStreams,
 		}
 		targets := urlTargets(o.flowsURLs, ask)
 		if len(o.flowsURLs) == 0 {
-			targets = podTargets(ctx, restConfig, client, o.namespace, o.agentSelector, o.agentPort, "the agents", ask)
+			targets = podTargets(ctx, restConfig, client, o.namespace, o.agentSelector, o.agentPort, "the agents", true, ask)
 			if len(o.nodes) > 0 {
 				targets = slices.DeleteFunc(targets, func(t target[nodeFlows]) bool {
-					return !slices.ContainsFunc(o.nodes, func(n string) bool { return strings.HasSuffix(t.name, " on "+n) })
+					return !slices.Contains(o.nodes, t.node)
 				})
 				if len(targets) == 0 {
-					targets = []target[nodeFlows]{{"the agents", func(context.Context) (nodeFlows, error) {
+					targets = []target[nodeFlows]{{"the agents", "", func(context.Context) (nodeFlows, error) {
 						return nodeFlows{}, fmt.Errorf("no running agent on %s", strings.Join(o.nodes, ", "))
 					}}}
 				}
@@ -345,6 +363,8 @@ func (o *ipOptions) run(ctx context.Context, streams genericiooptions.IOStreams,
 // target is one replica or agent to ask.
 type target[T any] struct {
 	name string
+	// node is the node of the pod asked; "" for an address given.
+	node string
 	ask  func(context.Context) (T, error)
 }
 
@@ -353,17 +373,18 @@ func urlTargets[T any](urls []string, ask func(ctx context.Context, base, name s
 	var out []target[T]
 	for _, u := range urls {
 		name := gossip.Redact(u)
-		out = append(out, target[T]{name, func(ctx context.Context) (T, error) { return ask(ctx, strings.TrimSuffix(u, "/"), name) }})
+		out = append(out, target[T]{name, "", func(ctx context.Context) (T, error) { return ask(ctx, strings.TrimSuffix(u, "/"), name) }})
 	}
 	return out
 }
 
 // podTargets asks every running pod of namespace ns that selector
-// selects, at port, through a port-forward; what names them in errors.
+// selects, at port, through a port-forward; what names them in errors, and
+// byNode names each by its node too.
 // Failing to list them, or finding none, is one target that fails so.
-func podTargets[T any](ctx context.Context, cfg *rest.Config, client kubernetes.Interface, ns, selector string, port int, what string, ask func(ctx context.Context, base, name string) (T, error)) []target[T] {
+func podTargets[T any](ctx context.Context, cfg *rest.Config, client kubernetes.Interface, ns, selector string, port int, what string, byNode bool, ask func(ctx context.Context, base, name string) (T, error)) []target[T] {
 	fail := func(err error) []target[T] {
-		return []target[T]{{what, func(context.Context) (T, error) { var zero T; return zero, err }}}
+		return []target[T]{{what, "", func(context.Context) (T, error) { var zero T; return zero, err }}}
 	}
 	pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
@@ -375,10 +396,10 @@ func podTargets[T any](ctx context.Context, cfg *rest.Config, client kubernetes.
 			continue
 		}
 		name := p.Name
-		if p.Spec.NodeName != "" && strings.Contains(what, "agent") {
+		if byNode && p.Spec.NodeName != "" {
 			name += " on " + p.Spec.NodeName
 		}
-		out = append(out, target[T]{name, func(ctx context.Context) (T, error) {
+		out = append(out, target[T]{name, p.Spec.NodeName, func(ctx context.Context) (T, error) {
 			var a T
 			err := portForward(ctx, cfg, client, p.Namespace, p.Name, port, func(base string) (err error) {
 				a, err = ask(ctx, base, p.Name)
@@ -496,31 +517,13 @@ func portForward(ctx context.Context, cfg *rest.Config, client kubernetes.Interf
 // mergeTenures merges what the replicas remember of ip with the pods the
 // API server lists at it now: one tenure a pod, the earliest start any
 // source saw, ended if any replica saw it end; oldest first.
-func mergeTenures(ip netip.Addr, answers []history.Answer, now []corev1.Pod) []history.Tenure {
-	byUID := map[string]history.Tenure{}
-	var order []string
-	add := func(t history.Tenure) {
-		old, ok := byUID[t.UID]
-		if !ok {
-			byUID[t.UID] = t
-			order = append(order, t.UID)
-			return
-		}
-		if t.From.Before(old.From) {
-			old.From = t.From
-		}
-		if old.Holding() && !t.Holding() {
-			old.Until, old.Ended, old.Reason = t.Until, t.Ended, t.Reason
-		}
-		byUID[t.UID] = old
-	}
+func mergeTenures(ip netip.Addr, answers []history.Answer, now []snapshot.Pod) []history.Tenure {
+	var told [][]history.Tenure
 	for _, a := range answers {
-		for _, t := range a.Tenures {
-			add(t)
-		}
+		told = append(told, a.Tenures)
 	}
-	for i := range now {
-		p := kube.Pod(&now[i])
+	var listed []history.Tenure
+	for _, p := range now {
 		if p.HostNetwork || !p.HasIP(ip) {
 			continue
 		}
@@ -528,14 +531,9 @@ func mergeTenures(ip netip.Addr, answers []history.Answer, now []corev1.Pod) []h
 		if p.Terminal() {
 			t.Ended = strings.ToLower(p.Phase)
 		}
-		add(t)
+		listed = append(listed, t)
 	}
-	out := make([]history.Tenure, 0, len(order))
-	for _, uid := range order {
-		out = append(out, byUID[uid])
-	}
-	slices.SortStableFunc(out, func(a, b history.Tenure) int { return a.From.Compare(b.From) })
-	return out
+	return history.Merge(append(told, listed)...)
 }
 
 func printIP(w io.Writer, format string, rep ipReport) error {

@@ -11,18 +11,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/ghostwatch/ghostwatch/audit"
 	"github.com/ghostwatch/ghostwatch/internal/cmdline"
 	"github.com/ghostwatch/ghostwatch/sink"
 	"github.com/ghostwatch/ghostwatch/snapshot"
-	"github.com/ghostwatch/ghostwatch/source/calico"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
 	"github.com/ghostwatch/ghostwatch/source/hostlocal"
-	"github.com/ghostwatch/ghostwatch/source/kube"
 	"github.com/ghostwatch/ghostwatch/source/kube/history"
 )
 
@@ -62,35 +58,26 @@ func (o *ipOptions) fromBundle(cmd *cobra.Command, streams genericiooptions.IOSt
 	file := func(name string) string { return filepath.Join(dir, filepath.FromSlash(name)) }
 	rep := ipReport{IP: ip, NotRead: ipNotRead, Flows: []nodeFlows{}, Findings: []reportFinding{}, Members: []sink.MemberAt{}, Judged: true}
 
-	// The pods the bundle lists at the address, and its Calico objects.
-	var pods []corev1.Pod
-	var blocks []snapshot.IPAMBlock
-	for _, name := range []string{bundleObjects, bundleCalico} {
-		b, err := os.ReadFile(file(name))
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return cmdline.WithCode(ExitError, err)
-		}
-		var l struct{ Items []map[string]any }
-		if err := json.Unmarshal(b, &l); err != nil {
-			return cmdline.WithCode(ExitError, fmt.Errorf("%s: %s: %w", o.bundle, name, err))
-		}
-		for _, it := range l.Items {
-			apiVersion, _ := it["apiVersion"].(string)
-			kind, _ := it["kind"].(string)
-			switch {
-			case apiVersion == "v1" && kind == "Pod":
-				var p corev1.Pod
-				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(it, &p); err == nil && p.Status.PodIP == ip.String() {
-					pods = append(pods, p)
-				}
-			case calico.Is(apiVersion, kind) && kind == calico.KindIPAMBlock:
-				blocks = append(blocks, calico.Block(it))
-			}
-		}
+	// Every rule on the bundle, as analyze runs them; what they read is
+	// what the rest of the story reads too.
+	so := &scanOptions{failOn: "none", output: "table"}
+	if err := so.fromBundle(dir, m); err != nil {
+		return cmdline.WithCode(ExitError, err)
 	}
+	p, err := so.plan(cmd, streams)
+	if err != nil {
+		return err
+	}
+	res := audit.Run(cmd.Context(), audit.Config{NodeName: p.node, Sources: p.sources, Rules: p.rules})
+	var pods []snapshot.Pod
+	if res.Snapshot.Kube != nil {
+		pods = res.Snapshot.Kube.Pods
+	}
+	for _, f := range sink.NewFindingsAt("bundle", true, p.rules, res.Findings, ip).Findings {
+		rep.Findings = append(rep.Findings, reportFinding{From: "bundle of " + m.Node, FindingAt: f})
+	}
+	rep.Members = append(rep.Members, sink.MembersAt(res.Snapshot.Gossip, ip)...)
+
 	var answers []history.Answer
 	if b, err := os.ReadFile(file(bundleHistory)); err == nil {
 		var a history.Answer
@@ -125,41 +112,11 @@ func (o *ipOptions) fromBundle(cmd *cobra.Command, streams genericiooptions.IOSt
 	} else {
 		rep.Unanswered = append(rep.Unanswered, unanswered{Replica: "node " + m.Node, Error: "no conntrack table in the bundle (its manifest says why)"})
 	}
-	if len(blocks) > 0 {
-		var holders []snapshot.Pod
-		for i := range pods {
-			if p := kube.Pod(&pods[i]); p.HoldsPodIP() {
-				holders = append(holders, p)
-			}
-		}
-		r := judgeCalico(blocks, ip, holders)
+	if c := res.Snapshot.Calico; c != nil && len(c.Blocks) > 0 {
+		r := judgeCalico(c.Blocks, ip, pods)
 		rep.IPAM = &r
 	} else {
 		rep.IPAM = &ipamRecord{NotServed: "the bundle holds no Calico IPAM object"}
-	}
-
-	// Every rule on the bundle, as analyze runs them.
-	so := &scanOptions{failOn: "none", output: "table"}
-	if err := so.fromBundle(dir, m); err != nil {
-		return cmdline.WithCode(ExitError, err)
-	}
-	p, err := so.plan(cmd, streams)
-	if err != nil {
-		return err
-	}
-	res := audit.Run(cmd.Context(), audit.Config{NodeName: p.node, Sources: p.sources, Rules: p.rules})
-	at := sink.NewFindingsAt("bundle", true, p.rules, res.Findings, ip)
-	for _, f := range at.Findings {
-		rep.Findings = append(rep.Findings, reportFinding{From: "bundle of " + m.Node, FindingAt: f})
-	}
-	if res.Snapshot != nil && res.Snapshot.Gossip != nil {
-		for _, v := range res.Snapshot.Gossip.Views {
-			for _, mb := range v.Members {
-				if mb.Addr.Unmap() == ip {
-					rep.Members = append(rep.Members, sink.MemberAt{System: v.System, Cluster: v.Cluster, Name: mb.Name, Port: mb.Port, Status: mb.Status, Since: mb.Since})
-				}
-			}
-		}
 	}
 	if err := printIP(streams.Out, o.output, rep); err != nil {
 		return cmdline.WithCode(ExitError, err)

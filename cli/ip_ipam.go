@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source/calico"
-	"github.com/ghostwatch/ghostwatch/source/kube"
 )
 
 // ipamRecord is what Calico's IPAM ledger books for an address, and
@@ -45,8 +43,8 @@ type ipamRecord struct {
 var ipamBlocks = schema.GroupVersionResource{Group: calico.Group, Version: "v1", Resource: "ipamblocks"}
 
 // calicoRecord reads Calico's IPAM blocks and returns what they book for
-// ip, judged against holders (the pods the API server lists at ip).
-func calicoRecord(ctx context.Context, dyn dynamic.Interface, ip netip.Addr, holders []corev1.Pod) (ipamRecord, error) {
+// ip, judged against pods (those the API server lists at ip).
+func calicoRecord(ctx context.Context, dyn dynamic.Interface, ip netip.Addr, pods []snapshot.Pod) (ipamRecord, error) {
 	l, err := dyn.Resource(ipamBlocks).List(ctx, metav1.ListOptions{})
 	if apierrors.IsNotFound(err) {
 		return ipamRecord{NotServed: "the API server serves no Calico IPAM (" + calico.Group + "/v1 ipamblocks)"}, nil
@@ -58,18 +56,18 @@ func calicoRecord(ctx context.Context, dyn dynamic.Interface, ip netip.Addr, hol
 	for _, o := range l.Items {
 		blocks = append(blocks, calico.Block(o.Object))
 	}
-	var running []snapshot.Pod
-	for i := range holders {
-		if p := kube.Pod(&holders[i]); p.HoldsPodIP() && p.HasIP(ip) {
-			running = append(running, p)
-		}
-	}
-	return judgeCalico(blocks, ip, running), nil
+	return judgeCalico(blocks, ip, pods), nil
 }
 
 // judgeCalico finds ip in blocks and says whether its booking matches the
-// pods that hold it.
-func judgeCalico(blocks []snapshot.IPAMBlock, ip netip.Addr, holders []snapshot.Pod) ipamRecord {
+// pods of pods that hold it.
+func judgeCalico(blocks []snapshot.IPAMBlock, ip netip.Addr, pods []snapshot.Pod) ipamRecord {
+	var holders []snapshot.Pod
+	for _, p := range pods {
+		if p.HoldsPodIP() && p.HasIP(ip) {
+			holders = append(holders, p)
+		}
+	}
 	r := ipamRecord{Ledger: "calico"}
 	var b *snapshot.IPAMBlock
 	for i := range blocks {

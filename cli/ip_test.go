@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/ghostwatch/ghostwatch/sink"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
@@ -40,12 +37,9 @@ func TestIPMergesTheReplicasAndTheAPIServer(t *testing.T) {
 		// Started later: it saw web-b end, and a later start of it.
 		{Replica: "b", Tenures: []history.Tenure{ten("web-b", "uid-b", 12*time.Minute, "failed", 15*time.Minute)}},
 	}
-	start := metav1.NewTime(ipT0.Add(20 * time.Minute))
-	now := []corev1.Pod{{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web-c", UID: "uid-c", CreationTimestamp: start},
-		Spec:       corev1.PodSpec{NodeName: "node-2"},
-		Status:     corev1.PodStatus{Phase: corev1.PodRunning, StartTime: &start, PodIP: ip.String(), PodIPs: []corev1.PodIP{{IP: ip.String()}}},
-	}}
+	start := ipT0.Add(20 * time.Minute)
+	now := []snapshot.Pod{{Namespace: "shop", Name: "web-c", UID: "uid-c", Node: "node-2", Phase: snapshot.PodRunning,
+		Created: start, StartTime: start, IPs: []netip.Addr{ip}}}
 	var got []string
 	for _, t := range mergeTenures(ip, answers, now) {
 		got = append(got, fmt.Sprintf("%s %s %s-%s %s", t.Pod, t.Node, t.From.Format("15:04"), t.Until.Format("15:04"), t.Ended))

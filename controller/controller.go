@@ -232,15 +232,8 @@ func (c *Controller) At(ip netip.Addr) sink.FindingsAt {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	at := sink.NewFindingsAt(c.cfg.Identity, c.status.Leading, c.cfg.Rules, c.standing, ip)
-	if !c.status.Leading || c.pass == nil || c.pass.Gossip == nil {
-		return at
-	}
-	for _, v := range c.pass.Gossip.Views {
-		for _, m := range v.Members {
-			if m.Addr.Unmap() == ip {
-				at.Members = append(at.Members, sink.MemberAt{System: v.System, Cluster: v.Cluster, Name: m.Name, Port: m.Port, Status: m.Status, Since: m.Since})
-			}
-		}
+	if c.status.Leading && c.pass != nil {
+		at.Members = sink.MembersAt(c.pass.Gossip, ip)
 	}
 	return at
 }

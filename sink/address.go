@@ -1,14 +1,16 @@
 package sink
 
 import (
-	"encoding/json"
+	"context"
 	"net/http"
 	"net/netip"
 	"time"
 
 	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/internal/addrpath"
 	"github.com/ghostwatch/ghostwatch/internal/buildinfo"
 	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
 // FindingsPath is where FindingsHandler answers: FindingsPath + an address.
@@ -63,20 +65,24 @@ func NewFindingsAt(from string, judging bool, rules []rule.Rule, fs []finding.Fi
 	return out
 }
 
+// MembersAt lists the members of g's views at ip, as their views say.
+func MembersAt(g *snapshot.Gossip, ip netip.Addr) []MemberAt {
+	if g == nil {
+		return nil
+	}
+	var out []MemberAt
+	for _, v := range g.Views {
+		for _, m := range v.Members {
+			if m.Addr.Unmap() == ip {
+				out = append(out, MemberAt{System: v.System, Cluster: v.Cluster, Name: m.Name, Port: m.Port, Status: m.Status, Since: m.Since})
+			}
+		}
+	}
+	return out
+}
+
 // FindingsHandler answers GET FindingsPath+ADDRESS with what at says of
 // the address, as JSON.
 func FindingsHandler(at func(ip netip.Addr) FindingsAt) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet {
-			http.Error(w, "GET only", http.StatusMethodNotAllowed)
-			return
-		}
-		ip, err := netip.ParseAddr(r.URL.Path[len(FindingsPath):])
-		if err != nil {
-			http.Error(w, "not an IP address: "+err.Error(), http.StatusBadRequest)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(at(ip.Unmap()))
-	})
+	return addrpath.Handler(FindingsPath, func(_ context.Context, ip netip.Addr) (any, error) { return at(ip), nil })
 }

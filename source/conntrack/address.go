@@ -2,11 +2,12 @@ package conntrack
 
 import (
 	"context"
-	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"time"
 
+	"github.com/ghostwatch/ghostwatch/internal/addrpath"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
@@ -79,30 +80,18 @@ func FlowsAt(ctx context.Context, t Table, ip netip.Addr) (AtAddress, error) {
 // holds for the address, as JSON, read afresh from a table open gives
 // (and closes) for the request alone.
 func AddressHandler(node string, open func() (Table, func(), error), now func() time.Time) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet {
-			http.Error(w, "GET only", http.StatusMethodNotAllowed)
-			return
-		}
-		ip, err := netip.ParseAddr(r.URL.Path[len(AddressPath):])
-		if err != nil {
-			http.Error(w, "not an IP address: "+err.Error(), http.StatusBadRequest)
-			return
-		}
+	return addrpath.Handler(AddressPath, func(ctx context.Context, ip netip.Addr) (any, error) {
 		t, done, err := open()
 		if err != nil {
-			http.Error(w, "conntrack: "+err.Error(), http.StatusServiceUnavailable)
-			return
+			return nil, fmt.Errorf("conntrack: %w", err)
 		}
 		defer done()
 		captured := now()
-		at, err := FlowsAt(r.Context(), t, ip)
+		at, err := FlowsAt(ctx, t, ip)
 		if err != nil {
-			http.Error(w, "reading the conntrack table: "+err.Error(), http.StatusServiceUnavailable)
-			return
+			return nil, fmt.Errorf("reading the conntrack table: %w", err)
 		}
 		at.Node, at.CapturedAt = node, captured.UTC()
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(at)
+		return at, nil
 	})
 }

@@ -2,12 +2,13 @@ package hostlocal
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"time"
 
+	"github.com/ghostwatch/ghostwatch/internal/addrpath"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 )
@@ -72,23 +73,12 @@ func At(ctx context.Context, root string, ip netip.Addr) (AtAddress, error) {
 // AddressHandler answers GET AddressPath+ADDRESS with what node's stores
 // under root say of the address, read afresh, as JSON.
 func AddressHandler(node, root string) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet {
-			http.Error(w, "GET only", http.StatusMethodNotAllowed)
-			return
-		}
-		ip, err := netip.ParseAddr(r.URL.Path[len(AddressPath):])
+	return addrpath.Handler(AddressPath, func(ctx context.Context, ip netip.Addr) (any, error) {
+		at, err := At(ctx, root, ip)
 		if err != nil {
-			http.Error(w, "not an IP address: "+err.Error(), http.StatusBadRequest)
-			return
-		}
-		at, err := At(r.Context(), root, ip.Unmap())
-		if err != nil {
-			http.Error(w, "host-local: "+err.Error(), http.StatusServiceUnavailable)
-			return
+			return nil, fmt.Errorf("host-local: %w", err)
 		}
 		at.Node = node
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(at)
+		return at, nil
 	})
 }

@@ -296,3 +296,40 @@ func cmpInt(a, b int64) int {
 	}
 	return 0
 }
+
+// Merge merges what several books told of the same pods: one tenure per
+// address and pod UID, with the earliest start any book saw, ended when
+// any book saw it end; by address, then oldest first.
+func Merge(told ...[]Tenure) []Tenure {
+	type key struct {
+		ip  netip.Addr
+		uid string
+	}
+	at := map[key]int{}
+	out := []Tenure{}
+	for _, ts := range told {
+		for _, t := range ts {
+			k := key{t.IP, t.UID}
+			i, ok := at[k]
+			if !ok {
+				at[k] = len(out)
+				out = append(out, t)
+				continue
+			}
+			old := &out[i]
+			if t.From.Before(old.From) {
+				old.From = t.From
+			}
+			if old.Holding() && !t.Holding() {
+				old.Until, old.Ended, old.Reason = t.Until, t.Ended, t.Reason
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Tenure) int {
+		if c := a.IP.Compare(b.IP); c != 0 {
+			return c
+		}
+		return a.From.Compare(b.From)
+	})
+	return out
+}

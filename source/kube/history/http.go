@@ -1,10 +1,14 @@
 package history
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/netip"
 	"time"
+
+	"github.com/ghostwatch/ghostwatch/internal/addrpath"
 )
 
 // Path is where Handler answers: Path + the address; AllPath the whole
@@ -31,27 +35,16 @@ type Answer struct {
 // Handler answers GET Path+ADDRESS with the Answer of w's book as JSON.
 // replica names this process.
 func Handler(w *Watch, replica string) http.Handler {
-	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet {
-			http.Error(rw, "GET only", http.StatusMethodNotAllowed)
-			return
-		}
-		ip, err := netip.ParseAddr(r.URL.Path[len(Path):])
-		if err != nil {
-			http.Error(rw, "not an IP address: "+err.Error(), http.StatusBadRequest)
-			return
-		}
+	return addrpath.Handler(Path, func(_ context.Context, ip netip.Addr) (any, error) {
 		book := w.Book()
 		if book == nil {
-			http.Error(rw, "the address history has not started", http.StatusServiceUnavailable)
-			return
+			return nil, errors.New("the address history has not started")
 		}
-		a := Answer{IP: ip.Unmap(), Replica: replica, Since: book.Since().UTC(), Tenures: book.Of(ip.Unmap())}
+		a := Answer{IP: ip, Replica: replica, Since: book.Since().UTC(), Tenures: book.Of(ip)}
 		if err := w.Ready(); err != nil {
 			a.NotReady = err.Error()
 		}
-		rw.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(rw).Encode(a)
+		return a, nil
 	})
 }
 
