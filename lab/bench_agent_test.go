@@ -33,13 +33,14 @@ type timedDeleter struct {
 	mu    sync.Mutex
 	n     map[netip.Addr]int
 	first map[netip.Addr]time.Time
+	last  map[netip.Addr]time.Time
 	want  map[netip.Addr]int
 	all   int
 	cond  *sync.Cond
 }
 
 func newTimedDeleter(conn *conntrack.Conn) *timedDeleter {
-	d := &timedDeleter{conn: conn, n: map[netip.Addr]int{}, first: map[netip.Addr]time.Time{}, want: map[netip.Addr]int{}}
+	d := &timedDeleter{conn: conn, n: map[netip.Addr]int{}, first: map[netip.Addr]time.Time{}, last: map[netip.Addr]time.Time{}, want: map[netip.Addr]int{}}
 	d.cond = sync.NewCond(&d.mu)
 	return d
 }
@@ -64,6 +65,7 @@ func (d *timedDeleter) Delete(f *snapshot.Flow) error {
 		d.first[b] = now
 	}
 	d.n[b]++
+	d.last[b] = now
 	d.all++
 	if w, ok := d.want[b]; !ok || d.n[b] >= w {
 		d.cond.Broadcast()
@@ -90,6 +92,13 @@ func (d *timedDeleter) waitFor(backend netip.Addr, want int, deadline time.Durat
 	return d.first[backend], true
 }
 
+// lastAt is when the last flow to backend was deleted.
+func (d *timedDeleter) lastAt(backend netip.Addr) time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.last[backend]
+}
+
 func (d *timedDeleter) total() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -100,6 +109,11 @@ func (d *timedDeleter) total() int {
 // informers, conntrack events subscribed before the first dump, and, when
 // del is set, the stale-nat-flow remedy without a grace period.
 func benchAgent(b *testing.B, node *netbed.Node, cl *Cluster, cfg agent.Config, del *timedDeleter) (*agent.Agent, *conntrack.Metrics) {
+	return benchAgentWith(b, node, cl, cfg, del, remedy.Settings{Budget: 1 << 30, BudgetInterval: time.Minute})
+}
+
+// benchAgentWith is benchAgent with the remedy's settings st.
+func benchAgentWith(b *testing.B, node *netbed.Node, cl *Cluster, cfg agent.Config, del *timedDeleter, st remedy.Settings) (*agent.Agent, *conntrack.Metrics) {
 	var sub *conntrack.Subscription
 	if err := node.Do(func() error {
 		var err error
@@ -132,7 +146,7 @@ func benchAgent(b *testing.B, node *netbed.Node, cl *Cluster, cfg agent.Config, 
 	cfg.Rules = rules
 	cfg.Metrics = m
 	if del != nil {
-		rems, err := remedy.Build(rules, []string{rule.StaleNATFlowID}, remedy.Settings{Budget: 1 << 30, BudgetInterval: time.Minute}, &remedy.Flows{Table: table})
+		rems, err := remedy.Build(rules, []string{rule.StaleNATFlowID}, st, &remedy.Flows{Table: table})
 		if err != nil {
 			b.Fatal(err)
 		}

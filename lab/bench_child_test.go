@@ -161,8 +161,14 @@ func benchChildRun(mode string) (*childReport, error) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+		if ready := os.Getenv("GHOSTWATCH_BENCH_READY"); ready != "" {
+			// The parent churns the table during the window.
+			if err := os.WriteFile(ready, nil, 0o644); err != nil {
+				return nil, err
+			}
+		}
 		cpu0, wall0 := processCPU(), time.Now()
-		time.Sleep(idle) // the measurement window: nothing changes
+		time.Sleep(idle) // the measurement window
 		r.CPUPercent = 100 * (processCPU() - cpu0).Seconds() / time.Since(wall0).Seconds()
 		r.Indexed = testutil.ToFloat64(m.IndexFlows)
 	case "ghost-scan":
@@ -174,7 +180,11 @@ func benchChildRun(mode string) (*childReport, error) {
 			return nil, err
 		}
 	default:
-		return nil, fmt.Errorf("unknown mode %q", mode)
+		if ok, err := sbsChildRun(ctx, mode, cl, r); !ok {
+			return nil, fmt.Errorf("unknown mode %q", mode)
+		} else if err != nil {
+			return nil, err
+		}
 	}
 	if r.HWMKiB, err = procStatusKiB("VmHWM"); err != nil {
 		return nil, err

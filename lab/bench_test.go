@@ -125,7 +125,8 @@ func benchNode(b *testing.B, n int) (*netbed.Node, *Cluster) {
 }
 
 // benchCluster is the cluster of the benchmarks: the node and benchServices
-// Services with 3 live backends each.
+// dual-stack Services (TCP 80, UDP 53, SCTP 3868) with 3 live backends
+// each.
 func benchCluster(ctx context.Context) (*Cluster, error) {
 	cl := NewCluster(time.Now)
 	if err := cl.AddNode(ctx, labNode, nodeIP); err != nil {
@@ -133,12 +134,14 @@ func benchCluster(ctx context.Context) (*Cluster, error) {
 	}
 	for s := 0; s < benchServices; s++ {
 		ns := fmt.Sprintf("ns%d", s)
-		if err := cl.AddService(ctx, ns, "svc", "svc", []netip.Addr{svcIP(s)},
-			LabPort{Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: 8080}); err != nil {
+		if err := cl.AddService(ctx, ns, "svc", "svc", []netip.Addr{svcIP(s), svcIP6(s)},
+			LabPort{Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: 8080},
+			LabPort{Protocol: corev1.ProtocolUDP, Port: 53, TargetPort: 5353},
+			LabPort{Protocol: corev1.ProtocolSCTP, Port: 3868, TargetPort: 3868}); err != nil {
 			return nil, err
 		}
 		for p := 1; p <= 3; p++ {
-			if _, err := cl.AddPod(ctx, ns, fmt.Sprintf("svc-%d", p), "svc", labNode, podIP(s, p)); err != nil {
+			if _, err := cl.AddPod(ctx, ns, fmt.Sprintf("svc-%d", p), "svc", labNode, podIP(s, p), podIP6(s, p)); err != nil {
 				return nil, err
 			}
 		}
@@ -149,6 +152,16 @@ func benchCluster(ctx context.Context) (*Cluster, error) {
 func svcIP(s int) netip.Addr { return netip.AddrFrom4([4]byte{10, 96, byte(s / 256), byte(s % 256)}) }
 
 func podIP(s, p int) netip.Addr { return netip.AddrFrom4([4]byte{10, 244, byte(s), byte(p)}) }
+
+// svcIP6 and podIP6 are the IPv6 addresses of Service s and its pod p:
+// fd00:96::S and fd00:244::S:P.
+func svcIP6(s int) netip.Addr {
+	return netip.AddrFrom16([16]byte{0: 0xfd, 2: 0x00, 3: 0x96, 14: byte(s >> 8), 15: byte(s)})
+}
+
+func podIP6(s, p int) netip.Addr {
+	return netip.AddrFrom16([16]byte{0: 0xfd, 2: 0x02, 3: 0x44, 12: byte(s >> 8), 13: byte(s), 15: byte(p)})
+}
 
 // fill inserts flow(0) to flow(n-1) with two writers, each on a thread
 // in the node.
