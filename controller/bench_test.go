@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -33,14 +35,28 @@ import (
 // node with one Calico block of 64 addresses, 60 of them allocated to its
 // pods (one handle each); a few allocations booked under the next node
 // (misbooked) and a few for pods that are gone (leaked).
+// benchPods pods (GHOSTWATCH_BENCH_PODS, default 150,000) in benchBlocks
+// Calico blocks of benchPerBlock pods, a node each.
+var benchPods, benchBlocks = benchSize()
+
+func benchSize() (pods, blocks int) {
+	pods = 150000
+	if v := os.Getenv("GHOSTWATCH_BENCH_PODS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 20*benchPerBlock {
+			panic(fmt.Sprintf("GHOSTWATCH_BENCH_PODS=%q: want a number of pods, at least %d", v, 20*benchPerBlock))
+		}
+		pods = n
+	}
+	return pods / benchPerBlock * benchPerBlock, pods / benchPerBlock
+}
+
 const (
-	benchPods = 150000
 	// benchMembers pods are members of a Consul cluster, benchGhosts of
 	// whose members are ghosts.
 	benchMembers   = 5000
 	benchGhosts    = 10
-	benchBlocks    = 2500
-	benchPerBlock  = benchPods / benchBlocks
+	benchPerBlock  = 60
 	benchMisbooked = 10
 	benchLeaked    = 10
 )
@@ -188,7 +204,7 @@ func benchCluster(b *testing.B, now time.Time) (sources []source.Source, heap be
 	}
 	settle(cw)
 	h2 := heapNow()
-	return []source.Source{kw, cw, gw}, benchHeap{perPod: (float64(h2) - float64(base)) / benchPods, ledgerPerPod: (float64(h2) - float64(h1)) / benchPods}, cancel
+	return []source.Source{kw, cw, gw}, benchHeap{perPod: (float64(h2) - float64(base)) / float64(benchPods), ledgerPerPod: (float64(h2) - float64(h1)) / float64(benchPods)}, cancel
 }
 
 // benchAgent is a Consul agent whose view lists the first benchMembers
@@ -220,8 +236,8 @@ func benchAgentOf(pods *corev1.PodList) sourcegossip.Agent {
 // converted Calico ledger's part.
 type benchHeap struct{ perPod, ledgerPerPod float64 }
 
-// BenchmarkControllerPass measures the leader on 150,000 pods and 2,500
-// Calico blocks: one full pass (the sources collected into a snapshot,
+// BenchmarkControllerPass measures the leader on benchPods pods (150,000
+// and 2,500 Calico blocks unless GHOSTWATCH_BENCH_PODS says otherwise): one full pass (the sources collected into a snapshot,
 // the pods lent by the cluster's watch, and every cluster rule run on it,
 // duplicate-pod-ip from the pod index). heap-B/pod is everything the
 // leader's sources keep, the informers' caches of Pods and Nodes, the pod
@@ -246,6 +262,7 @@ func BenchmarkControllerPass(b *testing.B) {
 	if len(st.Skipped) != 0 || st.Findings != benchMisbooked+benchLeaked+benchGhosts {
 		b.Fatalf("%d findings, skipped %+v; want %d", st.Findings, st.Skipped, benchMisbooked+benchLeaked+benchGhosts)
 	}
+	b.ReportMetric(float64(benchPods), "pods")
 	b.ReportMetric(heap.perPod, "heap-B/pod")
 	b.ReportMetric(heap.ledgerPerPod, "calico-B/pod")
 }
