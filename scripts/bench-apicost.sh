@@ -9,7 +9,7 @@
 # synced and been idle 5s) and the churn (GHOSTWATCH_APICOST_REPLACEMENTS
 # pod replacements and 5s idle after): requests (the API server's audit
 # log), objects and bytes received, resident memory; then key=value lines.
-# See docs/performance.md.
+# See docs/api-cost.md.
 #
 # Usage: scripts/bench-apicost.sh [-o json] [more flags of lab/cmd/apicost]
 # Environment: GHOSTWATCH_APICOST_PODS (default 15000), _NODES (100),

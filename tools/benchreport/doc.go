@@ -1,0 +1,217 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// writeDoc writes docs/performance.md.
+func writeDoc(w *strings.Builder, m *model) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	n := m.largest()
+	p("# Performance\n\n")
+	p("<!-- Written by scripts/bench.sh from what it measured; edit tools/benchreport, not this file. -->\n\n")
+	p("Every figure on this page comes from one run of `scripts/bench.sh` on the machine described at the end, ")
+	p("ghostwatch and what operators run today measured side by side on the same conntrack table, in the same run. ")
+	p("Ratios are taken within that run. The settings are those users get unless a row says otherwise. ")
+	p("What ghostwatch costs the API server is measured separately, beside a real kube-proxy: [api-cost.md](api-cost.md).\n\n")
+
+	p("## Headline\n\n")
+	p("| goal | measured | limit | | how |\n|---|---|---|---|---|\n")
+	for _, g := range m.goals() {
+		p("| %s | %s %s | %s %s | %s | %s |\n", g.what, num(g.measured, 2), g.unit, num(g.limit, 2), g.unit, g.met(), g.how)
+	}
+	p("\nThe command's last lines:\n\n```\n")
+	for _, h := range m.headline() {
+		p("%s=%s\n", h.key, h.value)
+	}
+	p("```\n\n")
+	for _, pl := range m.plots {
+		p("![%s](%s)\n\n", pl.title, pl.path)
+	}
+
+	p("## Reading the whole table\n\n")
+	p("Median time of %s and the peak resident set of the process that did it. ", runsOf(m))
+	p("The table holds TCP, UDP and SCTP flows (14:5:1), one in ten IPv6, four in five through a Service's ClusterIP, ")
+	p("and 1 %% of them to deleted backends; it lives in a network namespace of the benchmark's own.\n\n")
+	p("| reader |")
+	for _, f := range m.flows {
+		p(" %s flows |", count(f))
+	}
+	p("\n|---|")
+	for range m.flows {
+		p("---|")
+	}
+	p("\n")
+	for _, t := range readers {
+		p("| %s |", t.label)
+		for _, f := range m.flows {
+			if t.id == "shell-loop" {
+				v, measured := m.shellLoop(f)
+				mark := ""
+				if !measured && !math.IsNaN(v) {
+					mark = " (est.)"
+				}
+				p(" %s%s |", ms(v), mark)
+				continue
+			}
+			p(" %s, %s |", ms(m.val(t.id, f, "ms")), mib(m.val(t.id, f, "peak-rss-MiB")))
+		}
+		p("\n")
+	}
+	p("| ghostwatch audit: memory it adds to its process |")
+	for _, f := range m.flows {
+		p(" %s |", mib(m.val("audit", f, "added-peak-rss-MiB")))
+	}
+	p("\n| ghostwatch audit / conntrack -L |")
+	for _, f := range m.flows {
+		p(" %s× |", num(m.val("audit", f, "ms")/m.val("conntrack-L", f, "ms"), 2))
+	}
+	p("\n| ghostwatch audit / floor |")
+	for _, f := range m.flows {
+		p(" %s× |", num(m.val("audit", f, "ms")/m.val("floor", f, "ms"), 2))
+	}
+	p("\n\n")
+	p("- **ghostwatch agent, full audit**: what the agent does at every scheduled audit (every 2 minutes by default) ")
+	p("and after lost events: it dumps the table over its own netlink reader, seeds its index of flows by backend, ")
+	p("and runs every node rule. Its process is the benchmark's test binary, which holds its code, the Go runtime and ")
+	p("the cluster's objects before the audit starts; the row below it is what the audit adds.\n")
+	p("- **count-only netlink dump**: one dump request and a loop that counts the entries by their netlink header, ")
+	p("parsing nothing. No reader of the whole table can be faster: this is the kernel's own cost.\n")
+	p("- **conntrack -L**: conntrack-tools' listing, written to /dev/null, started with `ip netns exec`.\n")
+	p("- **kube-proxy's way**: `netlink.ConntrackTableList` (vishvananda/netlink) for IPv4 then IPv6, every entry ")
+	p("decoded into a `ConntrackFlow`, and a filter for flows from a deleted backend, as kube-proxy's conntrack ")
+	p("reconciler reads the table.\n")
+	p("- **shell loop**: the loop from the incident reports, `conntrack -L | grep` for the dead backends and one ")
+	p("`conntrack -D` per line. Each `conntrack -D` given a flow's addresses and ports reads the whole table to ")
+	p("find it, so the loop grows with the square of the table. It runs on tables of up to 20,000 flows; on larger ")
+	p("ones it is estimated (est.): conntrack -L's time there, plus one `conntrack -D` per stale flow at a cost ")
+	p("linear in the table's size, fitted to the two largest tables it ran on.\n\n")
+
+	p("## Keeping watch\n\n")
+	p("CPU (percent of one core) and resident set over a window of the same length, once the first full audit is done.\n\n")
+	p("| | flows | CPU | RSS | anonymous RSS | Go heap | indexed flows |\n|---|---|---|---|---|---|---|\n")
+	for _, f := range m.flows {
+		for _, row := range []struct{ id, label string }{{"agent-rest", "ghostwatch agent at rest"}, {"agent-churn", "ghostwatch agent, churn"}} {
+			label := row.label
+			if c := m.val(row.id, f, "churn/s"); !math.IsNaN(c) {
+				label = fmt.Sprintf("%s (%s new and %s destroyed flows a second)", label, count(c), count(c))
+			}
+			p("| %s | %s | %s %% | %s | %s | %s | %s |\n", label, count(f), num(m.val(row.id, f, "cpu-%"), 2),
+				mib(m.val(row.id, f, "rss-MiB")), mib(m.val(row.id, f, "anon-rss-MiB")), mib(m.val(row.id, f, "heap-MiB")),
+				countOr(m.val(row.id, f, "indexed")))
+		}
+		p("| per-second cleaner (dump and filter every second) | %s | %s %% | %s peak | | | |\n", count(f),
+			num(m.val("cleaner-1s", f, "cpu-%"), 1), mib(m.val("cleaner-1s", f, "peak-rss-MiB")))
+	}
+	p("\nThe agent's RSS includes the pages of its binary's code it touched, shared with every other process ")
+	p("running that binary; the anonymous RSS is its own memory. The agent keeps its index current from ")
+	p("conntrack's new and destroy events, and dumps the table only at its scheduled audit; a cleaner that dumps ")
+	p("every second pays the reader's cost every second, and cannot when one dump takes longer.\n\n")
+
+	p("## A dead backend's flows\n\n")
+	p("From a pod's deletion in the API to the last of its flows deleted from the kernel, with the settings ")
+	p("the agent ships (grace %s s, debounce 50 ms, a budget of 20 ghost IPs a minute); %s dual-stack pods killed 500 ms apart. ",
+		num(m.val("backend-death", n, "grace-ms")/1000, 0), countOr(killsOf(m)))
+	p("The grace period is the agent's own choice (it waits for the evidence to hold before acting, ")
+	p("docs/agent.md); the time beyond it is what the agent's reaction and the deletes cost.\n\n")
+	p("| flows | flows per pod | p50 | p99 | p50 beyond the grace | p99 beyond the grace |\n|---|---|---|---|---|---|\n")
+	for _, f := range m.flows {
+		p("| %s | %s | %s | %s | %s | %s |\n", count(f), countOr(m.val("backend-death", f, "flows/pod")),
+			ms(m.val("backend-death", f, "p50-ms")), ms(m.val("backend-death", f, "p99-ms")),
+			ms(m.val("backend-death", f, "beyond-grace-p50-ms")), ms(m.val("backend-death", f, "beyond-grace-p99-ms")))
+	}
+	p("\n")
+
+	p("## Offline: a saved listing\n\n")
+	p("`ghostwatch scan` of the table's `conntrack -L -o extended,id` listing with every rule, against the ")
+	p("simplest field split a shell user would run on the same file.\n\n")
+	p("| | flows | time | peak RSS | RSS the scan adds |\n|---|---|---|---|---|\n")
+	for _, f := range m.flows {
+		for _, t := range offline {
+			p("| %s | %s | %s | %s | %s |\n", t.label, count(f), ms(m.val(t.id, f, "ms")), mib(m.val(t.id, f, "peak-rss-MiB")),
+				mib(m.val(t.id, f, "added-peak-rss-MiB")))
+		}
+	}
+	p("\n")
+
+	p("## The controller\n\n")
+	p("The leader's full pass over the cluster (its sources collected into a snapshot, every cluster rule run), ")
+	p("on a cluster of pods spread over nodes of 60 pods and a Calico block each, 5,000 of them members of a Consul ")
+	p("cluster; the heap per pod is everything the leader's sources keep.\n\n")
+	p("| pods | full pass | CPU per pass | heap per pod | of which Calico's ledger |\n|---|---|---|---|---|\n")
+	for _, pods := range m.pass.sizes() {
+		v := func(u string) float64 { x, _ := m.pass.get(pods, u); return x }
+		p("| %s | %s | %s | %s B | %s B |\n", count(pods), ms(v("ns/op")/1e6), ms(v("cpu-ns/op")/1e6), count(v("heap-B/pod")), count(v("calico-B/pod")))
+	}
+	if ev, ok := m.watch.get(150000, "ns/op"); ok {
+		p("\nOne pod event reaches the leader's pod index in %s µs", num(ev/1e3, 1))
+		if bp, ok := m.watchIx.get(150000, "B/pod"); ok {
+			p("; the index keeps %s B per pod beyond the informer's cache", count(bp))
+		}
+		p(" (150,000 pods).\n")
+	}
+	p("\n")
+
+	p("## How each cost grows\n\n")
+	if len(m.flows) >= 2 {
+		a, b := m.flows[len(m.flows)-2], m.flows[len(m.flows)-1]
+		p("From %s to %s flows (%s× the table):\n\n", count(a), count(b), num(b/a, 0))
+		p("| | time | memory |\n|---|---|---|\n")
+		for _, t := range append(append([]tool{}, readers...), offline...) {
+			p("| %s | %s× | %s× |\n", t.label, num(m.timeOf(t.id, b)/m.timeOf(t.id, a), 1),
+				num(m.val(t.id, b, "peak-rss-MiB")/m.val(t.id, a, "peak-rss-MiB"), 1))
+		}
+		p("\n")
+	}
+
+	p("## How to reproduce\n\n")
+	p("```sh\nsudo scripts/bench.sh                 # every size, writes this page\nsudo scripts/bench.sh --sizes 10000   # one small table, a quick look\n```\n\n")
+	p("The script installs conntrack, GNU time and iproute2 when they are missing, builds the benchmarks as the ")
+	p("release is built (static, stripped), and raises nf_conntrack_max for the run if it is too small. ")
+	p("`scripts/bench.sh --help` lists its options.\n\n")
+	p("## Machine\n\n```\n%s\n```\n", m.machine)
+}
+
+func runsOf(m *model) string {
+	if v := m.val("audit", m.largest(), "reps"); !math.IsNaN(v) {
+		return fmt.Sprintf("%s runs", count(v))
+	}
+	return "the runs"
+}
+
+func killsOf(m *model) float64 { return m.val("backend-death", m.largest(), "kills") }
+
+func num(v float64, prec int) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "–"
+	}
+	return fmt.Sprintf("%.*f", prec, v)
+}
+
+func countOr(v float64) string {
+	if math.IsNaN(v) {
+		return "–"
+	}
+	return count(v)
+}
+
+func ms(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "–"
+	case v >= 10000:
+		return fmt.Sprintf("%.1f s", v/1000)
+	case v >= 100:
+		return fmt.Sprintf("%.0f ms", v)
+	}
+	return fmt.Sprintf("%.1f ms", v)
+}
+
+func mib(v float64) string {
+	if math.IsNaN(v) {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f MiB", v)
+}

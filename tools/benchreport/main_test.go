@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bytes"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestHeadlineFromResults(t *testing.T) {
+	dir := t.TempDir()
+	machine := filepath.Join(dir, "machine.txt")
+	if err := os.WriteFile(machine, []byte("cpu: test\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	doc := filepath.Join(dir, "docs", "performance.md")
+	if err := os.MkdirAll(filepath.Dir(doc), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run("testdata/results.txt", machine, doc, filepath.Join(dir, "docs"), &out); err != nil {
+		t.Fatal(err)
+	}
+	// The medians of the largest table; the controller's pass is the
+	// median of its three runs.
+	want := "flows=1000000\naudit_ratio_vs_conntrack_L=0.400\naudit_ratio_vs_floor=1.250\ndelete_p99_ms=64.5\n" +
+		"agent_rss_mib_1m=20.9\ncontroller_pass_ms_150k=250.0\n"
+	if out.String() != want {
+		t.Errorf("printed\n%s\nwant\n%s", out.String(), want)
+	}
+	b, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{want, "](performance-time.png)", "](performance-memory.png)", "cpu: test",
+		"| full audit against conntrack -L | 0.40 × | 0.40 × | met |",
+		"| full audit against the count-only dump | 1.25 × | 1.15 × | **not met** |"} {
+		if !strings.Contains(string(b), s) {
+			t.Errorf("the document lacks %q", s)
+		}
+	}
+	for _, png := range []string{"performance-time.png", "performance-memory.png"} {
+		b, err := os.ReadFile(filepath.Join(dir, "docs", png))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) {
+			t.Errorf("%s is not a PNG", png)
+		}
+	}
+}
+
+// The shell loop is measured where it ran and estimated elsewhere: one
+// conntrack -D per stale flow, each linear in the table's size.
+func TestShellLoopEstimate(t *testing.T) {
+	f, err := os.Open("testdata/results.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rs, err := parse(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := build(rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, measured := m.shellLoop(10000); !measured || v != 4050 {
+		t.Errorf("at 10,000: %v measured %v, want 4050 measured", v, measured)
+	}
+	// Per delete: 40 ms at 10,000 flows, 60 at 20,000: 20 + 0.002×flows.
+	// At 1,000,000: 5000 + 10,000 deletes × 2020 ms.
+	v, measured := m.shellLoop(1000000)
+	if want := 5000 + 10000*2020.0; measured || math.Abs(v-want) > 1e-6 {
+		t.Errorf("at 1,000,000: %v measured %v, want %v estimated", v, measured, want)
+	}
+}
+
+func TestParseRefusesWhatIsNotANumber(t *testing.T) {
+	for _, in := range []string{
+		"BenchmarkX-2 1 NaN ns/op\n",
+		"BenchmarkX-2 1 12 ns/op 5\n",
+		"BenchmarkX-2 1 twelve ns/op\n",
+	} {
+		if _, err := parse(strings.NewReader(in)); err == nil {
+			t.Errorf("parse(%q): no error", in)
+		}
+	}
+	if _, err := build(nil); err == nil || !strings.Contains(err.Error(), "scripts/bench.sh") {
+		t.Errorf("build of nothing: %v, want an error naming scripts/bench.sh", err)
+	}
+}
