@@ -57,6 +57,27 @@ func (d *timedDeleter) Delete(f *snapshot.Flow) error {
 	if err := d.conn.Delete(f); err != nil {
 		return err
 	}
+	d.deleted(f)
+	return nil
+}
+
+// GetEach and DeleteEach read back and delete many entries a system call,
+// as the agent's table does.
+func (d *timedDeleter) GetEach(fs []snapshot.Flow, fn func(int, snapshot.Flow, error)) error {
+	return d.conn.GetEach(fs, fn)
+}
+
+func (d *timedDeleter) DeleteEach(fs []snapshot.Flow, fn func(int, error)) error {
+	return d.conn.DeleteEach(fs, func(i int, err error) {
+		if err == nil {
+			d.deleted(&fs[i])
+		}
+		fn(i, err)
+	})
+}
+
+// deleted notes that f was deleted.
+func (d *timedDeleter) deleted(f *snapshot.Flow) {
 	now := time.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -70,7 +91,6 @@ func (d *timedDeleter) Delete(f *snapshot.Flow) error {
 	if w, ok := d.want[b]; !ok || d.n[b] >= w {
 		d.cond.Broadcast()
 	}
-	return nil
 }
 
 // waitFor blocks until at least want flows to backend were deleted, or the

@@ -46,11 +46,31 @@ func (fl *Flows) Act(ctx context.Context, t finding.Target) error {
 	return nil
 }
 
+// FlowBatchTable is a FlowTable that reads back and deletes many entries
+// a system call, each answered on its own (conntrack.Watch is one).
+type FlowBatchTable interface {
+	FlowTable
+	// GetEach reads back each of fs as Get does and calls fn with each
+	// answer, in order.
+	GetEach(fs []snapshot.Flow, fn func(i int, got snapshot.Flow, err error)) error
+	// DeleteEach deletes each of fs as Delete does and calls fn with each
+	// outcome, in order.
+	DeleteEach(fs []snapshot.Flow, fn func(i int, err error)) error
+}
+
+// flowBatch is how many flows a FlowBatchTable reads back, then deletes,
+// at a time: the time between an entry's read-back and its delete stays
+// under a millisecond or two.
+const flowBatch = 256
+
 // ActEach deletes each flow of the target that the kernel still holds as
 // it was judged: the entry read back by its tuple must have the same
 // conntrack ID and the same translation. An entry whose ID is unknown is
 // left alone: the delete could hit a newer connection that reuses the
-// tuple. With dryRun it reads each back and deletes nothing.
+// tuple. With dryRun it reads each back and deletes nothing. A
+// FlowBatchTable reads back flowBatch entries, then deletes those that
+// passed, a few system calls for each batch; the kernel deletes an entry
+// only if it still has the ID read back.
 func (fl *Flows) ActEach(ctx context.Context, t finding.Target, dryRun bool) Tally {
 	var tl Tally
 	ft, ok := t.(*finding.FlowTarget)
@@ -58,55 +78,102 @@ func (fl *Flows) ActEach(ctx context.Context, t finding.Target, dryRun bool) Tal
 		tl.Failed, tl.Why = 1, "not a conntrack flow: "+t.Kind()
 		return tl
 	}
-	note := func(why string) {
-		if tl.Why == "" {
-			tl.Why = why
+	bt, batched := fl.Table.(FlowBatchTable)
+	var chunk, passed []snapshot.Flow
+	flush := func() {
+		if len(chunk) == 0 {
+			return
 		}
+		defer func() { chunk = chunk[:0] }()
+		if err := ctx.Err(); err != nil {
+			tl.Failed += len(chunk)
+			tl.note(err.Error())
+			return
+		}
+		passed = passed[:0]
+		bt.GetEach(chunk, func(i int, got snapshot.Flow, err error) {
+			if tl.readBack(&chunk[i], got, err) {
+				passed = append(passed, chunk[i])
+			}
+		})
+		if dryRun {
+			tl.Done += len(passed)
+			return
+		}
+		bt.DeleteEach(passed, func(i int, err error) { tl.deleted(&passed[i], err) })
 	}
 	for want := range ft.Flows.All() {
 		if err := ctx.Err(); err != nil {
 			tl.Failed++
-			note(err.Error())
+			tl.note(err.Error())
 			continue
 		}
 		if want.ID == 0 {
 			tl.Changed++
-			note(fmt.Sprintf("%s: its conntrack ID is unknown, so a newer entry with the same tuple could not be told apart", want))
+			tl.note(fmt.Sprintf("%s: its conntrack ID is unknown, so a newer entry with the same tuple could not be told apart", want))
+			continue
+		}
+		if batched {
+			chunk = append(chunk, *want)
+			if len(chunk) == flowBatch {
+				flush()
+			}
 			continue
 		}
 		got, err := fl.Table.Get(want)
-		switch {
-		case errors.Is(err, syscall.ENOENT):
-			tl.Gone++
-			note(fmt.Sprintf("the kernel no longer has %s", want))
-			continue
-		case err != nil:
-			tl.Failed++
-			note(fmt.Sprintf("reading %s back from the kernel: %v", want, err))
-			continue
-		case got.ID != want.ID:
-			tl.Changed++
-			note(fmt.Sprintf("%s was replaced since it was judged (conntrack id %d, now %d)", want, want.ID, got.ID))
-			continue
-		case got.Reply != want.Reply:
-			tl.Changed++
-			note(fmt.Sprintf("%s now translates to %s, not %s", want, got.Backend(), want.Backend()))
+		if !tl.readBack(want, got, err) {
 			continue
 		}
 		if dryRun {
 			tl.Done++
 			continue
 		}
-		switch err := fl.Table.Delete(want); {
-		case err == nil:
-			tl.Done++
-		case errors.Is(err, syscall.ENOENT):
-			tl.Gone++
-			note(fmt.Sprintf("the kernel no longer has %s", want))
-		default:
-			tl.Failed++
-			note(fmt.Sprintf("deleting %s: %v", want, err))
-		}
+		tl.deleted(want, fl.Table.Delete(want))
 	}
+	flush()
 	return tl
+}
+
+// note keeps the first reason given.
+func (tl *Tally) note(why string) {
+	if tl.Why == "" {
+		tl.Why = why
+	}
+}
+
+// readBack counts want's read-back (got, err) when it fails, and reports
+// whether it passed: the kernel still holds want, with its ID and its
+// translation.
+func (tl *Tally) readBack(want *snapshot.Flow, got snapshot.Flow, err error) bool {
+	switch {
+	case errors.Is(err, syscall.ENOENT):
+		tl.Gone++
+		tl.note(fmt.Sprintf("the kernel no longer has %s", want))
+	case err != nil:
+		tl.Failed++
+		tl.note(fmt.Sprintf("reading %s back from the kernel: %v", want, err))
+	case got.ID != want.ID:
+		tl.Changed++
+		tl.note(fmt.Sprintf("%s was replaced since it was judged (conntrack id %d, now %d)", want, want.ID, got.ID))
+	case got.Reply != want.Reply:
+		tl.Changed++
+		tl.note(fmt.Sprintf("%s now translates to %s, not %s", want, got.Backend(), want.Backend()))
+	default:
+		return true
+	}
+	return false
+}
+
+// deleted counts the outcome of deleting want.
+func (tl *Tally) deleted(want *snapshot.Flow, err error) {
+	switch {
+	case err == nil:
+		tl.Done++
+	case errors.Is(err, syscall.ENOENT):
+		tl.Gone++
+		tl.note(fmt.Sprintf("the kernel no longer has %s", want))
+	default:
+		tl.Failed++
+		tl.note(fmt.Sprintf("deleting %s: %v", want, err))
+	}
 }

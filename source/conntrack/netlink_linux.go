@@ -302,17 +302,28 @@ func (c *Conn) Get(f *snapshot.Flow) (snapshot.Flow, error) {
 	case !found:
 		err = malformed("acknowledgement without the entry asked for")
 	case got.Key() != f.Key():
-		// The kernel looks the tuple up among the tuples of both
-		// directions: it found an entry whose reply tuple is f's original
-		// one. No entry has it as its original tuple then, since no two
-		// entries share a tuple in either direction.
-		err = fmt.Errorf("only the reply tuple of %v matches: %w", &got, unix.ENOENT)
+		err = onlyReplyMatches(&got)
 	}
 	if err != nil {
-		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
-			return snapshot.Flow{}, fmt.Errorf("conntrack: get %v: %w: %w", f, ErrPermission, err)
-		}
-		return snapshot.Flow{}, fmt.Errorf("conntrack: get %v: %w", f, err)
+		return snapshot.Flow{}, getError(f, err)
 	}
 	return got, nil
+}
+
+// onlyReplyMatches is the error of a get answered with an entry whose
+// original tuple is not the one asked for. The kernel looks the tuple up
+// among the tuples of both directions: it found an entry whose reply tuple
+// is the one asked for. No entry has it as its original tuple then, since
+// no two entries share a tuple in either direction.
+func onlyReplyMatches(got *snapshot.Flow) error {
+	return fmt.Errorf("only the reply tuple of %v matches: %w", got, unix.ENOENT)
+}
+
+// getError is the error of reading f back: without CAP_NET_ADMIN it wraps
+// ErrPermission.
+func getError(f *snapshot.Flow, err error) error {
+	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+		return fmt.Errorf("conntrack: get %v: %w: %w", f, ErrPermission, err)
+	}
+	return fmt.Errorf("conntrack: get %v: %w", f, err)
 }

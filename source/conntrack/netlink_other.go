@@ -36,3 +36,21 @@ func (c *Conn) Delete(f *snapshot.Flow) error { return errNoNetlink }
 
 // Get returns an error wrapping source.ErrUnsupported outside Linux.
 func (c *Conn) Get(f *snapshot.Flow) (snapshot.Flow, error) { return snapshot.Flow{}, errNoNetlink }
+
+// GetEach passes an error wrapping source.ErrUnsupported for every entry
+// outside Linux, and returns it.
+func (c *Conn) GetEach(fs []snapshot.Flow, fn func(int, snapshot.Flow, error)) error {
+	for i := range fs {
+		fn(i, snapshot.Flow{}, errNoNetlink)
+	}
+	return errNoNetlink
+}
+
+// DeleteEach passes an error wrapping source.ErrUnsupported for every
+// entry outside Linux, and returns it.
+func (c *Conn) DeleteEach(fs []snapshot.Flow, fn func(int, error)) error {
+	for i := range fs {
+		fn(i, errNoNetlink)
+	}
+	return errNoNetlink
+}

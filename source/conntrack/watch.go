@@ -33,6 +33,17 @@ type Table interface {
 	Delete(f *snapshot.Flow) error
 }
 
+// Batcher is a Table that reads back and deletes many entries a system
+// call, each answered on its own (Conn is one).
+type Batcher interface {
+	// GetEach reads back each of fs as Get does and calls fn with each
+	// answer, in order.
+	GetEach(fs []snapshot.Flow, fn func(i int, got snapshot.Flow, err error)) error
+	// DeleteEach deletes each of fs as Delete does and calls fn with each
+	// outcome, in order.
+	DeleteEach(fs []snapshot.Flow, fn func(i int, err error)) error
+}
+
 // EventStream streams a table's new and destroy events: a Subscription.
 type EventStream interface {
 	Run(ctx context.Context, fn func(Event) error) error
@@ -392,4 +403,45 @@ func (w *Watch) Delete(f *snapshot.Flow) error {
 		w.count()
 	}
 	return err
+}
+
+// GetEach reads each of fs back, as Get does: many a system call when the
+// table is a Batcher, else one at a time. An entry that is gone leaves the
+// index.
+func (w *Watch) GetEach(fs []snapshot.Flow, fn func(i int, got snapshot.Flow, err error)) error {
+	defer w.count()
+	seen := func(i int, got snapshot.Flow, err error) {
+		if errors.Is(err, syscall.ENOENT) && w.index != nil {
+			w.index.forget(&fs[i])
+		}
+		fn(i, got, err)
+	}
+	if bt, ok := w.Table.(Batcher); ok {
+		return bt.GetEach(fs, seen)
+	}
+	for i := range fs {
+		got, err := w.Table.Get(&fs[i])
+		seen(i, got, err)
+	}
+	return nil
+}
+
+// DeleteEach deletes each of fs, as Delete does: many a system call when
+// the table is a Batcher, else one at a time. Each deleted or gone entry
+// leaves the index.
+func (w *Watch) DeleteEach(fs []snapshot.Flow, fn func(i int, err error)) error {
+	defer w.count()
+	deleted := func(i int, err error) {
+		if (err == nil || errors.Is(err, syscall.ENOENT)) && w.index != nil {
+			w.index.forget(&fs[i])
+		}
+		fn(i, err)
+	}
+	if bt, ok := w.Table.(Batcher); ok {
+		return bt.DeleteEach(fs, deleted)
+	}
+	for i := range fs {
+		deleted(i, w.Table.Delete(&fs[i]))
+	}
+	return nil
 }
