@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -171,6 +172,20 @@ func benchChildRun(mode string) (*childReport, error) {
 		time.Sleep(idle) // the measurement window
 		r.CPUPercent = 100 * (processCPU() - cpu0).Seconds() / time.Since(wall0).Seconds()
 		r.Indexed = testutil.ToFloat64(m.IndexFlows)
+		// GHOSTWATCH_BENCH_HEAPPROFILE names a file for the heap profile at
+		// the end of the window.
+		if profile := os.Getenv("GHOSTWATCH_BENCH_HEAPPROFILE"); profile != "" {
+			runtime.GC()
+			f, err := os.Create(profile)
+			if err != nil {
+				return nil, err
+			}
+			err = pprof.WriteHeapProfile(f)
+			f.Close()
+			if err != nil {
+				return nil, err
+			}
+		}
 	case "ghost-scan":
 		if err := ghostScan(ctx, cl, r); err != nil {
 			return nil, err

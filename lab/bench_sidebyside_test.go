@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -425,6 +426,19 @@ func sbsAudit(ctx context.Context, cl *Cluster, reps int, r *childReport) error 
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+	}
+	// GHOSTWATCH_BENCH_CPUPROFILE names a file for the CPU profile of the
+	// audits.
+	if profile := os.Getenv("GHOSTWATCH_BENCH_CPUPROFILE"); profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	var ts []time.Duration
 	for range reps {

@@ -37,6 +37,9 @@ type Conn struct {
 	// the next request.
 	pending    uint32
 	hasPending bool
+
+	// ahead are the receive buffers of a dump (c.buf the first of them).
+	ahead [][]byte
 }
 
 // Open opens a netlink socket to the conntrack subsystem (NETLINK_NETFILTER)
@@ -147,11 +150,17 @@ func (c *Conn) Dump(ctx context.Context, fn func(*snapshot.Flow) error) (seen in
 	}
 	c.pending, c.hasPending = seq, true
 	d := dumper{seq: seq, pid: c.port, fn: fn}
+	rx := c.receiveAhead(seq)
+	defer func() {
+		if rx.stop() {
+			c.hasPending = false
+		}
+	}()
 	for {
 		if err := ctx.Err(); err != nil {
 			return d.seen, err
 		}
-		b, err := c.recv()
+		b, err := rx.next()
 		if err != nil {
 			if errors.Is(err, errMalformed) {
 				return d.seen, fmt.Errorf("conntrack dump: %w", err)
@@ -159,6 +168,7 @@ func (c *Conn) Dump(ctx context.Context, fn func(*snapshot.Flow) error) (seen in
 			return d.seen, dumpError(err, d.seen)
 		}
 		over, err := d.feed(b)
+		rx.release(b)
 		if over {
 			c.hasPending = false
 		}
@@ -173,6 +183,114 @@ func (c *Conn) Dump(ctx context.Context, fn func(*snapshot.Flow) error) (seen in
 			return d.seen, nil
 		}
 	}
+}
+
+// aheadBuffers is how many datagrams a dump receives ahead of the one
+// being decoded.
+const aheadBuffers = 4
+
+// ahead receives a dump's datagrams on a goroutine of its own while the
+// caller decodes the ones before: the kernel fills the next datagram in
+// that goroutine's recvmsg, on another core when there is one, so that a
+// dump takes about as long as the kernel's part alone rather than the sum
+// of the kernel's part and the decoding.
+type ahead struct {
+	full chan received
+	free chan []byte
+	quit chan struct{}
+	done chan struct{}
+	// end is set once the dump's last datagram was received: nothing more
+	// will come for it, whether or not it was decoded.
+	end bool
+}
+
+type received struct {
+	b   []byte
+	err error
+}
+
+// receiveAhead starts receiving the datagrams answering dump seq.
+func (c *Conn) receiveAhead(seq uint32) *ahead {
+	a := &ahead{full: make(chan received, aheadBuffers), free: make(chan []byte, aheadBuffers),
+		quit: make(chan struct{}), done: make(chan struct{})}
+	if c.ahead == nil {
+		c.ahead = make([][]byte, aheadBuffers)
+		c.ahead[0] = c.buf
+		for i := 1; i < aheadBuffers; i++ {
+			c.ahead[i] = make([]byte, len(c.buf))
+		}
+	}
+	for _, b := range c.ahead {
+		a.free <- b
+	}
+	go func() {
+		defer close(a.done)
+		var rx rxArgs
+		for {
+			var buf []byte
+			select {
+			case buf = <-a.free:
+			case <-a.quit:
+				return
+			}
+			b, err := c.receiveInto(buf, &rx, 0)
+			if err == nil && lastOfDump(b, seq) {
+				a.end = true
+			}
+			select {
+			case a.full <- received{b, err}:
+			case <-a.quit:
+				return
+			}
+			// The last datagram of the dump, or a failure: nothing more
+			// will come for it. (The socket never blocks while a dump
+			// runs: the kernel fills the next datagram as soon as one is
+			// read.)
+			if err != nil || a.end {
+				return
+			}
+		}
+	}()
+	return a
+}
+
+// next returns the next datagram received.
+func (a *ahead) next() ([]byte, error) {
+	r := <-a.full
+	return r.b, r.err
+}
+
+// release gives a datagram's buffer back for the next.
+func (a *ahead) release(b []byte) {
+	if cap(b) > 0 {
+		a.free <- b[:cap(b)]
+	}
+}
+
+// stop ends the receiving and waits for it: a receive under way ends with
+// the datagram it is waiting for, which the dump's kernel side sends. It
+// reports whether the dump's last datagram was received, decoded or not:
+// then nothing of the dump is left to drain.
+func (a *ahead) stop() bool {
+	close(a.quit)
+	<-a.done
+	return a.end
+}
+
+// lastOfDump reports whether datagram b holds the end of dump seq
+// (NLMSG_DONE or NLMSG_ERROR), or does not parse (the decoder says why).
+func lastOfDump(b []byte, seq uint32) bool {
+	for len(b) > 0 {
+		m, rest, err := nextMessage(b)
+		if err != nil {
+			return true
+		}
+		if m.seq == seq && (m.typ == nlmsgDone || m.typ == nlmsgError) {
+			return true
+		}
+		b = rest
+	}
+	return false
 }
 
 // request sends one message that asks for an acknowledgement and waits for

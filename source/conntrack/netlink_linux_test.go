@@ -673,6 +673,39 @@ func TestDumpAbandoned(t *testing.T) {
 	}
 }
 
+// A dump abandoned after its last datagram was received ahead, but before
+// it was decoded, leaves nothing to drain: the next request neither hangs
+// waiting for the end of a dump already read nor mistakes it for its
+// answer.
+func TestDumpAbandonedAfterItsEndWasRead(t *testing.T) {
+	t.Parallel()
+	inNewNetns(t)
+	c := open(t)
+	for _, n := range []int{1, 10, 300} { // one datagram, and a few
+		fill := snapshot.Flow{Proto: snapshot.ProtoTCP, State: "ESTABLISHED", Timeout: 60,
+			Orig: tuple("10.8.0.1", "10.8.0.2", uint16(n), 2), Reply: tuple("10.8.0.2", "10.8.0.1", 2, uint16(n))}
+		if err := c.Create(&fill); err != nil {
+			t.Fatal(err)
+		}
+		stop := errors.New("stop")
+		for range 20 {
+			if _, err := c.Dump(context.Background(), func(*snapshot.Flow) error { return stop }); !errors.Is(err, stop) {
+				t.Fatalf("failing callback: %v", err)
+			}
+			done := make(chan error, 1)
+			go func() { _, err := c.Get(&fill); done <- err }()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("get after an abandoned dump: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("get after an abandoned dump still waits after 10s")
+			}
+		}
+	}
+}
+
 // TestDumpTruncatedDatagram reads with a buffer too small for the kernel's
 // datagrams: the dump must fail, not return part of the table.
 func TestDumpTruncatedDatagram(t *testing.T) {

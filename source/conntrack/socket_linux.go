@@ -19,8 +19,12 @@ import (
 type nlSocket struct {
 	fd  int
 	buf []byte // receive buffer, reused
+	rx  rxArgs
+}
 
-	// recvmsg arguments, kept here so that receiving does not allocate.
+// rxArgs are recvmsg's arguments, kept so that receiving does not
+// allocate: one set for each goroutine that receives.
+type rxArgs struct {
 	msg  unix.Msghdr
 	iov  unix.Iovec
 	from unix.RawSockaddrNetlink
@@ -76,30 +80,33 @@ func (s *nlSocket) setRcvBuf(n int) {
 // returned as it is (ENOBUFS: the kernel dropped messages for this socket).
 // A datagram larger than the buffer is an error wrapping errMalformed: its
 // tail is lost. Datagrams from other sockets are skipped.
-func (s *nlSocket) receive(flags int) ([]byte, error) {
+func (s *nlSocket) receive(flags int) ([]byte, error) { return s.receiveInto(s.buf, &s.rx, flags) }
+
+// receiveInto is receive into buf, with rx's arguments.
+func (s *nlSocket) receiveInto(buf []byte, rx *rxArgs, flags int) ([]byte, error) {
 	for {
-		s.iov.Base = &s.buf[0]
-		s.iov.SetLen(len(s.buf))
-		s.msg = unix.Msghdr{
-			Name:    (*byte)(unsafe.Pointer(&s.from)),
+		rx.iov.Base = &buf[0]
+		rx.iov.SetLen(len(buf))
+		rx.msg = unix.Msghdr{
+			Name:    (*byte)(unsafe.Pointer(&rx.from)),
 			Namelen: unix.SizeofSockaddrNetlink,
-			Iov:     &s.iov,
+			Iov:     &rx.iov,
 		}
-		s.msg.SetIovlen(1)
-		n, _, errno := unix.Syscall(unix.SYS_RECVMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&s.msg)), uintptr(flags))
+		rx.msg.SetIovlen(1)
+		n, _, errno := unix.Syscall(unix.SYS_RECVMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&rx.msg)), uintptr(flags))
 		if errno == unix.EINTR {
 			continue
 		}
 		if errno != 0 {
 			return nil, errno
 		}
-		if s.msg.Flags&unix.MSG_TRUNC != 0 {
-			return nil, fmt.Errorf("%w: datagram larger than the %d-byte read buffer", errMalformed, len(s.buf))
+		if rx.msg.Flags&unix.MSG_TRUNC != 0 {
+			return nil, fmt.Errorf("%w: datagram larger than the %d-byte read buffer", errMalformed, len(buf))
 		}
-		if s.from.Pid != 0 {
+		if rx.from.Pid != 0 {
 			continue // not from the kernel
 		}
-		return s.buf[:n], nil
+		return buf[:n], nil
 	}
 }
 
