@@ -18,9 +18,9 @@ import (
 // A backend's flows are kept compactly: what they share (the frontend, the
 // backend's port, where replies go) once per backend as a
 // snapshot.FlowRoute, and of each flow its client, its port and the rest
-// (indexRecord): 28 bytes a flow in the map for IPv4, 40 for IPv6, no
-// pointers, so that the garbage collector does not scan a table of a
-// million flows. A seed
+// (indexRecord), in a packed store sorted by client: 24 bytes a flow for
+// IPv4, 36 for IPv6, no pointers, so that the garbage collector does not
+// scan a table of a million flows. A seed
 // updates the records in place and then sweeps those the dump did not
 // see: a full dump never holds two copies of the index at once.
 //
@@ -42,8 +42,11 @@ type flowIndex struct {
 	// replayed on the seeded index, so none is lost between the two.
 	seeding bool
 	// gen is the generation a seed marks the records it sees with; the
-	// records of earlier ones are swept when it ends complete.
-	gen uint32
+	// records of earlier ones are swept when it ends complete. Records keep
+	// it modulo 256: unswept counts the seeds begun since the last sweep,
+	// and the index is dropped before a generation could come round again.
+	gen     uint32
+	unswept int
 	// carry is true while a seed may keep the Seen times of the records
 	// it finds: the index was valid when the seed began.
 	carry   bool
@@ -58,46 +61,48 @@ type flowIndex struct {
 }
 
 // backendFlows holds the indexed flows of one backend: IPv4 flows keyed by
-// their client's 4 bytes, IPv6 ones by its 16.
+// their client's 4 bytes, IPv6 ones by its 16, each family in a packed
+// store.
 type backendFlows struct {
 	routes snapshot.Routes
-	v4     map[key4]indexRecord
-	v6     map[key6]indexRecord
-}
-
-// key4 and key6 are what tell a backend's flows apart: the client, its
-// port and the route (snapshot.FrontendKey, the address at its size).
-type key4 struct {
-	src            [4]byte
-	srcPort, route uint16
-}
-
-type key6 struct {
-	src            [16]byte
-	srcPort, route uint16
+	v4     packed[key4]
+	v6     packed[key6]
 }
 
 // indexRecord is one flow's own part (snapshot.FlowRest without its
 // timeout, stale as soon as read), and the generation of the seed that last
-// saw it: 20 bytes. The start (or first sighting) is kept in whole
-// seconds, rounded up: a flow reads as no older than it is, so that it is
-// never proven older than a pod for want of a fraction of a second.
+// saw it, modulo 256: 16 bytes. The start (or first sighting) is kept in
+// whole seconds, rounded up: a flow reads as no older than it is, so that
+// it is never proven older than a pod for want of a fraction of a second.
 type indexRecord struct {
 	start        uint32 // seconds since recordEpoch, rounded up; 0: none
 	id           uint32
-	gen          uint32
 	replyDstPort uint16
 	status       uint16
 	state        uint8
-	seen         bool
+	flags        uint8 // recordSeen, recordDead
+	gen          uint8
 }
+
+const (
+	// recordSeen: start is when the index first saw the flow, which has
+	// no kernel start time.
+	recordSeen = 1 << iota
+	// recordDead: removed, until its packed store is rebuilt.
+	recordDead
+)
+
+func (r indexRecord) dead() bool { return r.flags&recordDead != 0 }
 
 // recordEpoch is when indexRecord's seconds count from.
 var recordEpoch = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
 
 func recordOf(rest snapshot.FlowRest, gen uint32) indexRecord {
 	p := rest.Parts()
-	r := indexRecord{id: p.ID, gen: gen, replyDstPort: p.ReplyDstPort, status: p.Status, state: p.State, seen: p.Seen}
+	r := indexRecord{id: p.ID, gen: uint8(gen), replyDstPort: p.ReplyDstPort, status: p.Status, state: p.State}
+	if p.Seen {
+		r.flags |= recordSeen
+	}
 	if p.Start > recordEpoch {
 		r.start = uint32((p.Start - recordEpoch + int64(time.Second) - 1) / int64(time.Second))
 	}
@@ -105,7 +110,7 @@ func recordOf(rest snapshot.FlowRest, gen uint32) indexRecord {
 }
 
 func (r indexRecord) rest() snapshot.FlowRest {
-	p := snapshot.RestParts{ID: r.id, ReplyDstPort: r.replyDstPort, Status: r.status, State: r.state, Seen: r.seen}
+	p := snapshot.RestParts{ID: r.id, ReplyDstPort: r.replyDstPort, Status: r.status, State: r.state, Seen: r.flags&recordSeen != 0}
 	if r.start != 0 {
 		p.Start = recordEpoch + int64(r.start)*int64(time.Second)
 	}
@@ -114,55 +119,33 @@ func (r indexRecord) rest() snapshot.FlowRest {
 
 // seenAt is the record's first sighting, or zero.
 func (r indexRecord) seenAt() time.Time {
-	if !r.seen || r.start == 0 {
+	if r.flags&recordSeen == 0 || r.start == 0 {
 		return time.Time{}
 	}
 	return time.Unix(0, recordEpoch+int64(r.start)*int64(time.Second)).UTC()
 }
 
-func (b *backendFlows) len() int { return len(b.v4) + len(b.v6) }
+func (b *backendFlows) len() int { return b.v4.len() + b.v6.len() }
 
 func (b *backendFlows) get(k snapshot.FrontendKey) (indexRecord, bool) {
-	if b.v6 == nil || isV4Key(k) {
-		r, ok := b.v4[k4(k)]
-		return r, ok
+	if isV4Key(k) {
+		return b.v4.get(k4(k))
 	}
-	r, ok := b.v6[key6{k.Src, k.SrcPort, k.Route}]
-	return r, ok
+	return b.v6.get(key6{k.Src, k.SrcPort, k.Route})
 }
 
 func (b *backendFlows) put(k snapshot.FrontendKey, is4 bool, r indexRecord) (added bool) {
 	if is4 {
-		if b.v4 == nil {
-			b.v4 = map[key4]indexRecord{}
-		}
-		_, had := b.v4[k4(k)]
-		b.v4[k4(k)] = r
-		return !had
+		return b.v4.put(k4(k), r)
 	}
-	if b.v6 == nil {
-		b.v6 = map[key6]indexRecord{}
-	}
-	kk := key6{k.Src, k.SrcPort, k.Route}
-	_, had := b.v6[kk]
-	b.v6[kk] = r
-	return !had
+	return b.v6.put(key6{k.Src, k.SrcPort, k.Route}, r)
 }
 
 func (b *backendFlows) remove(k snapshot.FrontendKey, is4 bool) bool {
 	if is4 {
-		if _, ok := b.v4[k4(k)]; ok {
-			delete(b.v4, k4(k))
-			return true
-		}
-		return false
+		return b.v4.remove(k4(k))
 	}
-	kk := key6{k.Src, k.SrcPort, k.Route}
-	if _, ok := b.v6[kk]; ok {
-		delete(b.v6, kk)
-		return true
-	}
-	return false
+	return b.v6.remove(key6{k.Src, k.SrcPort, k.Route})
 }
 
 // isV4Key reports whether k's client is an IPv4 address (IPv4-mapped).
@@ -171,41 +154,29 @@ func isV4Key(k snapshot.FrontendKey) bool {
 }
 
 func k4(k snapshot.FrontendKey) key4 {
-	return key4{[4]byte(k.Src[12:]), k.SrcPort, k.Route}
+	return makeKey4([4]byte(k.Src[12:]), k.SrcPort, k.Route)
 }
 
 // sweep removes the records of other generations than gen, and returns
 // how many it removed.
 func (b *backendFlows) sweep(gen uint32) int {
-	n := 0
-	for k, r := range b.v4 {
-		if r.gen != gen {
-			delete(b.v4, k)
-			n++
-		}
-	}
-	for k, r := range b.v6 {
-		if r.gen != gen {
-			delete(b.v6, k)
-			n++
-		}
-	}
-	return n
+	return b.v4.sweep(uint8(gen)) + b.v6.sweep(uint8(gen))
 }
 
 // each calls fn with each flow of b to backend, in one reused Flow.
 func (b *backendFlows) each(backend [16]byte, f *snapshot.Flow, fn func(*snapshot.Flow)) {
-	for k, r := range b.v4 {
+	b.v4.each(func(k key4, r indexRecord) {
+		addr, port, route := k.parts()
 		var src [16]byte
 		src[10], src[11] = 0xff, 0xff
-		copy(src[12:], k.src[:])
-		snapshot.JoinFlow(backend, b.routes.At(k.route), src, k.srcPort, r.rest(), f)
+		copy(src[12:], addr[:])
+		snapshot.JoinFlow(backend, b.routes.At(route), src, port, r.rest(), f)
 		fn(f)
-	}
-	for k, r := range b.v6 {
+	})
+	b.v6.each(func(k key6, r indexRecord) {
 		snapshot.JoinFlow(backend, b.routes.At(k.route), k.src, k.srcPort, r.rest(), f)
 		fn(f)
-	}
+	})
 }
 
 // indexed reports whether the index keeps f: a DNATed flow, or a UDP flow,
@@ -268,8 +239,18 @@ func (ix *flowIndex) beginSeed() {
 	defer ix.mu.Unlock()
 	ix.seeding, ix.pending, ix.pendingLost = true, nil, false
 	ix.gen++
+	if ix.unswept++; ix.unswept >= maxUnswept {
+		// Seeds keep failing: a record this old could alias the new
+		// generation. The index is not valid anyway; the next complete
+		// seed builds it again.
+		ix.byBackend, ix.n, ix.valid, ix.unswept = map[[16]byte]*backendFlows{}, 0, false, 1
+	}
 	ix.carry = ix.valid
 }
+
+// maxUnswept is how many seeds may begin without one ending complete
+// before the index is dropped: below 256, the generations records keep.
+const maxUnswept = 200
 
 // seed records one flow of the dump, before the rules see it. It sets the
 // flow's Seen: when the index, valid when the seed began, holds the same
@@ -315,11 +296,14 @@ func (ix *flowIndex) endSeed(complete bool) bool {
 	defer ix.mu.Unlock()
 	defer func() { ix.seeding, ix.pending, ix.carry, ix.pendingLost = false, nil, false, false }()
 	if complete && !ix.pendingLost {
+		ix.unswept = 0
 		for backend, b := range ix.byBackend {
 			ix.n -= b.sweep(ix.gen)
 			if b.len() == 0 {
 				delete(ix.byBackend, backend)
 			}
+			b.v4.fit()
+			b.v6.fit()
 		}
 		ix.valid = true
 		for i := range ix.pending {
