@@ -169,6 +169,17 @@ func benchChildRun(mode string) (*childReport, error) {
 			}
 		}
 		cpu0, wall0 := processCPU(), time.Now()
+		if profile := os.Getenv("GHOSTWATCH_BENCH_CPUPROFILE"); profile != "" {
+			f, err := os.Create(profile)
+			if err != nil {
+				return nil, err
+			}
+			defer f.Close()
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return nil, err
+			}
+			defer pprof.StopCPUProfile()
+		}
 		time.Sleep(idle) // the measurement window
 		r.CPUPercent = 100 * (processCPU() - cpu0).Seconds() / time.Since(wall0).Seconds()
 		r.Indexed = testutil.ToFloat64(m.IndexFlows)

@@ -338,6 +338,19 @@ func sbsChildRun(ctx context.Context, mode string, cl *Cluster, r *childReport) 
 	if err != nil || reps < 1 {
 		reps = 1
 	}
+	// GHOSTWATCH_BENCH_CPUPROFILE names a file for the CPU profile of the
+	// measured part.
+	if profile := os.Getenv("GHOSTWATCH_BENCH_CPUPROFILE"); profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			return true, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return true, err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	var ts []time.Duration
 	timed := func(fn func() error) error {
 		for range reps {
@@ -426,19 +439,6 @@ func sbsAudit(ctx context.Context, cl *Cluster, reps int, r *childReport) error 
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-	}
-	// GHOSTWATCH_BENCH_CPUPROFILE names a file for the CPU profile of the
-	// audits.
-	if profile := os.Getenv("GHOSTWATCH_BENCH_CPUPROFILE"); profile != "" {
-		f, err := os.Create(profile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
 	}
 	var ts []time.Duration
 	for range reps {

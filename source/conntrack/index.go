@@ -56,8 +56,12 @@ type flowIndex struct {
 	// invalid until the next.
 	pendingLost bool
 	// dirty holds backends of flows created since the last call of
-	// takeDirty: a new flow to a dead backend is judged at the next pass.
-	dirty map[[16]byte]struct{}
+	// takeDirty or takeFresh: a new flow to a dead backend is judged at the
+	// next pass. fresh holds those flows themselves, up to maxFresh
+	// (freshLost: more came).
+	dirty     map[[16]byte]struct{}
+	fresh     []snapshot.Flow
+	freshLost bool
 }
 
 // backendFlows holds the indexed flows of one backend: IPv4 flows keyed by
@@ -343,6 +347,11 @@ func (ix *flowIndex) applyLocked(e *Event) {
 	case EventNew:
 		ix.putLocked(&e.Flow, ix.gen)
 		ix.dirty[e.Flow.Reply.Src.As16()] = struct{}{}
+		if len(ix.fresh) < maxFresh {
+			ix.fresh = append(ix.fresh, e.Flow)
+		} else {
+			ix.freshLost = true
+		}
 	case EventDestroy:
 		ix.removeLocked(&e.Flow)
 	}
@@ -375,11 +384,33 @@ func (ix *flowIndex) len() int {
 	return ix.n
 }
 
+// maxFresh bounds the new flows the index holds for takeFresh: beyond it,
+// only their backends are kept, and all of those backends' flows are
+// judged.
+const maxFresh = 4096
+
+// takeFresh returns and clears the flows created since the last call
+// (fresh), and their backends; complete is false when more came than
+// maxFresh, and fresh holds only some of them.
+func (ix *flowIndex) takeFresh(fresh []snapshot.Flow) (_ []snapshot.Flow, backends []netip.Addr, complete bool) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	fresh = append(fresh[:0], ix.fresh...)
+	complete = !ix.freshLost
+	ix.fresh, ix.freshLost = ix.fresh[:0], false
+	return fresh, ix.takeDirtyLocked(), complete
+}
+
 // takeDirty returns and clears the backends of flows created since the
 // last call.
 func (ix *flowIndex) takeDirty() []netip.Addr {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	ix.fresh, ix.freshLost = ix.fresh[:0], false
+	return ix.takeDirtyLocked()
+}
+
+func (ix *flowIndex) takeDirtyLocked() []netip.Addr {
 	out := make([]netip.Addr, 0, len(ix.dirty))
 	for b := range ix.dirty {
 		out = append(out, netip.AddrFrom16(b).Unmap())

@@ -104,6 +104,8 @@ type Watch struct {
 	lastLocal []netip.Addr
 	lastKeep  func(*snapshot.Flow) bool
 	kept      int
+	// fresh is the flows created since the last Changes, reused.
+	fresh []snapshot.Flow
 
 	mu     sync.Mutex
 	notify func()
@@ -268,7 +270,21 @@ func (w *Watch) Changes() source.Changes {
 		w.index.takeDirty()
 		return c
 	}
-	for _, b := range w.index.takeDirty() {
+	// The flows created since: those the rules would judge make their
+	// backend a change. When more came than the index holds, every flow of
+	// their backends is looked at instead.
+	var backends []netip.Addr
+	var complete bool
+	w.fresh, backends, complete = w.index.takeFresh(w.fresh)
+	if complete {
+		for i := range w.fresh {
+			if w.lastKeep(&w.fresh[i]) {
+				c.Add(w.fresh[i].Reply.Src.Unmap(), "new-flow")
+			}
+		}
+		return c
+	}
+	for _, b := range backends {
 		found := false
 		w.index.each([]netip.Addr{b}, false, func(f *snapshot.Flow) {
 			found = found || w.lastKeep(f)
