@@ -181,8 +181,11 @@ func (fe *Frontends) Lookup(proto snapshot.Proto, dst netip.Addr, port uint16) (
 // flowIndex is what both conntrack rules need to judge a flow.
 type flowIndex struct {
 	frontends *Frontends
-	// backends maps a service to the endpoint addresses its slices list.
+	// backends maps a service to the endpoint addresses its slices list;
+	// bySvc the same by the Service a Frontend points to, for the hot path
+	// (a pointer hashes faster than the strings of a reference).
 	backends map[snapshot.ObjectRef]map[netip.Addr]*snapshot.Endpoint
+	bySvc    map[*snapshot.Service]map[netip.Addr]*snapshot.Endpoint
 	// holders maps an IP to the non-terminal pods that report it.
 	holders map[netip.Addr][]*snapshot.Pod
 	// nodeAddrs holds every node address in the cluster.
@@ -249,6 +252,10 @@ func newFlowIndex(s *snapshot.Snapshot, cfg ConntrackConfig) *flowIndex {
 			ix.backends[ep.Service] = m
 		}
 		m[ep.Address.Unmap()] = ep
+	}
+	ix.bySvc = make(map[*snapshot.Service]map[netip.Addr]*snapshot.Endpoint, len(k.Services))
+	for i := range k.Services {
+		ix.bySvc[&k.Services[i]] = ix.backends[k.Services[i].Ref()]
 	}
 	for i := range k.Pods {
 		p := &k.Pods[i]
@@ -334,7 +341,11 @@ func (ix *flowIndex) judge(f *snapshot.Flow) judgement {
 	}
 	j := judgement{frontend: fe}
 	b := f.Reply.Src.Unmap()
-	j.endpoint = ix.backends[fe.Service.Ref()][b]
+	if m, ok := ix.bySvc[fe.Service]; ok {
+		j.endpoint = m[b]
+	} else {
+		j.endpoint = ix.backends[fe.Service.Ref()][b]
+	}
 	if !ix.knows(b) {
 		return ix.judgeUnknownHolders(f, j)
 	}
