@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"sync"
@@ -350,6 +351,17 @@ func sbsChildRun(ctx context.Context, mode string, cl *Cluster, r *childReport) 
 			return true, err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	// GHOSTWATCH_BENCH_MEMPROFILE names a file for the allocations of the
+	// measured part.
+	if profile := os.Getenv("GHOSTWATCH_BENCH_MEMPROFILE"); profile != "" {
+		runtime.MemProfileRate = 64 << 10
+		defer func() {
+			if f, err := os.Create(profile); err == nil {
+				pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
 	}
 	var ts []time.Duration
 	timed := func(fn func() error) error {

@@ -281,7 +281,17 @@ func (ix *flowIndex) seed(f *snapshot.Flow) {
 			}
 		}
 	}
-	ix.putLocked(f, ix.gen)
+	b, k, rest, _ := ix.locate(f, true)
+	r := recordOf(rest, ix.gen)
+	var added bool
+	if f.Orig.Src.Is4() {
+		added = b.v4.putSeed(k4(k), r)
+	} else {
+		added = b.v6.putSeed(key6{k.Src, k.SrcPort, k.Route}, r)
+	}
+	if added {
+		ix.n++
+	}
 }
 
 // maxPending bounds the events a seed holds back while the dump runs: a
@@ -299,6 +309,9 @@ func (ix *flowIndex) endSeed(complete bool) bool {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	defer func() { ix.seeding, ix.pending, ix.carry, ix.pendingLost = false, nil, false, false }()
+	for _, b := range ix.byBackend {
+		ix.n -= b.v4.settle() + b.v6.settle()
+	}
 	if complete && !ix.pendingLost {
 		ix.unswept = 0
 		for backend, b := range ix.byBackend {

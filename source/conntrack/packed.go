@@ -24,10 +24,16 @@ type orderedKey[K any] interface {
 // (IPv4) where a map of the same records takes about 52: a map keeps
 // between an eighth and half of its slots empty, and a control byte for
 // each.
+//
+// During a seed, keys new to the store are appended to adds, unsorted
+// (a dump lists each flow once), and settle merges them in when the seed
+// ends: one sort and one merge a backend, rather than a map's growth and
+// the merges of its overflow, for the million flows of a first seed.
 type packed[K orderedKey[K]] struct {
 	base []entry[K]
 	dead int
 	over map[K]indexRecord
+	adds []entry[K]
 }
 
 type entry[K any] struct {
@@ -40,7 +46,18 @@ type entry[K any] struct {
 // when over holds an eighth as many.
 const directMax = 256
 
-func (p *packed[K]) len() int { return len(p.base) - p.dead + len(p.over) }
+func (p *packed[K]) len() int { return len(p.base) - p.dead + len(p.over) + len(p.adds) }
+
+// added returns where k is in adds, or -1. Linear: adds is only looked
+// into between a seed's start and its end, when nothing else runs.
+func (p *packed[K]) added(k K) int {
+	for i := range p.adds {
+		if p.adds[i].k == k {
+			return i
+		}
+	}
+	return -1
+}
 
 // find returns k's position in base and whether it is there (dead or not).
 func (p *packed[K]) find(k K) (int, bool) {
@@ -51,8 +68,66 @@ func (p *packed[K]) get(k K) (indexRecord, bool) {
 	if i, ok := p.find(k); ok {
 		return p.base[i].r, !p.base[i].r.dead()
 	}
-	r, ok := p.over[k]
-	return r, ok
+	if r, ok := p.over[k]; ok {
+		return r, true
+	}
+	if len(p.adds) > 0 {
+		if i := p.added(k); i >= 0 {
+			return p.adds[i].r, true
+		}
+	}
+	return indexRecord{}, false
+}
+
+// putSeed is put during a seed: a key new to the store is appended to
+// adds, to be merged in by settle.
+func (p *packed[K]) putSeed(k K, r indexRecord) (added bool) {
+	if i, ok := p.find(k); ok {
+		was := p.base[i].r.dead()
+		if was {
+			p.dead--
+		}
+		p.base[i].r = r
+		return was
+	}
+	if _, ok := p.over[k]; ok {
+		p.over[k] = r
+		return false
+	}
+	if len(p.adds) == cap(p.adds) {
+		// Doubling: half the garbage of append's growth by a quarter,
+		// which copies a large store five times over as it grows; the
+		// room left is given back when the seed ends (fit).
+		p.adds = slices.Grow(p.adds, max(len(p.adds), 16))
+	}
+	p.adds = append(p.adds, entry[K]{k, r})
+	return true
+}
+
+// settle merges the keys a seed added into base, and returns how many of
+// them were added twice (the last one stays). A store that held nothing
+// else takes the sorted additions as its base.
+func (p *packed[K]) settle() (twice int) {
+	if len(p.adds) == 0 {
+		return 0
+	}
+	slices.SortStableFunc(p.adds, func(a, b entry[K]) int { return a.k.compare(b.k) })
+	out := p.adds[:0]
+	for i := range p.adds {
+		if len(out) > 0 && out[len(out)-1].k == p.adds[i].k {
+			out[len(out)-1] = p.adds[i]
+			twice++
+			continue
+		}
+		out = append(out, p.adds[i])
+	}
+	p.adds = nil
+	if len(p.base) == 0 && len(p.over) == 0 {
+		p.base, p.dead = out, 0
+		return twice
+	}
+	p.rebuildWith(out)
+	return twice
 }
 
 // put sets k's record and reports whether k is new.
@@ -100,6 +175,12 @@ func (p *packed[K]) remove(k K) bool {
 		delete(p.over, k)
 		return true
 	}
+	if len(p.adds) > 0 {
+		if i := p.added(k); i >= 0 {
+			p.adds = slices.Delete(p.adds, i, i+1)
+			return true
+		}
+	}
 	return false
 }
 
@@ -144,6 +225,9 @@ func (p *packed[K]) each(fn func(K, indexRecord)) {
 	for k, r := range p.over {
 		fn(k, r)
 	}
+	for _, e := range p.adds {
+		fn(e.k, e.r)
+	}
 }
 
 // rebuild merges over into base and drops the dead records: a new base
@@ -154,7 +238,20 @@ func (p *packed[K]) rebuild() {
 		added = append(added, entry[K]{k, r})
 	}
 	slices.SortFunc(added, func(a, b entry[K]) int { return a.k.compare(b.k) })
-	merged := make([]entry[K], 0, p.len())
+	p.over = nil
+	p.rebuildWith(added)
+}
+
+// rebuildWith merges added (sorted, none of its keys in base or over) and
+// over into base, and drops the dead records.
+func (p *packed[K]) rebuildWith(added []entry[K]) {
+	if len(p.over) > 0 {
+		for k, r := range p.over {
+			added = append(added, entry[K]{k, r})
+		}
+		slices.SortFunc(added, func(a, b entry[K]) int { return a.k.compare(b.k) })
+	}
+	merged := make([]entry[K], 0, len(p.base)-p.dead+len(added))
 	i, j := 0, 0
 	for i < len(p.base) || j < len(added) {
 		if i < len(p.base) && p.base[i].r.dead() {

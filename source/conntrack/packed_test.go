@@ -37,12 +37,38 @@ func TestPackedIsAMap(t *testing.T) {
 			// A seed: some records seen again in a new generation, the
 			// others swept.
 			gen++
+			// A dump lists each flow once: a seed puts each key once.
+			seeded := map[key4]bool{}
 			for k, r := range model {
 				if rng.IntN(3) > 0 {
+					seeded[k] = true
 					r.gen = gen
-					p.put(k, r)
+					if p.putSeed(k, r) {
+						t.Fatalf("step %d: seed of %v, which the store holds, added it", step, k)
+					}
 					model[k] = r
 				}
+			}
+			for range rng.IntN(600) {
+				k, r := key(), indexRecord{id: uint32(step), gen: gen}
+				if seeded[k] {
+					continue
+				}
+				seeded[k] = true
+				_, had := model[k]
+				if added := p.putSeed(k, r); added == had {
+					t.Fatalf("step %d: seed of %v added %v, had %v", step, k, added, had)
+				}
+				model[k] = r
+				if got, ok := p.get(k); !ok || got != r {
+					t.Fatalf("step %d: get %v during the seed: %+v %v", step, k, got, ok)
+				}
+			}
+			if p.len() != len(model) {
+				t.Fatalf("step %d: len %d during the seed, want %d", step, p.len(), len(model))
+			}
+			if twice := p.settle(); twice != 0 {
+				t.Fatalf("step %d: settle found %d keys added twice", step, twice)
 			}
 			want := 0
 			for k, r := range model {
@@ -74,6 +100,21 @@ func TestPackedIsAMap(t *testing.T) {
 	})
 	if !maps.Equal(got, model) {
 		t.Fatalf("each: %d records, want %d", len(got), len(model))
+	}
+}
+
+// A key a seed lists twice (which a dump does not) is kept once, as last
+// listed.
+func TestPackedSeedTwice(t *testing.T) {
+	var p packed[key4]
+	k := makeKey4([4]byte{10, 0, 0, 1}, 1, 0)
+	p.putSeed(k, indexRecord{id: 1})
+	p.putSeed(k, indexRecord{id: 2})
+	if twice := p.settle(); twice != 1 || p.len() != 1 {
+		t.Fatalf("settle: %d twice, len %d; want 1 and 1", twice, p.len())
+	}
+	if r, ok := p.get(k); !ok || r.id != 2 {
+		t.Errorf("get: %+v %v, want id 2", r, ok)
 	}
 }
 
