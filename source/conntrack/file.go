@@ -94,25 +94,21 @@ func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	kept := &snapshot.Conntrack{}
 	n := 0
 	cr := &countingReader{r: r}
-	// The kept flows' original tuples, hashed: a table holds each (and
-	// zone) once, so a tuple listed twice is a listing joined from two
-	// captures, not a table.
 	tuples := map[uint64]int{}
 	seed := maphash.MakeSeed()
-	seen, err := ParseText(cr, name, now, func(fl *snapshot.Flow) error {
+	judge := func(fl *snapshot.Flow, line int) error {
 		if keep(fl) {
 			k := tupleHash(seed, fl)
 			if first, ok := tuples[k]; ok {
-				return fmt.Errorf("the flow %s is listed twice (entries %d and %d): a table holds each flow once, so this listing joins two captures or repeats one; capture it again", describeTuple(fl), first, n+1)
+				return fmt.Errorf("%s:%d: the flow %s is listed twice (entries %d and %d): a table holds each flow once, so this listing joins two captures or repeats one; capture it again", name, line, describeTuple(fl), first, n+1)
 			}
 			tuples[k] = n + 1
 			kept.Keep(fl)
 		}
-		if n++; n%4096 == 0 {
-			return ctx.Err()
-		}
+		n++
 		return nil
-	})
+	}
+	seen, err := parseAhead(ctx, cr, name, now, judge)
 	if err != nil {
 		return err
 	}
@@ -131,6 +127,88 @@ func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 		s.CapturedAt = now
 	}
 	return nil
+}
+
+// parsedBatch is how many entries the parser hands over at a time.
+const parsedBatch = 1024
+
+// parseAhead parses the listing on a goroutine of its own and passes each
+// entry, with its line, to judge on the calling goroutine, in order: the
+// parsing and the rules' look at each flow run on two cores when there
+// are two. An error from judge ends the parsing; it and the parser's are
+// returned as ParseText returns them, the first in the listing first.
+func parseAhead(ctx context.Context, r io.Reader, name string, now time.Time, judge func(*snapshot.Flow, int) error) (int, error) {
+	type batch struct {
+		flows []snapshot.Flow
+		lines []int
+	}
+	full := make(chan batch, 2)
+	free := make(chan batch, 3)
+	for range 3 {
+		free <- batch{make([]snapshot.Flow, 0, parsedBatch), make([]int, 0, parsedBatch)}
+	}
+	quit := make(chan struct{})
+	errStop := errors.New("stopped")
+	var seen int
+	var parseErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(full)
+		var cur batch
+		take := func() bool {
+			select {
+			case cur = <-free:
+				cur.flows, cur.lines = cur.flows[:0], cur.lines[:0]
+				return true
+			case <-quit:
+				return false
+			}
+		}
+		if !take() {
+			return
+		}
+		seen, parseErr = parseText(r, name, now, func(fl *snapshot.Flow, line int) error {
+			cur.flows = append(cur.flows, *fl)
+			cur.lines = append(cur.lines, line)
+			if len(cur.flows) < parsedBatch {
+				return nil
+			}
+			select {
+			case full <- cur:
+			case <-quit:
+				return errStop
+			}
+			if !take() {
+				return errStop
+			}
+			return nil
+		})
+		if len(cur.flows) > 0 {
+			select {
+			case full <- cur:
+			case <-quit:
+			}
+		}
+	}()
+	stop := func(err error) (int, error) {
+		close(quit)
+		<-done
+		return seen, err
+	}
+	for b := range full {
+		if err := ctx.Err(); err != nil {
+			return stop(err)
+		}
+		for i := range b.flows {
+			if err := judge(&b.flows[i], b.lines[i]); err != nil {
+				return stop(err)
+			}
+		}
+		free <- b
+	}
+	<-done
+	return seen, parseErr
 }
 
 // ErrEmptyListing is wrapped by the error for a listing without a single

@@ -355,3 +355,34 @@ func TestFileSourceRefusesCutAndRepeatedListings(t *testing.T) {
 		}
 	}
 }
+
+// A listing of many entries is parsed ahead of the rules' look at them:
+// an entry listed twice far down is still reported at its own line, with
+// its entry numbers, and what the parser reads after it is not kept; a
+// cancelled read stops with the context's error.
+func TestFileSourceLongListing(t *testing.T) {
+	var b strings.Builder
+	const n, dup = 5000, 4000
+	for i := range n {
+		port := 1024 + i
+		if i == dup {
+			port = 1024 + 7 // entry 8 again
+		}
+		fmt.Fprintf(&b, "tcp      6 431999 ESTABLISHED src=10.244.2.50 dst=10.96.20.21 sport=%d dport=80 src=10.244.2.30 dst=10.244.2.50 sport=8080 dport=%d [ASSURED] mark=0 use=1\n", port, port)
+	}
+	path := writeListing(t, b.String())
+	src := &FileSource{Path: path, Now: func() time.Time { return textNow }}
+	src.Narrow([]any{readerOf(func(*snapshot.Flow) bool { return true })})
+	s := &snapshot.Snapshot{}
+	err := src.Collect(context.Background(), s)
+	want := fmt.Sprintf("%s:%d: the flow", path, dup+1)
+	if err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), fmt.Sprintf("(entries 8 and %d)", dup+1)) || s.Conntrack != nil {
+		t.Errorf("%v; want an error beginning %q about entries 8 and %d, nothing kept", err, want, dup+1)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := src.Collect(ctx, s); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v", err)
+	}
+}

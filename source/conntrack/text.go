@@ -77,6 +77,14 @@ const maxDeltaSeconds = (1<<63 - 1) / int64(time.Second)
 // wrapped the same way. seen counts the entries passed to fn before the
 // error.
 func ParseText(r io.Reader, name string, now time.Time, fn func(*snapshot.Flow) error) (seen int, err error) {
+	if fn == nil {
+		return parseText(r, name, now, nil)
+	}
+	return parseText(r, name, now, func(f *snapshot.Flow, _ int) error { return fn(f) })
+}
+
+// parseText is ParseText, passing fn each entry's line too.
+func parseText(r io.Reader, name string, now time.Time, fn func(*snapshot.Flow, int) error) (seen int, err error) {
 	p := textParser{name: name, now: now}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxTextLine)
@@ -121,7 +129,7 @@ func ParseText(r io.Reader, name string, now time.Time, fn func(*snapshot.Flow) 
 		}
 		seen++
 		if fn != nil {
-			if err := fn(&p.flow); err != nil {
+			if err := fn(&p.flow, at); err != nil {
 				return seen, fmt.Errorf("%s:%d: %w", name, at, err)
 			}
 		}
@@ -138,7 +146,7 @@ func ParseText(r io.Reader, name string, now time.Time, fn func(*snapshot.Flow) 
 		}
 		seen++
 		if fn != nil {
-			if err := fn(&p.flow); err != nil {
+			if err := fn(&p.flow, carryLine); err != nil {
 				return seen, fmt.Errorf("%s:%d: %w", name, carryLine, err)
 			}
 		}
