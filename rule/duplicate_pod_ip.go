@@ -115,6 +115,10 @@ func podsAt(pods []snapshot.Pod, only map[netip.Addr]bool) map[netip.Addr][]*sna
 		n = len(only)
 	}
 	by := make(map[netip.Addr][]*snapshot.Pod, n)
+	// The first holder of each address takes its slot of one array (a
+	// slice of capacity 1), rather than an allocation of its own: a
+	// second holder, rare, moves the address's pods out.
+	slots := make([]*snapshot.Pod, 0, n)
 	for i := range pods {
 		p := &pods[i]
 		if !holdsPodIP(p) {
@@ -128,7 +132,12 @@ func podsAt(pods []snapshot.Pod, only map[netip.Addr]bool) map[netip.Addr][]*sna
 			if j > 0 && slices.ContainsFunc(p.IPs[:j], func(b netip.Addr) bool { return b.Unmap() == a }) {
 				continue
 			}
-			by[a] = append(by[a], p)
+			if held := by[a]; held != nil || len(slots) == cap(slots) {
+				by[a] = append(held, p)
+				continue
+			}
+			slots = append(slots, p)
+			by[a] = slots[len(slots)-1 : len(slots) : len(slots)]
 		}
 	}
 	return by
