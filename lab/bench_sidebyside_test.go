@@ -211,6 +211,18 @@ func BenchmarkSideBySide(b *testing.B) {
 			b.ReportMetric(float64(stale), "deletes")
 		})
 	}
+	b.Run("kernel-ops", func(b *testing.B) {
+		var one, batched sbsOps
+		for b.Loop() {
+			one, batched = sbsKernelOps(b, node, n, false), sbsKernelOps(b, node, n, true)
+		}
+		b.ReportMetric(float64(n), "flows")
+		b.ReportMetric(float64(sbsOpsFlows), "entries")
+		b.ReportMetric(one.get, "get-us/entry")
+		b.ReportMetric(one.del, "delete-us/entry")
+		b.ReportMetric(batched.get, "batched-get-us/entry")
+		b.ReportMetric(batched.del, "batched-delete-us/entry")
+	})
 	b.Run("backend-death", func(b *testing.B) {
 		kills := envInt(b, "GHOSTWATCH_BENCH_KILLS", 10)
 		var whole []time.Duration
@@ -667,6 +679,75 @@ done`
 		b.Fatalf("the shell loop left %d of %d stale flows", left, stale)
 	}
 	return d
+}
+
+// sbsOpsFlows is how many entries sbsKernelOps reads back and deletes: a
+// dead backend's flows in a table of a million.
+const sbsOpsFlows = 2666
+
+// sbsOps is what one read-back and one delete cost an entry, in µs.
+type sbsOps struct{ get, del float64 }
+
+// sbsKernelOps adds sbsOpsFlows entries to the node's table (to a backend
+// of their own, beyond the table's flows), reads each back and deletes it,
+// one system call an entry or batched as the agent's remedy does, and
+// returns what each cost an entry.
+func sbsKernelOps(b *testing.B, node *netbed.Node, n int, batched bool) sbsOps {
+	var ops sbsOps
+	err := node.Do(func() error {
+		c, err := conntrack.Open()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		fs := make([]snapshot.Flow, sbsOpsFlows)
+		for i := range fs {
+			f := sbsFlow(n + 1000000 + i)
+			f.Proto, f.State = snapshot.ProtoTCP, "ESTABLISHED"
+			f.Reply.Src = netip.AddrFrom4([4]byte{10, 250, 0, 1})
+			f.Orig.Src, f.Reply.Dst = netip.AddrFrom4([4]byte{10, 251, byte(i >> 8), byte(i)}), netip.AddrFrom4([4]byte{10, 251, byte(i >> 8), byte(i)})
+			f.Orig.Dst = svcIP(0)
+			f.Orig.DstPort, f.Reply.SrcPort = 80, 8080
+			if err := c.Create(&f); err != nil {
+				return err
+			}
+			got, err := c.Get(&f)
+			if err != nil {
+				return err
+			}
+			fs[i] = got
+		}
+		var failed error
+		note := func(err error) {
+			if err != nil && failed == nil {
+				failed = err
+			}
+		}
+		start := time.Now()
+		if batched {
+			note(c.GetEach(fs, func(_ int, _ snapshot.Flow, err error) { note(err) }))
+		} else {
+			for i := range fs {
+				_, err := c.Get(&fs[i])
+				note(err)
+			}
+		}
+		ops.get = float64(time.Since(start).Microseconds()) / sbsOpsFlows
+		start = time.Now()
+		if batched {
+			note(c.DeleteEach(fs, func(_ int, err error) { note(err) }))
+		} else {
+			for i := range fs {
+				note(c.Delete(&fs[i]))
+			}
+		}
+		ops.del = float64(time.Since(start).Microseconds()) / sbsOpsFlows
+		return failed
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return ops
 }
 
 // sbsBackendDeath runs the agent with every shipped default but the

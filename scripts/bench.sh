@@ -15,12 +15,16 @@
 #
 # Usage (root): scripts/bench.sh [--sizes N,N,...] [--pods N,N,...]
 #                                [--window DURATION] [--out DIR] [--no-doc]
+#                                [--baseline FILE]
 #   --sizes   conntrack table sizes (default 10000,20000,100000,1000000)
 #   --pods    controller cluster sizes (default 15000,150000)
 #   --window  how long the agent and the per-second cleaner are watched
 #             (default 10s)
 #   --out     directory for the raw results (default: a temporary one)
 #   --no-doc  print the figures only; leave docs/ alone
+#   --baseline  an earlier run's results (docs/performance-results.txt as
+#             it was): its headline figures are shown beside this run's
+# The raw results are kept in docs/performance-results.txt with the page.
 # A full run takes about 10 minutes on 2 cores. Needs root, iproute2,
 # conntrack(8) and GNU time (installed with apt-get when missing).
 set -euo pipefail
@@ -31,6 +35,7 @@ pods=15000,150000
 window=10s
 out=
 doc=true
+baseline=
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -39,6 +44,7 @@ while [ $# -gt 0 ]; do
     --window) window=${2:?--window needs a duration}; shift 2 ;;
     --out) out=${2:?--out needs a directory}; shift 2 ;;
     --no-doc) doc=false; shift ;;
+    --baseline) baseline=${2:?--baseline needs a file}; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "bench: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -66,8 +72,12 @@ if [ -z "$out" ]; then
 fi
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+if [ -n "$baseline" ]; then
+  [ -r "$baseline" ] || { echo "bench: cannot read the baseline $baseline" >&2; exit 2; }
+  cp "$baseline" "$out/baseline.txt"
+fi
 results=$out/results.txt
-: >"$results"
+echo "# commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (modified)')" >"$results"
 
 echo "bench: building the benchmarks (static, stripped, as the release)" >&2
 CGO_ENABLED=0 go test -c -ldflags='-s -w' -o "$out/lab.test" ./lab
@@ -106,7 +116,11 @@ echo "bench: [$step/$steps] one pod event at 150000 pods" >&2
   "$out/live.test" -test.run '^$' -test.bench '^BenchmarkClusterWatch$/^event$' -test.count 3) | tee -a "$results" >&2
 
 args=(-results "$results" -machine "$out/machine.txt")
+if [ -n "$baseline" ]; then
+  args+=(-baseline "$out/baseline.txt")
+fi
 if [ "$doc" = true ]; then
   args+=(-doc "$PWD/docs/performance.md" -plots "$PWD/docs")
+  cp "$results" docs/performance-results.txt
 fi
 (cd tools/benchreport && go run . "${args[@]}")

@@ -22,6 +22,18 @@ func writeDoc(w *strings.Builder, m *model) {
 	for _, g := range m.goals() {
 		p("| %s | %s %s | %s %s | %s | %s |\n", g.what, num(g.measured, 2), g.unit, num(g.limit, 2), g.unit, g.met(), g.how)
 	}
+	if b := m.baseline; b != nil {
+		label := m.baselineLabel
+		if label == "" {
+			label = "the baseline"
+		}
+		p("\nBeside an earlier run (commit %s, results in the file given with `--baseline`):\n\n", label)
+		p("| figure | earlier | now |\n|---|---|---|\n")
+		now := m.headline()
+		for i, h := range b.headline() {
+			p("| %s | %s | %s |\n", h.key, h.value, now[i].value)
+		}
+	}
 	p("\nThe command's last lines:\n\n```\n")
 	for _, h := range m.headline() {
 		p("%s=%s\n", h.key, h.value)
@@ -73,6 +85,11 @@ func writeDoc(w *strings.Builder, m *model) {
 		p(" %s× |", num(m.val("audit", f, "ms")/m.val("floor", f, "ms"), 2))
 	}
 	p("\n\n")
+	if fl, cl := m.val("floor", n, "ms"), m.val("conntrack-L", n, "ms"); fl > 0 && cl > 0 {
+		p("At %s flows the count-only dump alone takes %s× the time of `conntrack -L`: the kernel's side of a dump ", count(n), num(fl/cl, 2))
+		p("(walking the table and writing every entry's attributes into netlink messages) is most of what `conntrack -L` costs, ")
+		p("so no reader of the whole table can take less than that share of it.\n\n")
+	}
 	p("- **ghostwatch agent, full audit**: what the agent does at every scheduled audit (every 2 minutes by default) ")
 	p("and after lost events: it dumps the table over its own netlink reader, seeds its index of flows by backend, ")
 	p("and runs every node rule. Its process is the benchmark's test binary, which holds its code, the Go runtime and ")
@@ -116,6 +133,15 @@ func writeDoc(w *strings.Builder, m *model) {
 		num(m.val("backend-death", n, "grace-ms")/1000, 0), countOr(killsOf(m)))
 	p("The grace period is the agent's own choice (it waits for the evidence to hold before acting, ")
 	p("docs/agent.md); the time beyond it is what the agent's reaction and the deletes cost.\n\n")
+	if g, d := m.val("kernel-ops", n, "batched-get-us/entry"), m.val("kernel-ops", n, "batched-delete-us/entry"); g > 0 && d > 0 {
+		per := m.val("backend-death", n, "flows/pod")
+		p("Before it deletes a flow the agent reads it back from the kernel, to delete it only if it is still the entry it judged ")
+		p("(docs/agent.md). On this machine the kernel takes %s µs to read an entry back and %s µs to delete it, batched as the agent does ", num(g, 1), num(d, 1))
+		p("(%s and %s µs one system call an entry): for the %s flows of one pod at %s flows that is %s of the kernel's time alone. ",
+			num(m.val("kernel-ops", n, "get-us/entry"), 1), num(m.val("kernel-ops", n, "delete-us/entry"), 1), countOr(per), count(n), ms(per*(g+d)/1000))
+		p("The time beyond the grace also holds the agent's first look after the pod's deletion (its 50 ms debounce, then an audit), ")
+		p("which starts the grace, and its last look when the grace ends (an audit and the re-check against the API server).\n\n")
+	}
 	p("| flows | flows per pod | p50 | p99 | p50 beyond the grace | p99 beyond the grace |\n|---|---|---|---|---|---|\n")
 	for _, f := range m.flows {
 		p("| %s | %s | %s | %s | %s | %s |\n", count(f), countOr(m.val("backend-death", f, "flows/pod")),
@@ -167,7 +193,9 @@ func writeDoc(w *strings.Builder, m *model) {
 	}
 
 	p("## How to reproduce\n\n")
-	p("```sh\nsudo scripts/bench.sh                 # every size, writes this page\nsudo scripts/bench.sh --sizes 10000   # one small table, a quick look\n```\n\n")
+	p("```sh\nsudo scripts/bench.sh                 # every size, writes this page\nsudo scripts/bench.sh --sizes 10000   # one small table, a quick look\n")
+	p("cp docs/performance-results.txt /tmp/before.txt   # then, after a change:\nsudo scripts/bench.sh --baseline /tmp/before.txt\n```\n\n")
+	p("The raw results of the run this page shows are in [performance-results.txt](performance-results.txt).\n\n")
 	p("The script installs conntrack, GNU time and iproute2 when they are missing, builds the benchmarks as the ")
 	p("release is built (static, stripped), and raises nf_conntrack_max for the run if it is too small. ")
 	p("`scripts/bench.sh --help` lists its options.\n\n")

@@ -23,6 +23,7 @@ func main() {
 	machine := flag.String("machine", "", "`file` describing the machine and the run, as scripts/bench.sh writes it (required)")
 	doc := flag.String("doc", "", "markdown `file` to write; none when empty")
 	plots := flag.String("plots", "", "`directory` to write the PNG plots into; the document links them relative to itself")
+	baseline := flag.String("baseline", "", "results `file` of an earlier run, shown beside this one's headline figures")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "Usage: benchreport -results FILE -machine FILE [-doc FILE] [-plots DIR]\n\n"+
 			"Writes the performance document and its plots from scripts/bench.sh's measurements,\n"+
@@ -34,21 +35,16 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(*results, *machine, *doc, *plots, os.Stdout); err != nil {
+	if err := run(*results, *machine, *doc, *plots, *baseline, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "benchreport:", err)
 		os.Exit(1)
 	}
 }
 
-func run(resultsPath, machinePath, docPath, plotDir string, stdout io.Writer) error {
-	f, err := os.Open(resultsPath)
+func run(resultsPath, machinePath, docPath, plotDir, baselinePath string, stdout io.Writer) error {
+	rs, _, err := parseFile(resultsPath)
 	if err != nil {
 		return err
-	}
-	defer f.Close()
-	rs, err := parse(f)
-	if err != nil {
-		return fmt.Errorf("%s: %w", resultsPath, err)
 	}
 	machine, err := os.ReadFile(machinePath)
 	if err != nil {
@@ -59,6 +55,16 @@ func run(resultsPath, machinePath, docPath, plotDir string, stdout io.Writer) er
 		return fmt.Errorf("%s: %w", resultsPath, err)
 	}
 	m.machine = strings.TrimSpace(string(machine))
+	if baselinePath != "" {
+		brs, label, err := parseFile(baselinePath)
+		if err != nil {
+			return err
+		}
+		if m.baseline, err = build(brs); err != nil {
+			return fmt.Errorf("%s: %w", baselinePath, err)
+		}
+		m.baselineLabel = label
+	}
 	if plotDir != "" {
 		if err := os.MkdirAll(plotDir, 0o755); err != nil {
 			return err
@@ -84,4 +90,25 @@ func run(resultsPath, machinePath, docPath, plotDir string, stdout io.Writer) er
 		fmt.Fprintf(stdout, "%s=%s\n", h.key, h.value)
 	}
 	return nil
+}
+
+// parseFile reads a results file, and the commit its "# commit:" line
+// names, if any.
+func parseFile(path string) ([]result, string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, "", err
+	}
+	rs, err := parse(strings.NewReader(string(b)))
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", path, err)
+	}
+	label := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "# commit:"); ok {
+			label = strings.TrimSpace(rest)
+			break
+		}
+	}
+	return rs, label, nil
 }

@@ -20,7 +20,7 @@ func TestHeadlineFromResults(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := run("testdata/results.txt", machine, doc, filepath.Join(dir, "docs"), &out); err != nil {
+	if err := run("testdata/results.txt", machine, doc, filepath.Join(dir, "docs"), "testdata/results.txt", &out); err != nil {
 		t.Fatal(err)
 	}
 	// The medians of the largest table; the controller's pass is the
@@ -34,7 +34,7 @@ func TestHeadlineFromResults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{want, "](performance-time.png)", "](performance-memory.png)", "cpu: test",
+	for _, s := range []string{want, "](performance-time.png)", "| audit_ratio_vs_floor | 1.250 | 1.250 |", "(commit abc1234,", "](performance-memory.png)", "cpu: test",
 		"| full audit against conntrack -L | 0.40 × | 0.40 × | met |",
 		"| full audit against the count-only dump | 1.25 × | 1.15 × | **not met** |"} {
 		if !strings.Contains(string(b), s) {

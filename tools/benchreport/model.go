@@ -38,6 +38,10 @@ type model struct {
 	watch   series            // BenchmarkClusterWatch/event and /index
 	watchIx series
 	plots   []plotRef
+	// baseline is an earlier run's, when given, from the commit
+	// baselineLabel names.
+	baseline      *model
+	baselineLabel string
 }
 
 // plotRef is a plot written for the document.
@@ -46,7 +50,7 @@ type plotRef struct{ title, path string }
 func build(rs []result) (*model, error) {
 	m := &model{sbs: map[string]series{}}
 	for _, t := range append(append(append([]tool{}, readers...), offline...),
-		tool{id: "cleaner-1s"}, tool{id: "agent-rest"}, tool{id: "agent-churn"}, tool{id: "backend-death"}) {
+		tool{id: "cleaner-1s"}, tool{id: "agent-rest"}, tool{id: "agent-churn"}, tool{id: "backend-death"}, tool{id: "kernel-ops"}) {
 		m.sbs[t.id] = collect(rs, "BenchmarkSideBySide/"+t.id, "flows", 0)
 	}
 	m.flows = m.sbs["audit"].sizes()
