@@ -105,13 +105,13 @@ func (p *packed[K]) putSeed(k K, r indexRecord) (added bool) {
 }
 
 // settle merges the keys a seed added into base, and returns how many of
-// them were added twice (the last one stays). A store that held nothing
-// else takes the sorted additions as its base.
+// them were added twice (which a dump does not do; one of the two stays).
+// A store that held nothing else takes the sorted additions as its base.
 func (p *packed[K]) settle() (twice int) {
 	if len(p.adds) == 0 {
 		return 0
 	}
-	slices.SortStableFunc(p.adds, func(a, b entry[K]) int { return a.k.compare(b.k) })
+	slices.SortFunc(p.adds, func(a, b entry[K]) int { return a.k.compare(b.k) })
 	out := p.adds[:0]
 	for i := range p.adds {
 		if len(out) > 0 && out[len(out)-1].k == p.adds[i].k {

@@ -57,7 +57,7 @@ func writeDoc(w *strings.Builder, m *model) {
 	}
 	p("\n")
 	for _, t := range readers {
-		p("| %s |", t.label)
+		p("| %s |", cell(t.label))
 		for _, f := range m.flows {
 			if t.id == "shell-loop" {
 				v, measured := m.shellLoop(f)
@@ -156,7 +156,7 @@ func writeDoc(w *strings.Builder, m *model) {
 	p("| | flows | time | peak RSS | RSS the scan adds |\n|---|---|---|---|---|\n")
 	for _, f := range m.flows {
 		for _, t := range offline {
-			p("| %s | %s | %s | %s | %s |\n", t.label, count(f), ms(m.val(t.id, f, "ms")), mib(m.val(t.id, f, "peak-rss-MiB")),
+			p("| %s | %s | %s | %s | %s |\n", cell(t.label), count(f), ms(m.val(t.id, f, "ms")), mib(m.val(t.id, f, "peak-rss-MiB")),
 				mib(m.val(t.id, f, "added-peak-rss-MiB")))
 		}
 	}
@@ -172,7 +172,7 @@ func writeDoc(w *strings.Builder, m *model) {
 		p("| %s | %s | %s | %s B | %s B |\n", count(pods), ms(v("ns/op")/1e6), ms(v("cpu-ns/op")/1e6), count(v("heap-B/pod")), count(v("calico-B/pod")))
 	}
 	if ev, ok := m.watch.get(150000, "ns/op"); ok {
-		p("\nOne pod event reaches the leader's pod index in %s µs", num(ev/1e3, 1))
+		p("\nOne pod event reaches the leader's pod index in %s ns", num(ev, 0))
 		if bp, ok := m.watchIx.get(150000, "B/pod"); ok {
 			p("; the index keeps %s B per pod beyond the informer's cache", count(bp))
 		}
@@ -186,7 +186,7 @@ func writeDoc(w *strings.Builder, m *model) {
 		p("From %s to %s flows (%s× the table):\n\n", count(a), count(b), num(b/a, 0))
 		p("| | time | memory |\n|---|---|---|\n")
 		for _, t := range append(append([]tool{}, readers...), offline...) {
-			p("| %s | %s× | %s× |\n", t.label, num(m.timeOf(t.id, b)/m.timeOf(t.id, a), 1),
+			p("| %s | %s× | %s× |\n", cell(t.label), num(m.timeOf(t.id, b)/m.timeOf(t.id, a), 1),
 				num(m.val(t.id, b, "peak-rss-MiB")/m.val(t.id, a, "peak-rss-MiB"), 1))
 		}
 		p("\n")
@@ -201,6 +201,9 @@ func writeDoc(w *strings.Builder, m *model) {
 	p("`scripts/bench.sh --help` lists its options.\n\n")
 	p("## Machine\n\n```\n%s\n```\n", m.machine)
 }
+
+// cell escapes what a markdown table cell cannot hold.
+func cell(s string) string { return strings.ReplaceAll(s, "|", "\\|") }
 
 func runsOf(m *model) string {
 	if v := m.val("audit", m.largest(), "reps"); !math.IsNaN(v) {
