@@ -25,7 +25,7 @@
 #   --baseline  an earlier run's results (docs/performance-results.txt as
 #             it was): its headline figures are shown beside this run's
 # The raw results are kept in docs/performance-results.txt with the page.
-# A full run takes about 10 minutes on 2 cores. Needs root, iproute2,
+# A full run takes about 5 minutes on 2 cores. Needs root, iproute2,
 # conntrack(8) and GNU time (installed with apt-get when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."

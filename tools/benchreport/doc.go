@@ -44,7 +44,8 @@ func writeDoc(w *strings.Builder, m *model) {
 	}
 
 	p("## Reading the whole table\n\n")
-	p("Median time of %s and the peak resident set of the process that did it. ", runsOf(m))
+	p("Median time of %s, and memory: for a command, the peak resident set of its process; for a reader run inside the benchmark's test binary ", runsOf(m))
+	p("(ghostwatch, the floor, kube-proxy's way), what the read added to that process's peak, beyond the binary's code, the Go runtime and the cluster's objects it held before. ")
 	p("The table holds TCP, UDP and SCTP flows (14:5:1), one in ten IPv6, four in five through a Service's ClusterIP, ")
 	p("and 1 %% of them to deleted backends; it lives in a network namespace of the benchmark's own.\n\n")
 	p("| reader |")
@@ -68,15 +69,11 @@ func writeDoc(w *strings.Builder, m *model) {
 				p(" %s%s |", ms(v), mark)
 				continue
 			}
-			p(" %s, %s |", ms(m.val(t.id, f, "ms")), mib(m.val(t.id, f, "peak-rss-MiB")))
+			p(" %s, %s |", ms(m.val(t.id, f, "ms")), mib(m.mem(t.id, f)))
 		}
 		p("\n")
 	}
-	p("| ghostwatch audit: memory it adds to its process |")
-	for _, f := range m.flows {
-		p(" %s |", mib(m.val("audit", f, "added-peak-rss-MiB")))
-	}
-	p("\n| ghostwatch audit / conntrack -L |")
+	p("| ghostwatch audit / conntrack -L |")
 	for _, f := range m.flows {
 		p(" %s× |", num(m.val("audit", f, "ms")/m.val("conntrack-L", f, "ms"), 2))
 	}
@@ -92,8 +89,7 @@ func writeDoc(w *strings.Builder, m *model) {
 	}
 	p("- **ghostwatch agent, full audit**: what the agent does at every scheduled audit (every 2 minutes by default) ")
 	p("and after lost events: it dumps the table over its own netlink reader, seeds its index of flows by backend, ")
-	p("and runs every node rule. Its process is the benchmark's test binary, which holds its code, the Go runtime and ")
-	p("the cluster's objects before the audit starts; the row below it is what the audit adds.\n")
+	p("and runs every node rule.\n")
 	p("- **count-only netlink dump**: one dump request and a loop that counts the entries by their netlink header, ")
 	p("parsing nothing. No reader of the whole table can be faster: this is the kernel's own cost.\n")
 	p("- **conntrack -L**: conntrack-tools' listing, written to /dev/null, started with `ip netns exec`.\n")
@@ -187,7 +183,7 @@ func writeDoc(w *strings.Builder, m *model) {
 		p("| | time | memory |\n|---|---|---|\n")
 		for _, t := range append(append([]tool{}, readers...), offline...) {
 			p("| %s | %s× | %s× |\n", cell(t.label), num(m.timeOf(t.id, b)/m.timeOf(t.id, a), 1),
-				num(m.val(t.id, b, "peak-rss-MiB")/m.val(t.id, a, "peak-rss-MiB"), 1))
+				num(m.mem(t.id, b)/m.mem(t.id, a), 1))
 		}
 		p("\n")
 	}

@@ -111,6 +111,16 @@ func (m *model) timeOf(id string, flows float64) float64 {
 	return m.val(id, flows, "ms")
 }
 
+// mem is a reader's memory at flows, in MiB: for those run inside the
+// benchmark's test binary (ghostwatch, the floor, kube-proxy's way), what
+// the read added to the process's peak; for commands, their peak.
+func (m *model) mem(id string, flows float64) float64 {
+	if v := m.val(id, flows, "added-peak-rss-MiB"); !math.IsNaN(v) {
+		return v
+	}
+	return m.val(id, flows, "peak-rss-MiB")
+}
+
 // A goal is one of the figures the project holds itself to.
 type goal struct {
 	what     string

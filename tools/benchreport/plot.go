@@ -3,6 +3,7 @@ package main
 import (
 	"math"
 	"path/filepath"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -15,19 +16,14 @@ import (
 func drawPlots(m *model, dir, rel string) ([]plotRef, error) {
 	all := append(append([]tool{}, readers...), offline...)
 	timeOf := func(id string, f float64) float64 { return m.timeOf(id, f) / 1000 }
-	memOf := func(id string, f float64) float64 {
-		if id == "audit" || id == "offline-scan" {
-			return m.val(id, f, "added-peak-rss-MiB")
-		}
-		return m.val(id, f, "peak-rss-MiB")
-	}
+	memOf := func(id string, f float64) float64 { return m.mem(id, f) }
 	plots := []struct {
 		file, title, y string
 		tools          []tool
 		v              func(string, float64) float64
 	}{
 		{"performance-time.png", "Time to read the table, against its size", "seconds", all, timeOf},
-		{"performance-memory.png", "Peak memory, against the table's size", "MiB (ghostwatch: what the run adds)", without(all, "shell-loop"), memOf},
+		{"performance-memory.png", "Peak memory, against the table's size", "MiB", without(all, "shell-loop"), memOf},
 	}
 	var refs []plotRef
 	for _, pl := range plots {
@@ -36,7 +32,11 @@ func drawPlots(m *model, dir, rel string) ([]plotRef, error) {
 		p.X.Label.Text = "conntrack entries"
 		p.Y.Label.Text = pl.y
 		p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
-		p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+		var ticks []plot.Tick
+		for _, f := range m.flows {
+			ticks = append(ticks, plot.Tick{Value: f, Label: short(f)})
+		}
+		p.X.Tick.Marker, p.Y.Tick.Marker = plot.ConstantTicks(ticks), plot.LogTicks{Prec: -1}
 		p.Legend.Top, p.Legend.Left = true, true
 		p.Add(plotter.NewGrid())
 		for i, t := range pl.tools {
@@ -62,6 +62,8 @@ func drawPlots(m *model, dir, rel string) ([]plotRef, error) {
 			p.Add(l, pts)
 			p.Legend.Add(t.label, l, pts)
 		}
+		// Room above the lines for the legend.
+		p.Y.Max *= 40
 		p.Legend.TextStyle.Font.Size = vg.Points(8)
 		p.Legend.Padding = vg.Points(2)
 		p.Legend.YOffs = -vg.Points(4)
@@ -72,6 +74,17 @@ func drawPlots(m *model, dir, rel string) ([]plotRef, error) {
 		refs = append(refs, plotRef{title: pl.title, path: filepath.ToSlash(filepath.Join(rel, pl.file))})
 	}
 	return refs, nil
+}
+
+// short writes a table size as 10k, 1M.
+func short(f float64) string {
+	switch {
+	case f >= 1e6 && math.Mod(f, 1e6) == 0:
+		return strconv.FormatFloat(f/1e6, 'f', -1, 64) + "M"
+	case f >= 1e3 && math.Mod(f, 1e3) == 0:
+		return strconv.FormatFloat(f/1e3, 'f', -1, 64) + "k"
+	}
+	return strconv.FormatFloat(f, 'f', -1, 64)
 }
 
 func without(ts []tool, id string) []tool {
