@@ -107,6 +107,10 @@ type Watch struct {
 	// fresh is the flows created since the last Changes, reused.
 	fresh []snapshot.Flow
 
+	// release is set by a full dump: its memory is given back at the
+	// next tick.
+	release atomic.Bool
+
 	mu     sync.Mutex
 	notify func()
 	lost   bool
@@ -240,6 +244,9 @@ func (w *Watch) tick(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			if w.release.Swap(false) {
+				debug.FreeOSMemory()
+			}
 			if w.index.hasDirty() {
 				w.poke()
 			}
@@ -339,13 +346,17 @@ func (w *Watch) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 			return err
 		}
 		kept.Seen = n
-		if w.full || w.Events != nil {
-			// A full dump streams the whole table through memory: give
-			// what it left behind back to the node now rather than minutes
-			// later, when the runtime would. Once per scheduled pass or
-			// seed of the index (the first of which follows the informers'
-			// initial lists), not per change when there are no events to
-			// index and every pass dumps.
+		// A full dump streams the whole table through memory: give what
+		// it and the audit that reads it leave behind back to the node
+		// soon rather than minutes later, when the runtime would. With
+		// events, at the next new-flow tick, once that audit is over (a
+		// seed of the index, the first of which follows the informers'
+		// initial lists, or a scheduled pass); without, at once, once per
+		// scheduled pass, not per change when every pass dumps.
+		switch {
+		case w.Events != nil:
+			w.release.Store(true)
+		case w.full:
 			defer debug.FreeOSMemory()
 		}
 	} else {
