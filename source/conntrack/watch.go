@@ -324,6 +324,13 @@ func (w *Watch) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 		kept = &snapshot.Conntrack{}
 		if w.Events != nil {
 			w.index.beginSeed()
+			if w.index.len() == 0 {
+				// A first seed grows every backend's list from nothing:
+				// collect its leftovers four times as often while it
+				// runs, so that they do not pile up to the index's size
+				// again before the collector comes.
+				defer debug.SetGCPercent(debug.SetGCPercent(25))
+			}
 		}
 		n, err := w.Table.Dump(ctx, func(f *snapshot.Flow) error {
 			if w.Events != nil {
