@@ -118,6 +118,12 @@ func writeDoc(w *strings.Builder, m *model) {
 		p("| per-second cleaner (dump and filter every second) | %s | %s %% | %s peak | | | |\n", count(f),
 			num(m.val("cleaner-1s", f, "cpu-%"), 1), mib(m.val("cleaner-1s", f, "peak-rss-MiB")))
 	}
+	p("\nThe window falls between the agent's scheduled full audits, which read the whole table every 2 minutes by default ")
+	p("and take the full audit's time above; on average they add that time over the interval:")
+	for _, f := range m.flows {
+		p(" %s %% of a core at %s flows;", num(m.val("audit", f, "ms")/1200, 2), count(f))
+	}
+	p(" the collection that gives a full dump's memory back, once after each, falls in the window.\n")
 	p("\nThe agent's RSS includes the pages of its binary's code it touched, shared with every other process ")
 	p("running that binary; the anonymous RSS is its own memory. The agent keeps its index current from ")
 	p("conntrack's new and destroy events, and dumps the table only at its scheduled audit; a cleaner that dumps ")
