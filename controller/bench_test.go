@@ -43,8 +43,10 @@ func benchSize() (pods, blocks int) {
 	pods = 150000
 	if v := os.Getenv("GHOSTWATCH_BENCH_PODS"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 20*benchPerBlock {
-			panic(fmt.Sprintf("GHOSTWATCH_BENCH_PODS=%q: want a number of pods, at least %d", v, 20*benchPerBlock))
+		// The cluster holds a Consul cluster of benchMembers pods, and
+		// misbooked and leaked addresses in as many blocks.
+		if least := max(benchMembers, (benchMisbooked+benchLeaked+1)*benchPerBlock); err != nil || n < least {
+			panic(fmt.Sprintf("GHOSTWATCH_BENCH_PODS=%q: want a number of pods, at least %d", v, least))
 		}
 		pods = n
 	}

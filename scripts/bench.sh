@@ -17,7 +17,7 @@
 #                                [--window DURATION] [--out DIR] [--no-doc]
 #                                [--baseline FILE]
 #   --sizes   conntrack table sizes (default 10000,20000,100000,1000000)
-#   --pods    controller cluster sizes (default 15000,150000)
+#   --pods    controller cluster sizes (default 15000,150000; at least 5000)
 #   --window  how long the agent and the per-second cleaner are watched
 #             (default 10s)
 #   --out     directory for the raw results (default: a temporary one)
@@ -51,6 +51,12 @@ while [ $# -gt 0 ]; do
 done
 for n in ${sizes//,/ } ${pods//,/ }; do
   case $n in '' | *[!0-9]*) echo "bench: $n is not a count (see --help)" >&2; exit 2 ;; esac
+done
+for n in ${pods//,/ }; do
+  if [ "$n" -lt 5000 ]; then
+    echo "bench: --pods $n: the controller's cluster holds a Consul cluster of 5000 pods; give at least 5000" >&2
+    exit 2
+  fi
 done
 if [ "$(id -u)" != 0 ]; then
   echo "bench: needs root (network namespaces, conntrack tables)" >&2
