@@ -199,13 +199,13 @@ func (o *collectOptions) run(ctx context.Context, streams genericiooptions.IOStr
 	defer cancel()
 	klog.SetSlogLogger(slog.New(slog.DiscardHandler))
 	// The kubeconfig is checked before anything is read.
-	client, _, err := kube.ClientFromFlags(o.kubeFlags)
+	restConfig, err := kube.ConfigFromFlags(o.kubeFlags)
 	if err != nil {
 		return cmdline.WithCode(ExitError, err)
 	}
-	restConfig, err := o.kubeFlags.ToRESTConfig()
+	client, _, err := kube.ClientForConfig(restConfig)
 	if err != nil {
-		return cmdline.WithCode(ExitError, fmt.Errorf("kubeconfig: %w", err))
+		return cmdline.WithCode(ExitError, err)
 	}
 	dyn, err := dynamic.NewForConfig(restConfig)
 	if err != nil {

@@ -219,13 +219,13 @@ func (o *controllerOptions) run(ctx context.Context, streams genericiooptions.IO
 		}
 	}
 	ns := firstOf(o.leaseNamespace, os.Getenv("POD_NAMESPACE"), "ghostwatch")
-	client, server, err := kube.ClientFromFlags(o.kubeFlags)
+	restConfig, err := kube.ConfigFromFlags(o.kubeFlags)
 	if err != nil {
 		return cmdline.WithCode(ExitError, err)
 	}
-	restConfig, err := o.kubeFlags.ToRESTConfig()
+	client, server, err := kube.ClientForConfig(restConfig)
 	if err != nil {
-		return cmdline.WithCode(ExitError, fmt.Errorf("kubeconfig: %w", err))
+		return cmdline.WithCode(ExitError, err)
 	}
 	restConfig = rest.CopyConfig(restConfig)
 	restConfig.UserAgent = "ghostwatch"

@@ -234,13 +234,13 @@ func (o *ipOptions) run(ctx context.Context, streams genericiooptions.IOStreams,
 	// client-go's port-forward reports a failed connection in its log as
 	// well as to its caller: the report names it once.
 	klog.SetSlogLogger(slog.New(slog.DiscardHandler))
-	client, server, err := kube.ClientFromFlags(o.kubeFlags)
+	restConfig, err := kube.ConfigFromFlags(o.kubeFlags)
 	if err != nil {
 		return cmdline.WithCode(ExitError, err)
 	}
-	restConfig, err := o.kubeFlags.ToRESTConfig()
+	client, server, err := kube.ClientForConfig(restConfig)
 	if err != nil {
-		return cmdline.WithCode(ExitError, fmt.Errorf("kubeconfig: %w", err))
+		return cmdline.WithCode(ExitError, err)
 	}
 	rep := ipReport{IP: ip, NotRead: ipNotRead, Flows: []nodeFlows{}}
 	var (

@@ -27,17 +27,29 @@ import (
 // Where kubectl would fall back to http://localhost:8080 because nothing
 // is configured, it fails instead and says so.
 func ClientFromFlags(f *genericclioptions.ConfigFlags) (kubernetes.Interface, string, error) {
+	cfg, err := ConfigFromFlags(f)
+	if err != nil {
+		return nil, "", err
+	}
+	return ClientForConfig(cfg)
+}
+
+// ConfigFromFlags is the REST config ClientFromFlags builds its client
+// from, for a command that needs it too (a port-forward, a dynamic
+// client): the kubeconfig read once, and checked as ClientFromFlags checks
+// it.
+func ConfigFromFlags(f *genericclioptions.ConfigFlags) (*rest.Config, error) {
 	if unconfigured(f) {
-		return nil, "", errNoConfig
+		return nil, errNoConfig
 	}
 	cfg, err := f.ToRESTConfig()
 	if err != nil {
 		if clientcmd.IsEmptyConfig(err) {
-			return nil, "", errNoConfig
+			return nil, errNoConfig
 		}
-		return nil, "", fmt.Errorf("kubeconfig: %w", err)
+		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
-	return ClientForConfig(cfg)
+	return cfg, nil
 }
 
 var errNoConfig = errors.New("no Kubernetes configuration: no kubeconfig (--kubeconfig, $KUBECONFIG, ~/.kube/config) and not running in a pod; " +
