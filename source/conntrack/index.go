@@ -138,9 +138,16 @@ func (b *backendFlows) get(k snapshot.FrontendKey) (indexRecord, bool) {
 	return b.v6.get(key6{k.Src, k.SrcPort, k.Route})
 }
 
-func (b *backendFlows) put(k snapshot.FrontendKey, is4 bool, r indexRecord) (added bool) {
-	if is4 {
+// put records r under k; during a seed, a key new to its store waits to
+// be settled (packed.putSeed).
+func (b *backendFlows) put(k snapshot.FrontendKey, is4 bool, r indexRecord, seeding bool) (added bool) {
+	switch {
+	case is4 && seeding:
+		return b.v4.putSeed(k4(k), r)
+	case is4:
 		return b.v4.put(k4(k), r)
+	case seeding:
+		return b.v6.putSeed(key6{k.Src, k.SrcPort, k.Route}, r)
 	}
 	return b.v6.put(key6{k.Src, k.SrcPort, k.Route}, r)
 }
@@ -212,10 +219,11 @@ func (ix *flowIndex) locate(f *snapshot.Flow, create bool) (*backendFlows, snaps
 	return b, snapshot.FrontendKey{Src: src, SrcPort: sport, Route: b.routes.Index(route)}, rest, backend
 }
 
-// putLocked records f in generation gen; it reports whether f is new.
-func (ix *flowIndex) putLocked(f *snapshot.Flow, gen uint32) bool {
+// putLocked records f in generation gen, as a dump's flow when seeding;
+// it reports whether f is new.
+func (ix *flowIndex) putLocked(f *snapshot.Flow, gen uint32, seeding bool) bool {
 	b, k, rest, _ := ix.locate(f, true)
-	if b.put(k, f.Orig.Src.Is4(), recordOf(rest, gen)) {
+	if b.put(k, f.Orig.Src.Is4(), recordOf(rest, gen), seeding) {
 		ix.n++
 		return true
 	}
@@ -281,17 +289,7 @@ func (ix *flowIndex) seed(f *snapshot.Flow) {
 			}
 		}
 	}
-	b, k, rest, _ := ix.locate(f, true)
-	r := recordOf(rest, ix.gen)
-	var added bool
-	if f.Orig.Src.Is4() {
-		added = b.v4.putSeed(k4(k), r)
-	} else {
-		added = b.v6.putSeed(key6{k.Src, k.SrcPort, k.Route}, r)
-	}
-	if added {
-		ix.n++
-	}
+	ix.putLocked(f, ix.gen, true)
 }
 
 // maxPending bounds the events a seed holds back while the dump runs: a
@@ -358,7 +356,7 @@ func (ix *flowIndex) apply(e Event) {
 func (ix *flowIndex) applyLocked(e *Event) {
 	switch e.Type {
 	case EventNew:
-		ix.putLocked(&e.Flow, ix.gen)
+		ix.putLocked(&e.Flow, ix.gen, false)
 		ix.dirty[e.Flow.Reply.Src.As16()] = struct{}{}
 		if len(ix.fresh) < maxFresh {
 			ix.fresh = append(ix.fresh, e.Flow)

@@ -79,16 +79,26 @@ func (p *packed[K]) get(k K) (indexRecord, bool) {
 	return indexRecord{}, false
 }
 
+// setBase sets k's record when base holds k, dead or not (found), and
+// reports whether it was dead (revived: k is new again); else i is where k
+// would go in base.
+func (p *packed[K]) setBase(k K, r indexRecord) (i int, found, revived bool) {
+	i, found = p.find(k)
+	if !found {
+		return i, false, false
+	}
+	if revived = p.base[i].r.dead(); revived {
+		p.dead--
+	}
+	p.base[i].r = r
+	return i, true, revived
+}
+
 // putSeed is put during a seed: a key new to the store is appended to
 // adds, to be merged in by settle.
 func (p *packed[K]) putSeed(k K, r indexRecord) (added bool) {
-	if i, ok := p.find(k); ok {
-		was := p.base[i].r.dead()
-		if was {
-			p.dead--
-		}
-		p.base[i].r = r
-		return was
+	if _, found, revived := p.setBase(k, r); found {
+		return revived
 	}
 	if _, ok := p.over[k]; ok {
 		p.over[k] = r
@@ -132,13 +142,8 @@ func (p *packed[K]) settle() (twice int) {
 
 // put sets k's record and reports whether k is new.
 func (p *packed[K]) put(k K, r indexRecord) (added bool) {
-	if i, ok := p.find(k); ok {
-		was := p.base[i].r.dead()
-		if was {
-			p.dead--
-		}
-		p.base[i].r = r
-		return was
+	if i, found, revived := p.setBase(k, r); found {
+		return revived
 	} else if len(p.base) < directMax && p.over == nil {
 		p.base = slices.Insert(p.base, i, entry[K]{k, r})
 		return true
