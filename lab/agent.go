@@ -126,16 +126,23 @@ func (l *actionLog) list() []AgentAction {
 // openTable opens a conntrack socket in node and subscribes to its events,
 // before the agent's first dump, as the agent command does.
 func openTable(node *netbed.Node) (conn *conntrack.Conn, sub *conntrack.Subscription, err error) {
-	err = node.Do(func() error {
-		if conn, err = conntrack.Open(); err != nil {
-			return err
-		}
-		if sub, err = conntrack.Subscribe(); err != nil {
-			conn.Close()
-		}
+	err = node.Do(func() (err error) {
+		conn, sub, err = openTableHere()
 		return err
 	})
 	return conn, sub, err
+}
+
+// openTableHere is openTable in the calling thread's namespace.
+func openTableHere() (conn *conntrack.Conn, sub *conntrack.Subscription, err error) {
+	if conn, err = conntrack.Open(); err != nil {
+		return nil, nil, err
+	}
+	if sub, err = conntrack.Subscribe(); err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	return conn, sub, nil
 }
 
 // timelineRecorder prints the agent's Kubernetes Events on the timeline.

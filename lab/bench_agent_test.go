@@ -21,7 +21,6 @@ import (
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
-	"github.com/ghostwatch/ghostwatch/source/kube/live"
 )
 
 // timedDeleter deletes through a netlink socket in the node, counts the
@@ -142,7 +141,7 @@ func benchAgentWith(b *testing.B, node *netbed.Node, cl *Cluster, cfg agent.Conf
 	}); err != nil {
 		b.Fatal(err)
 	}
-	rules := rule.InScope(rule.All(rule.Config{}), rule.ScopeNode)
+	rules := nodeRules()
 	m := agent.NewMetrics(prometheus.NewRegistry(), rules)
 	cfg.NodeName = labNode
 	var tab conntrack.Table
@@ -158,11 +157,7 @@ func benchAgentWith(b *testing.B, node *netbed.Node, cl *Cluster, cfg agent.Conf
 	}
 	cm := conntrack.NewMetrics(prometheus.NewRegistry(), "ghostwatch")
 	table := &conntrack.Watch{Table: tab, Events: sub, Metrics: cm}
-	cfg.Sources = []source.Source{
-		&live.Watch{Informers: live.NewInformers(cl.Client, live.InformerOptions{Node: labNode}),
-			Holders: &live.Holders{Client: cl.Client}, Client: cl.Client},
-		table,
-	}
+	cfg.Sources = []source.Source{clusterSource(cl), table}
 	cfg.Rules = rules
 	cfg.Metrics = m
 	if del != nil {

@@ -128,26 +128,18 @@ func benchChildRun(mode string) (*childReport, error) {
 		if err != nil {
 			return nil, fmt.Errorf("GHOSTWATCH_BENCH_AUDIT_INTERVAL: %w", err)
 		}
-		sub, err := conntrack.Subscribe()
-		if err != nil {
-			return nil, err
-		}
-		defer sub.Close()
-		rules := rule.InScope(rule.All(rule.Config{}), rule.ScopeNode)
-		reg := prometheus.NewRegistry()
-		m := conntrack.NewMetrics(reg, "ghostwatch")
-		conn, err := conntrack.Open()
+		conn, sub, err := openTableHere()
 		if err != nil {
 			return nil, err
 		}
 		defer conn.Close()
+		defer sub.Close()
+		rules := nodeRules()
+		reg := prometheus.NewRegistry()
+		m := conntrack.NewMetrics(reg, "ghostwatch")
 		a := agent.New(agent.Config{
-			NodeName: labNode,
-			Sources: []source.Source{
-				&live.Watch{Informers: live.NewInformers(cl.Client, live.InformerOptions{Node: labNode}),
-					Holders: &live.Holders{Client: cl.Client}, Client: cl.Client},
-				&conntrack.Watch{Table: conn, Events: sub, Metrics: m},
-			},
+			NodeName:      labNode,
+			Sources:       []source.Source{clusterSource(cl), &conntrack.Watch{Table: conn, Events: sub, Metrics: m}},
 			Rules:         rules,
 			AuditInterval: interval,
 			Metrics:       agent.NewMetrics(reg, rules),
@@ -169,17 +161,11 @@ func benchChildRun(mode string) (*childReport, error) {
 			}
 		}
 		cpu0, wall0 := processCPU(), time.Now()
-		if profile := os.Getenv("GHOSTWATCH_BENCH_CPUPROFILE"); profile != "" {
-			f, err := os.Create(profile)
-			if err != nil {
-				return nil, err
-			}
-			defer f.Close()
-			if err := pprof.StartCPUProfile(f); err != nil {
-				return nil, err
-			}
-			defer pprof.StopCPUProfile()
+		stop, err := cpuProfile()
+		if err != nil {
+			return nil, err
 		}
+		defer stop()
 		time.Sleep(idle) // the measurement window
 		r.CPUPercent = 100 * (processCPU() - cpu0).Seconds() / time.Since(wall0).Seconds()
 		r.Indexed = testutil.ToFloat64(m.IndexFlows)
@@ -225,6 +211,17 @@ func benchChildRun(mode string) (*childReport, error) {
 	runtime.ReadMemStats(&ms)
 	r.HeapKiB = int(ms.HeapInuse / 1024)
 	return r, nil
+}
+
+// nodeRules are the rules the agent runs.
+func nodeRules() []rule.Rule { return rule.InScope(rule.All(rule.Config{}), rule.ScopeNode) }
+
+// clusterSource is the agent's view of the benchmarks' cluster, as
+// `ghostwatch agent` builds it: the informers of what kube-proxy watches
+// and of the node's pods, and the holders of addresses asked for.
+func clusterSource(cl *Cluster) *live.Watch {
+	return &live.Watch{Informers: live.NewInformers(cl.Client, live.InformerOptions{Node: labNode}),
+		Holders: &live.Holders{Client: cl.Client}, Client: cl.Client}
 }
 
 // benchChild runs mode in a child process inside node's namespace.

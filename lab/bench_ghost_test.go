@@ -178,18 +178,14 @@ func ghostClear(ctx context.Context, cl *Cluster, r *childReport) error {
 	if err != nil {
 		return fmt.Errorf("GHOSTWATCH_BENCH_GHOST_FLOWS: %w", err)
 	}
-	sub, err := conntrack.Subscribe()
-	if err != nil {
-		return err
-	}
-	defer sub.Close()
-	conn, err := conntrack.Open()
+	conn, sub, err := openTableHere()
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
+	defer sub.Close()
 	tab := &countingTable{Conn: conn}
-	rules := rule.InScope(rule.All(rule.Config{}), rule.ScopeNode)
+	rules := nodeRules()
 	reg := prometheus.NewRegistry()
 	watch := &conntrack.Watch{Table: tab, Events: sub, Metrics: conntrack.NewMetrics(reg, sink.Namespace)}
 	rems, err := remedy.Build(rules, []string{rule.StaleNATFlowID}, remedy.Settings{
@@ -200,11 +196,7 @@ func ghostClear(ctx context.Context, cl *Cluster, r *childReport) error {
 	}
 	a := agent.New(agent.Config{
 		NodeName: labNode,
-		Sources: []source.Source{
-			&live.Watch{Informers: live.NewInformers(cl.Client, live.InformerOptions{Node: labNode}),
-				Holders: &live.Holders{Client: cl.Client}, Client: cl.Client},
-			watch,
-		},
+		Sources:  []source.Source{clusterSource(cl), watch},
 		Rules:    rules,
 		Remedies: rems,
 		Metrics:  agent.NewMetrics(reg, rules),

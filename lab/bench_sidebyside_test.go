@@ -26,11 +26,9 @@ import (
 	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 	"github.com/ghostwatch/ghostwatch/remedy"
-	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
-	"github.com/ghostwatch/ghostwatch/source/kube/live"
 )
 
 // BenchmarkSideBySide measures, on one table of GHOSTWATCH_BENCH_FLOWS
@@ -109,21 +107,10 @@ func BenchmarkSideBySide(b *testing.B) {
 		if _, err := exec.LookPath("conntrack"); err != nil {
 			testenv.Unavailable(b, "conntrack(8) not installed")
 		}
-		var ts []time.Duration
-		peak := 0
-		for b.Loop() {
-			for range reps {
-				cmd := exec.Command("ip", "netns", "exec", node.Name(), "conntrack", "-L")
-				start := time.Now()
-				kib, _, err := timedRSS(cmd)
-				if err != nil {
-					b.Fatal(err)
-				}
-				ts = append(ts, time.Since(start))
-				peak = max(peak, kib)
-			}
-		}
-		report(b, median(ts), peak)
+		ms, peak := commandRuns(b, reps, func() *exec.Cmd {
+			return exec.Command("ip", "netns", "exec", node.Name(), "conntrack", "-L")
+		})
+		report(b, ms, peak)
 	})
 	b.Run("kube-proxy", func(b *testing.B) {
 		r := child(b, "sbs-kubeproxy")
@@ -185,21 +172,10 @@ func BenchmarkSideBySide(b *testing.B) {
 		reportChild(b, r)
 	})
 	b.Run("awk", func(b *testing.B) {
-		var ts []time.Duration
-		peak := 0
-		for b.Loop() {
-			for range reps {
-				cmd := exec.Command("awk", "{print $5}", listing) // stdout: /dev/null
-				start := time.Now()
-				kib, _, err := timedRSS(cmd)
-				if err != nil {
-					b.Fatal(err)
-				}
-				ts = append(ts, time.Since(start))
-				peak = max(peak, kib)
-			}
-		}
-		report(b, median(ts), peak)
+		ms, peak := commandRuns(b, reps, func() *exec.Cmd {
+			return exec.Command("awk", "{print $5}", listing) // stdout: /dev/null
+		})
+		report(b, ms, peak)
 	})
 	if n <= 20000 {
 		b.Run("shell-loop", func(b *testing.B) {
@@ -236,9 +212,29 @@ func BenchmarkSideBySide(b *testing.B) {
 		b.ReportMetric(grace, "grace-ms")
 		b.ReportMetric(float64(percentile(whole, 0.5))/1e6-grace, "beyond-grace-p50-ms")
 		b.ReportMetric(float64(percentile(whole, 0.99))/1e6-grace, "beyond-grace-p99-ms")
-		b.ReportMetric(float64(sbsPerPod(n, 0, 1)), "flows/pod")
+		v4, v6 := sbsPerPod(n, 0, 1)
+		b.ReportMetric(float64(v4+v6), "flows/pod")
 		b.ReportMetric(float64(kills), "kills")
 	})
+}
+
+// commandRuns runs the command cmd makes reps times (at each iteration of
+// b), its output to /dev/null, and returns the median time in
+// milliseconds and the largest peak RSS in KiB (GNU time's).
+func commandRuns(b *testing.B, reps int, cmd func() *exec.Cmd) (ms float64, peakKiB int) {
+	var ts []time.Duration
+	for b.Loop() {
+		for range reps {
+			start := time.Now()
+			kib, _, err := timedRSS(cmd())
+			if err != nil {
+				b.Fatal(err)
+			}
+			ts = append(ts, time.Since(start))
+			peakKiB = max(peakKiB, kib)
+		}
+	}
+	return median(ts), peakKiB
 }
 
 // median of ts, in milliseconds.
@@ -319,19 +315,22 @@ func sbsBackend(i int) (s, p int) {
 // sbsStale is how many of sbsFlow(0..n-1) go to a deleted backend.
 func sbsStale(n int) int { return (n + 99) / 100 }
 
-// sbsPerPod is how many of sbsFlow(0..n-1) go to pod p of Service s, in
-// either family.
-func sbsPerPod(n, s, p int) int {
-	c := 0
+// sbsPerPod is how many of sbsFlow(0..n-1) go to pod p of Service s: to
+// its IPv4 address, and to its IPv6 one.
+func sbsPerPod(n, s, p int) (v4, v6 int) {
 	for i := 0; i < n; i++ {
 		if i%5 == 4 {
 			continue
 		}
 		if ss, pp := sbsBackend(i); ss == s && pp == p {
-			c++
+			if i%10 == 9 {
+				v6++
+			} else {
+				v4++
+			}
 		}
 	}
-	return c
+	return v4, v6
 }
 
 // sbsDead reports whether a is a deleted backend of the benchmarks' cluster.
@@ -351,19 +350,11 @@ func sbsChildRun(ctx context.Context, mode string, cl *Cluster, r *childReport) 
 	if err != nil || reps < 1 {
 		reps = 1
 	}
-	// GHOSTWATCH_BENCH_CPUPROFILE names a file for the CPU profile of the
-	// measured part.
-	if profile := os.Getenv("GHOSTWATCH_BENCH_CPUPROFILE"); profile != "" {
-		f, err := os.Create(profile)
-		if err != nil {
-			return true, err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return true, err
-		}
-		defer pprof.StopCPUProfile()
+	stop, err := cpuProfile()
+	if err != nil {
+		return true, err
 	}
+	defer stop()
 	// GHOSTWATCH_BENCH_MEMPROFILE names a file for the allocations of the
 	// measured part.
 	if profile := os.Getenv("GHOSTWATCH_BENCH_MEMPROFILE"); profile != "" {
@@ -408,13 +399,9 @@ func sbsChildRun(ctx context.Context, mode string, cl *Cluster, r *childReport) 
 				return true, err
 			}
 			ts = append(ts, time.Since(start))
-			select {
-			case <-tick.C:
-			default: // a dump longer than a second: the next starts at once
-			}
-			if time.Since(start) < time.Second {
-				<-tick.C
-			}
+			// A dump longer than a second left a tick waiting: the next
+			// starts at once.
+			<-tick.C
 		}
 		r.CPUPercent = 100 * (processCPU() - cpu0).Seconds() / time.Since(wall0).Seconds()
 		r.ScanNS = int64(percentile(ts, 0.5))
@@ -425,26 +412,36 @@ func sbsChildRun(ctx context.Context, mode string, cl *Cluster, r *childReport) 
 	return false, nil
 }
 
+// cpuProfile starts the CPU profile GHOSTWATCH_BENCH_CPUPROFILE names, if
+// any, of a child's measured part; stop ends it.
+func cpuProfile() (stop func(), err error) {
+	profile := os.Getenv("GHOSTWATCH_BENCH_CPUPROFILE")
+	if profile == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(profile)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
 // sbsAudit runs the agent's sources (informers; the conntrack table with
 // events and its index) and times reps full audits with the node's rules,
 // the first of which seeds the index.
 func sbsAudit(ctx context.Context, cl *Cluster, reps int, r *childReport) error {
-	sub, err := conntrack.Subscribe()
-	if err != nil {
-		return err
-	}
-	defer sub.Close()
-	conn, err := conntrack.Open()
+	conn, sub, err := openTableHere()
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	rules := rule.InScope(rule.All(rule.Config{}), rule.ScopeNode)
-	sources := []source.Source{
-		&live.Watch{Informers: live.NewInformers(cl.Client, live.InformerOptions{Node: labNode}),
-			Holders: &live.Holders{Client: cl.Client}, Client: cl.Client},
-		&conntrack.Watch{Table: conn, Events: sub},
-	}
+	defer sub.Close()
+	rules := nodeRules()
+	sources := []source.Source{clusterSource(cl), &conntrack.Watch{Table: conn, Events: sub}}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	for _, s := range sources {
@@ -791,18 +788,7 @@ func sbsBackendDeath(b *testing.B, node *netbed.Node, cl *Cluster, n, kills int)
 	for k := 0; k < kills; k++ {
 		s, p := k%benchServices, 1+(k/benchServices)%3
 		v := &victim{s: s, p: p}
-		for i := 0; i < n; i++ {
-			if i%5 == 4 {
-				continue
-			}
-			if ss, pp := sbsBackend(i); ss == s && pp == p {
-				if i%10 == 9 {
-					v.want6++
-				} else {
-					v.want4++
-				}
-			}
-		}
+		v.want4, v.want6 = sbsPerPod(n, s, p)
 		vs = append(vs, v)
 	}
 	ctx := context.Background()
