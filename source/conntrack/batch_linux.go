@@ -38,6 +38,10 @@ func (c *Conn) each(fs []snapshot.Flow, get bool, fn func(int, snapshot.Flow, er
 	if len(fs) == 0 {
 		return nil
 	}
+	what := "delete"
+	if get {
+		what = "get"
+	}
 	wrap := func(i int, err error) error {
 		if get {
 			return getError(&fs[i], err)
@@ -135,7 +139,7 @@ func (c *Conn) each(fs []snapshot.Flow, get bool, fn func(int, snapshot.Flow, er
 					}
 					found[j] = true
 				default:
-					return fail(malformed("message type %#x in answer to a %s", m.typ, map[bool]string{true: "get", false: "delete"}[get]))
+					return fail(malformed("message type %#x in answer to a %s", m.typ, what))
 				}
 			}
 		}
