@@ -2,6 +2,7 @@ package remedy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/ghostwatch/ghostwatch/finding"
@@ -13,6 +14,9 @@ import (
 type ClusterReader interface {
 	// ReadCluster returns the view read now, and how to force a member
 	// out through the agent that gave it: nil when that agent cannot.
+	// leave checks, right before sending, that the agent may still be
+	// sent the credential; when not, its error has a NotSent method
+	// that reports true.
 	ReadCluster(ctx context.Context, c snapshot.GossipCluster) (v *snapshot.GossipView, leave func(ctx context.Context, member string) error, err error)
 }
 
@@ -38,18 +42,38 @@ func (a *Members) Verify(ctx context.Context, t finding.Target) error {
 // through the agent that answered only when that very list still shows
 // it gone at the same address and port: a member that rejoined under its
 // name since Verify (a StatefulSet's pod, a Consul server) is not pruned.
+// What stops it before the force-leave is sent is a refusal (ErrRefused,
+// or ErrGone when the list no longer names the member); only the agent's
+// own answer to the force-leave can be a failure.
 func (a *Members) Act(ctx context.Context, t finding.Target) error {
 	mt, v, leave, err := a.read(ctx, t)
 	if err != nil {
-		return err
+		return Refusal(fmt.Errorf("reading the cluster again: %w", err))
 	}
 	if err := stillGone(mt, v); err != nil {
-		return err
+		if errors.Is(err, ErrGone) {
+			return err
+		}
+		return Refusal(err)
 	}
 	if leave == nil {
-		return fmt.Errorf("%s has no force-leave", mt.System)
+		return Refusal(fmt.Errorf("%s has no force-leave", mt.System))
 	}
-	return leave(ctx, mt.Name)
+	err = leave(ctx, mt.Name)
+	// A force-leave the reader withheld (its agent's pod no longer holds
+	// its address alone) reached no one: refused, not failed.
+	var ns notSent
+	if errors.As(err, &ns) && ns.NotSent() {
+		return Refusal(err)
+	}
+	return err
+}
+
+// notSent is an error of a request withheld before it was sent, as a
+// ClusterReader's leave says it (gossip.NotSentError).
+type notSent interface {
+	error
+	NotSent() bool
 }
 
 // stillGone returns nil when v lists mt's member gone, at mt's address and

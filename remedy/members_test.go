@@ -6,8 +6,10 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
@@ -118,4 +120,66 @@ func TestMembersActRechecksTheListItRead(t *testing.T) {
 			t.Errorf("%s: Act = %v, forced out %v; want %q and no one forced out", c.name, err, r.left, c.want)
 		}
 	}
+}
+
+// notSentErr is a force-leave the reader withheld before sending it.
+type notSentErr struct{}
+
+func (notSentErr) Error() string { return "not sent: 2 pods report 10.244.1.7" }
+func (notSentErr) NotSent() bool { return true }
+
+// What stops a force-leave before it is sent is a refusal, counted as one:
+// the list read right before acting shows the member alive again, cannot
+// be read again, or the agent's address is no longer its pod's alone.
+// Only the agent's own answer to a force-leave sent is a failure.
+func TestMembersRefusalIsNotAFailure(t *testing.T) {
+	addr := netip.MustParseAddr("10.244.1.5")
+	target := &finding.MemberTarget{System: "consul", Cluster: "ns/consul", Name: "consul-0", Addr: addr, Port: 8301, Status: "failed"}
+	f := finding.Finding{Rule: rule.GossipGhostMemberID, Severity: finding.Critical, Target: target}
+	view := func(status string) *snapshot.GossipView {
+		return &snapshot.GossipView{System: "consul", Cluster: "ns/consul", From: "pod ns/consul-1",
+			Members: []snapshot.GossipMember{{Name: "consul-0", Addr: addr, Port: 8301, Status: status}}}
+	}
+	for _, c := range []struct {
+		name   string
+		reader ClusterReader
+		want   Result
+	}{
+		{"alive again when acting", &clusterReader{view: view("failed"), later: []*snapshot.GossipView{view("alive")}}, Refused},
+		{"unreadable when acting", &failingOnSecondRead{clusterReader{view: view("failed")}}, Refused},
+		{"address shared when sending", &leaveErr{clusterReader{view: view("failed")}, notSentErr{}}, Refused},
+		{"the agent refuses", &leaveErr{clusterReader{view: view("failed")}, errors.New("consul PUT /v1/agent/force-leave/consul-0: 403 Forbidden")}, Failed},
+		{"forced out", &clusterReader{view: view("failed")}, Done},
+	} {
+		r := &Remedy{Rule: (&rule.GossipGhostMember{}).Info(), Budget: &Budget{Max: 5, Interval: time.Minute},
+			Actuator: &Members{Clusters: c.reader}, Now: t0().Now,
+			Recheck: func(context.Context, []finding.Finding) []error { return []error{nil} }}
+		s := &snapshot.Snapshot{Sources: []snapshot.SourceStatus{{Name: "kube", Status: snapshot.StatusOK}, {Name: "gossip", Status: snapshot.StatusOK}}}
+		acts, err := r.Apply(context.Background(), s, []finding.Finding{f})
+		if err != nil || len(acts) != 1 || acts[0].Result != c.want {
+			t.Errorf("%s: %v, %+v; want %s", c.name, err, acts, c.want)
+		}
+	}
+}
+
+// failingOnSecondRead answers its first read and fails the next.
+type failingOnSecondRead struct{ clusterReader }
+
+func (r *failingOnSecondRead) ReadCluster(ctx context.Context, c snapshot.GossipCluster) (*snapshot.GossipView, func(context.Context, string) error, error) {
+	if len(r.asked) > 0 {
+		r.asked = append(r.asked, c)
+		return nil, nil, errors.New("gossip cluster ns/consul (consul): pod ns/consul-1: connection refused")
+	}
+	return r.clusterReader.ReadCluster(ctx, c)
+}
+
+// leaveErr answers its view, and its force-leave fails with err.
+type leaveErr struct {
+	clusterReader
+	err error
+}
+
+func (r *leaveErr) ReadCluster(ctx context.Context, c snapshot.GossipCluster) (*snapshot.GossipView, func(context.Context, string) error, error) {
+	v, _, err := r.clusterReader.ReadCluster(ctx, c)
+	return v, func(context.Context, string) error { return r.err }, err
 }

@@ -60,6 +60,25 @@ var ErrIncompleteEvidence = errors.New("evidence incomplete")
 // exists: there is nothing left to act on.
 var ErrGone = errors.New("target gone")
 
+// ErrRefused is wrapped by an Actuator's Act error when the check it makes
+// on the very data it read right before acting said no (the member is
+// listed alive again, the list could not be read again): nothing was
+// sent to the ledger, so the action is refused, not failed.
+var ErrRefused = errors.New("refused by the check before acting")
+
+// Refusal wraps err as ErrRefused, keeping err's message.
+func Refusal(err error) error {
+	if err == nil {
+		return nil
+	}
+	return refusal{err}
+}
+
+type refusal struct{ err error }
+
+func (r refusal) Error() string   { return r.err.Error() }
+func (r refusal) Unwrap() []error { return []error{r.err, ErrRefused} }
+
 // Actuator performs one kind of action on one kind of finding.Target.
 type Actuator interface {
 	// Kind is the finding.Target kind it acts on.
@@ -314,6 +333,8 @@ func (r *Remedy) actOnGroup(ctx context.Context, t time.Time, actions []Action, 
 		case errors.Is(err, ErrGone):
 			actions[i].Result, actions[i].Reason = Gone, err.Error()
 			delete(r.firstSeen, tg.Key())
+		case errors.Is(err, ErrRefused):
+			refuse(i, "re-check: "+err.Error())
 		default:
 			actions[i].Result, actions[i].Reason = Failed, err.Error()
 		}
