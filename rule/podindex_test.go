@@ -71,6 +71,17 @@ func TestPodIndexAgreesWithAFullPass(t *testing.T) {
 				if got := x.Holders(a); got != want {
 					t.Fatalf("seed %d step %d: Holders(%s) = %d, want %d", seed, step, a, got, want)
 				}
+				// Reporting counts every unfinished pod that reports the
+				// address, hostNetwork ones too.
+				reporting := 0
+				for _, p := range live {
+					if !p.Terminal() && p.HasIP(a) {
+						reporting++
+					}
+				}
+				if got := x.Reporting(a); got != reporting {
+					t.Fatalf("seed %d step %d: Reporting(%s) = %d, want %d", seed, step, a, got, reporting)
+				}
 			}
 			want := NewDuplicatePodIP().Evaluate(&snapshot.Snapshot{Kube: &snapshot.Kube{Pods: all}})
 			got := NewDuplicatePodIP().Evaluate(&snapshot.Snapshot{Kube: &snapshot.Kube{Pods: x.Pods(), Index: x}})

@@ -25,11 +25,15 @@ type PodIndex struct {
 	more  map[[16]byte][]int32
 	// holding counts the pods that hold pod-network IPs.
 	holding int
+	// host counts, by IP, the unfinished hostNetwork pods that report it
+	// (their node's address): they hold no pod-network IP, yet a request
+	// to that address may reach any of them.
+	host map[[16]byte]int32
 }
 
 // NewPodIndex returns an empty index.
 func NewPodIndex() *PodIndex {
-	return &PodIndex{at: map[string]int32{}, first: map[[16]byte]int32{}, more: map[[16]byte][]int32{}}
+	return &PodIndex{at: map[string]int32{}, first: map[[16]byte]int32{}, more: map[[16]byte][]int32{}, host: map[[16]byte]int32{}}
 }
 
 // Len is the number of pods that hold pod-network IPs.
@@ -48,6 +52,14 @@ func (x *PodIndex) Holders(ip netip.Addr) int {
 		return 0
 	}
 	return 1 + len(x.more[k])
+}
+
+// Reporting returns how many unfinished pods report ip, hostNetwork pods
+// included: those a request sent to ip may reach. A credential goes only
+// to an address one pod reports alone.
+func (x *PodIndex) Reporting(ip netip.Addr) int {
+	k := ip.Unmap().As16()
+	return x.Holders(ip) + int(x.host[k])
 }
 
 // Set records a copy of p, added or changed. A pod that holds no
@@ -88,6 +100,10 @@ func (x *PodIndex) Delete(uid string) {
 // index records that the pod at place i holds its IPs.
 func (x *PodIndex) index(i int32) {
 	p := &x.pods[i]
+	if p.HostNetwork && !p.Terminal() {
+		eachIP(p, func(k [16]byte) { x.host[k]++ })
+		return
+	}
 	if !p.HoldsPodIP() || len(p.IPs) == 0 {
 		return
 	}
@@ -104,6 +120,14 @@ func (x *PodIndex) index(i int32) {
 // unindex forgets that the pod at place i holds its IPs.
 func (x *PodIndex) unindex(i int32) {
 	p := &x.pods[i]
+	if p.HostNetwork && !p.Terminal() {
+		eachIP(p, func(k [16]byte) {
+			if x.host[k]--; x.host[k] <= 0 {
+				delete(x.host, k)
+			}
+		})
+		return
+	}
 	if !p.HoldsPodIP() || len(p.IPs) == 0 {
 		return
 	}

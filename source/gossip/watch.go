@@ -40,7 +40,7 @@ const maxReading = 8
 
 // Pods is the cluster's pods as the watch learns of them: the cluster-wide
 // pod informer. The Watch finds the annotated pods among those it is
-// handed, and asks Holders whether a pod still holds its address alone:
+// handed, and asks Reporting whether a pod still holds its address alone:
 // both answer from the same pods.
 type Pods interface {
 	// OnPod registers fn, called with each pod as the informer keeps it
@@ -59,8 +59,9 @@ type Pods interface {
 	// only the clusters of the pods handed so far, and could take an
 	// address for a pod's alone while the pod sharing it is on its way.
 	Listed() bool
-	// Holders returns how many pods hold address a now.
-	Holders(a netip.Addr) int
+	// Reporting returns how many unfinished pods report address a now,
+	// hostNetwork pods included: a request to a may reach any of them.
+	Reporting(a netip.Addr) int
 }
 
 // Watch is the gossip clusters of the pods annotated ghostwatch.io/gossip,
@@ -318,7 +319,7 @@ func (w *Watch) Fresh(ctx context.Context, q snapshot.Query, s *snapshot.Snapsho
 			continue
 		}
 		seen[c] = true
-		v, _, err := w.readCluster(ctx, gen, c, targets[c])
+		v, _, _, err := w.readCluster(ctx, gen, c, targets[c])
 		if err != nil {
 			continue
 		}
@@ -344,15 +345,33 @@ func (w *Watch) ReadCluster(ctx context.Context, c snapshot.GossipCluster) (v *s
 	w.mu.Lock()
 	gen := w.gen
 	w.mu.Unlock()
-	v, a, err := w.readCluster(ctx, gen, c, w.targets()[c])
+	v, a, p, err := w.readCluster(ctx, gen, c, w.targets()[c])
 	if err != nil {
 		return nil, nil, err
 	}
 	if fl, ok := a.(forceLeaver); ok {
-		leave = fl.ForceLeave
+		// The force-leave carries the credential too: the pod must still
+		// hold its address alone when it is sent.
+		leave = func(ctx context.Context, member string) error {
+			if err := w.still(p); err != nil {
+				return &NotSentError{Err: err}
+			}
+			return fl.ForceLeave(ctx, member)
+		}
 	}
 	return v, leave, nil
 }
+
+// NotSentError is what a request withheld by the check made right before
+// sending it returns: nothing reached the agent.
+type NotSentError struct{ Err error }
+
+func (e *NotSentError) Error() string { return "not sent: " + e.Err.Error() }
+func (e *NotSentError) Unwrap() error { return e.Err }
+
+// NotSent reports true: the request reached no agent (remedy.Members
+// counts it refused, not failed).
+func (e *NotSentError) NotSent() bool { return true }
 
 // onPod records the gossip member p is annotated as, if any. A member's
 // pod that stops running or leaves its address has the views read again
@@ -455,7 +474,7 @@ func (w *Watch) round(ctx context.Context, gen uint64) bool {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			views[i], _, errs[i] = w.readCluster(ctx, gen, k, targets[k])
+			views[i], _, _, errs[i] = w.readCluster(ctx, gen, k, targets[k])
 		})
 	}
 	wg.Wait()
@@ -508,7 +527,7 @@ func (w *Watch) round(ctx context.Context, gen uint64) bool {
 // from the pod asked: the view's own member is at the pod's address, and
 // the pod still holds it alone once the answer is in. It returns the
 // view, stamped, and the agent that gave it.
-func (w *Watch) readCluster(ctx context.Context, gen uint64, k snapshot.GossipCluster, pods []annotated) (*snapshot.GossipView, Agent, error) {
+func (w *Watch) readCluster(ctx context.Context, gen uint64, k snapshot.GossipCluster, pods []annotated) (*snapshot.GossipView, Agent, annotated, error) {
 	var errs []string
 	tried := 0
 	for _, p := range pods {
@@ -525,17 +544,24 @@ func (w *Watch) readCluster(ctx context.Context, gen uint64, k snapshot.GossipCl
 			errs = append(errs, fmt.Sprintf("pod %s: %v", p.ref(), err))
 			continue
 		}
-		return v, a, nil
+		return v, a, p, nil
 	}
 	if len(errs) == 0 {
 		errs = append(errs, "no pod to ask")
 	}
-	return nil, nil, fmt.Errorf("gossip cluster %s: %s", clusterName(k), strings.Join(errs, "; "))
+	return nil, nil, annotated{}, fmt.Errorf("gossip cluster %s: %s", clusterName(k), strings.Join(errs, "; "))
 }
 
 func (w *Watch) readPod(ctx context.Context, gen uint64, p annotated) (*snapshot.GossipView, Agent, error) {
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
+	// The credential goes only to an address the pod holds alone, checked
+	// before it is read and sent, not only once the answer is in: a pod of
+	// another namespace (or a hostNetwork pod, at its node's address) that
+	// shares the address would receive it.
+	if err := w.still(p); err != nil {
+		return nil, nil, fmt.Errorf("not asked: %w", err)
+	}
 	var a Agent
 	var err error
 	if agentOf := w.Agent; agentOf != nil {
@@ -577,7 +603,7 @@ func (w *Watch) readPod(ctx context.Context, gen uint64, p annotated) (*snapshot
 }
 
 // still returns nil when p is still annotated, at the same address, and
-// the only pod holding it.
+// the only pod reporting it, hostNetwork pods counted.
 func (w *Watch) still(p annotated) error {
 	w.mu.Lock()
 	now, ok := w.pods[p.uid]
@@ -585,8 +611,8 @@ func (w *Watch) still(p annotated) error {
 	if !ok || now.ip != p.ip {
 		return errors.New("the pod left its address while it was asked")
 	}
-	if n := w.Pods.Holders(p.ip); n > 1 {
-		return fmt.Errorf("%d pods hold %s (duplicate-pod-ip): whose view answered is not known", n, p.ip)
+	if n := w.Pods.Reporting(p.ip); n > 1 {
+		return fmt.Errorf("%d pods report %s (hostNetwork pods counted): an address is not an identity, so nothing is sent to it and no answer from it is taken for the pod's", n, p.ip)
 	}
 	return nil
 }

@@ -63,7 +63,7 @@ func (f *fakePods) Listed() bool {
 	return f.listed
 }
 
-func (f *fakePods) Holders(a netip.Addr) int {
+func (f *fakePods) Reporting(a netip.Addr) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := 0
@@ -151,6 +151,14 @@ func plainPod(name, uid, ip string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID(uid)},
 		Spec:   corev1.PodSpec{NodeName: "node-a"},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}, StartTime: &metav1.Time{Time: time.Now()}}}
+}
+
+// hostPod is a running hostNetwork pod of namespace kube-system reporting
+// ip, its node's address.
+func hostPod(name, uid, ip string) *corev1.Pod {
+	p := plainPod(name, uid, ip)
+	p.Namespace, p.Spec.HostNetwork = "kube-system", true
+	return p
 }
 
 // agentFunc is an agent that answers with a function.
@@ -310,6 +318,9 @@ func TestWatchViewMustBeThePods(t *testing.T) {
 		// during happens while the agent is asked.
 		during func(*fakePods)
 		want   string
+		// notAsked: the agent (and the credential) is not even built,
+		// let alone sent a request.
+		notAsked bool
 	}{
 		{name: "the pod's own agent", view: own},
 		{name: "another agent answered", view: snapshot.GossipView{System: "consul", Local: "consul-9", Members: []snapshot.GossipMember{member("consul-9", "10.244.7.7")}},
@@ -318,15 +329,17 @@ func TestWatchViewMustBeThePods(t *testing.T) {
 			want: "gossip cluster shop/consul (consul): pod shop/consul-0: the agent says it is ghost, which its own member list does not name"},
 		{name: "another system", view: snapshot.GossipView{System: "serf", Members: []snapshot.GossipMember{member("consul-0", "10.244.1.5")}},
 			want: "gossip cluster shop/consul (consul): pod shop/consul-0: answered with a serf member list, not consul"},
-		{name: "two pods hold the address", view: own, other: plainPod("web-0", "w", "10.244.1.5"),
-			want: "gossip cluster shop/consul (consul): pod shop/consul-0: 2 pods hold 10.244.1.5 (duplicate-pod-ip): whose view answered is not known"},
+		{name: "two pods hold the address", view: own, other: plainPod("web-0", "w", "10.244.1.5"), notAsked: true,
+			want: "gossip cluster shop/consul (consul): pod shop/consul-0: not asked: 2 pods report 10.244.1.5 (hostNetwork pods counted): an address is not an identity, so nothing is sent to it and no answer from it is taken for the pod's"},
+		{name: "a hostNetwork pod reports the address", view: own, other: hostPod("kube-proxy-a", "k", "10.244.1.5"), notAsked: true,
+			want: "gossip cluster shop/consul (consul): pod shop/consul-0: not asked: 2 pods report 10.244.1.5 (hostNetwork pods counted): an address is not an identity, so nothing is sent to it and no answer from it is taken for the pod's"},
 		{name: "the pod went while asked", view: own, during: func(p *fakePods) { p.delete("shop", "consul-0") },
 			want: "gossip cluster shop/consul (consul): pod shop/consul-0: the pod left its address while it was asked"},
 		{name: "the pod moved while asked", view: own, during: func(p *fakePods) {
 			p.set(gossipPod("consul-0", "u0", "10.244.1.8", "consul", 0, time.Now()))
 		}, want: "gossip cluster shop/consul (consul): pod shop/consul-0: the pod left its address while it was asked"},
 		{name: "a pod took the address while asked", view: own, during: func(p *fakePods) { p.set(plainPod("web-0", "w", "10.244.1.5")) },
-			want: "gossip cluster shop/consul (consul): pod shop/consul-0: 2 pods hold 10.244.1.5 (duplicate-pod-ip): whose view answered is not known"},
+			want: "gossip cluster shop/consul (consul): pod shop/consul-0: 2 pods report 10.244.1.5 (hostNetwork pods counted): an address is not an identity, so nothing is sent to it and no answer from it is taken for the pod's"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pods := newPods()
@@ -380,7 +393,10 @@ func TestWatchViewMustBeThePods(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			want := Member{Namespace: "shop", Name: "consul-0", UID: "u0", System: "consul", Cluster: "shop/consul", Addr: netip.MustParseAddrPort("10.244.1.5:8500"), Scheme: "http"}
-			if len(asked) == 0 || asked[0] != want {
+			switch {
+			case tc.notAsked && len(asked) != 0:
+				t.Errorf("asked %+v; an address another pod reports must be sent nothing", asked)
+			case !tc.notAsked && (len(asked) == 0 || asked[0] != want):
 				t.Errorf("asked %+v, want %+v first", asked, want)
 			}
 		})
@@ -414,7 +430,7 @@ func TestWatchWaitsForThePodsListed(t *testing.T) {
 	}
 	pods.list(plainPod("web-0", "w", "10.244.1.5"))
 	waitFor(t, "a round", w.Settled)
-	if _, err := collect(w); err == nil || !strings.Contains(err.Error(), "2 pods hold 10.244.1.5 (duplicate-pod-ip)") {
+	if _, err := collect(w); err == nil || !strings.Contains(err.Error(), "2 pods report 10.244.1.5") {
 		t.Errorf("Collect: %v; want the view refused", err)
 	}
 }
@@ -821,6 +837,20 @@ func TestWatchReadCluster(t *testing.T) {
 	mu.Lock()
 	if !slices.Equal(left, []string{"node-10-244-1-9"}) {
 		t.Errorf("forced out %v", left)
+	}
+	mu.Unlock()
+	// The force-leave carries the credential: once another pod reports
+	// the agent's address (here a hostNetwork pod), it is not sent, and
+	// says so.
+	pods.set(hostPod("kube-proxy-a", "k", "10.244.1.5"))
+	err = leave(ctx, "node-10-244-1-8")
+	var ns *NotSentError
+	if !errors.As(err, &ns) || !ns.NotSent() {
+		t.Errorf("leave with the address shared = %v; want a NotSentError", err)
+	}
+	mu.Lock()
+	if !slices.Equal(left, []string{"node-10-244-1-9"}) {
+		t.Errorf("forced out %v; nothing may be sent to a shared address", left)
 	}
 	mu.Unlock()
 	if v, leave, err := w.ReadCluster(ctx, snapshot.GossipCluster{System: "memberlist", Cluster: "shop/memberlist"}); err != nil || v == nil || leave != nil {

@@ -275,15 +275,16 @@ func (w *ClusterWatch) Listed() bool {
 	return t != nil && t.podsHandled.HasSynced()
 }
 
-// Holders returns how many pods hold a as a pod-network IP now.
-func (w *ClusterWatch) Holders(a netip.Addr) int {
+// Reporting returns how many unfinished pods report a now, hostNetwork
+// pods included (snapshot.PodIndex.Reporting).
+func (w *ClusterWatch) Reporting(a netip.Addr) int {
 	t := w.current()
 	if t == nil {
 		return 0
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.idx.Holders(a)
+	return t.idx.Reporting(a)
 }
 
 // Changes returns whether anything changed since the last call

@@ -102,8 +102,8 @@ func TestClusterWatchHoldsEveryPodAndNode(t *testing.T) {
 	if !events.has("a ghostwatch.io/gossip=consul") || !events.has("b") {
 		t.Errorf("the handler saw %q", events.seen)
 	}
-	if got := w.Holders(netip.MustParseAddr("10.244.1.5")); got != 2 {
-		t.Errorf("Holders = %d, want 2", got)
+	if got := w.Reporting(netip.MustParseAddr("10.244.1.5")); got != 2 {
+		t.Errorf("Reporting = %d, want 2", got)
 	}
 	if c := w.Changes(); !c.All || c.Why != "cluster" {
 		t.Errorf("changes after the lists: %+v", c)
@@ -130,8 +130,8 @@ func TestClusterWatchHoldsEveryPodAndNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll.Until(t, 10*time.Second, "the deletion seen", func() bool { return events.has("b deleted") })
-	if got := w.Holders(netip.MustParseAddr("10.244.1.5")); got != 1 {
-		t.Errorf("Holders after the deletion = %d, want 1", got)
+	if got := w.Reporting(netip.MustParseAddr("10.244.1.5")); got != 1 {
+		t.Errorf("Reporting after the deletion = %d, want 1", got)
 	}
 }
 
@@ -160,7 +160,7 @@ func TestClusterWatchLendsUntilReturn(t *testing.T) {
 		t.Fatalf("the lent pods changed: %+v, handler saw %q", lent, events.seen)
 	}
 	w.Return()
-	poll.Until(t, 10*time.Second, "pod b indexed after the loan", func() bool { return events.has("b") && w.Holders(netip.MustParseAddr("10.244.1.6")) == 1 })
+	poll.Until(t, 10*time.Second, "pod b indexed after the loan", func() bool { return events.has("b") && w.Reporting(netip.MustParseAddr("10.244.1.6")) == 1 })
 	w.Return() // a second Return is harmless
 }
 
@@ -179,7 +179,7 @@ func TestClusterWatchStartsAgain(t *testing.T) {
 	if w.current() == first {
 		t.Error("the second Start did not start afresh")
 	}
-	if w.Holders(netip.MustParseAddr("10.244.1.5")) != 1 {
+	if w.Reporting(netip.MustParseAddr("10.244.1.5")) != 1 {
 		t.Error("the second watch does not hold the pod")
 	}
 }
