@@ -6,15 +6,21 @@
 //
 // A host root is the node's: a symbolic link in it points into the node's
 // tree, not ghostwatch's, and a named pipe or a device would block a read
-// forever. ReadFile reads regular files only and follows no link; ReadIn
-// follows a link of the file it reads within the host root, as the node
-// would; both give up on a file that does not answer within ReadTimeout.
+// forever. Every path under a host root is resolved inside it, each
+// component in turn (openat2's RESOLVE_IN_ROOT where the kernel has it, a
+// walk of the same rules where it does not): a link's absolute target
+// starts from the host root and ".." never climbs above it, so that no
+// link, in the last component or in a parent directory, leads out of it.
+// ReadIn, Stat and ReadDir follow links that way, as the node would;
+// ReadFileIn and Lstat do not follow the last component. Files read are
+// regular files only; every call gives up on a file that does not answer
+// within ReadTimeout. ReadFile reads a path of this process, refusing a
+// link as its last component.
 package nodefs
 
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -28,16 +34,13 @@ import (
 // CNIConfDir is where the kubelet reads CNI configurations.
 const CNIConfDir = "/etc/cni/net.d"
 
-// MaxFile bounds what ReadFile reads: a reservation, a node name or a CNI
+// MaxFile bounds what a file read may hold: a reservation, a node name or a CNI
 // configuration is bytes to kilobytes.
 const MaxFile = 1 << 20
 
 // ReadTimeout bounds the reading of one file: a file on a mount that no
 // longer answers (a hung NFS export) fails rather than hang the reader.
 const ReadTimeout = 5 * time.Second
-
-// maxLinks bounds the links ReadIn follows, as the kernel's ELOOP does.
-const maxLinks = 8
 
 // ReadFile reads the regular file at p (a path of this process), refusing
 // a symbolic link, anything but a regular file (a named pipe, a device, a
@@ -46,54 +49,10 @@ func ReadFile(p string) ([]byte, error) {
 	return readRegular(p)
 }
 
-// ReadIn reads the file at nodePath (a path as the node sees it) under
-// root: a symbolic link is followed as the node would follow it, an
-// absolute target from the node's /, and never out of root. The file read
-// must be a regular file, as for ReadFile.
-func ReadIn(root, nodePath string) ([]byte, error) {
-	cur := path.Clean("/" + nodePath)
-	for range maxLinks {
-		full := filepath.Join(root, cur)
-		fi, err := os.Lstat(full)
-		if err != nil {
-			return nil, err
-		}
-		if fi.Mode()&fs.ModeSymlink == 0 {
-			return readRegular(full)
-		}
-		target, err := os.Readlink(full)
-		if err != nil {
-			return nil, err
-		}
-		if path.IsAbs(target) {
-			cur = path.Clean(target)
-		} else {
-			cur = path.Clean(path.Join(path.Dir(cur), target))
-		}
-	}
-	return nil, fmt.Errorf("more than %d symbolic links to follow", maxLinks)
-}
-
 // readRegular reads the regular file p, without following a link or
 // blocking on a pipe, within ReadTimeout.
 func readRegular(p string) ([]byte, error) {
-	type result struct {
-		b   []byte
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		b, err := readNow(p)
-		done <- result{b, err}
-	}()
-	t := time.NewTimer(ReadTimeout)
-	defer t.Stop()
-	select {
-	case r := <-done:
-		return r.b, r.err
-	case <-t.C:
-		return nil, fmt.Errorf("no answer within %s (a mount that no longer answers?)", ReadTimeout)
-	}
+	return bounded(func() ([]byte, error) { return readNow(p) })
 }
 
 func readNow(p string) ([]byte, error) {
@@ -117,14 +76,7 @@ func readNow(p string) ([]byte, error) {
 	if err := regular(fi); err != nil {
 		return nil, err
 	}
-	b, err := io.ReadAll(io.LimitReader(f, MaxFile+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > MaxFile {
-		return nil, fmt.Errorf("larger than %d bytes", MaxFile)
-	}
-	return b, nil
+	return readBounded(f)
 }
 
 // regular returns nil for a regular file, and says what else it is.
@@ -161,7 +113,7 @@ func ValidNetworkName(name string) bool {
 // *.conflist, *.json), as the node names them, sorted: the kubelet uses
 // the first that holds a network. None when the directory is missing.
 func CNIConfigs(root string) ([]string, error) {
-	entries, err := os.ReadDir(filepath.Join(root, CNIConfDir))
+	entries, err := ReadDir(root, CNIConfDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
