@@ -16,7 +16,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
@@ -79,11 +78,10 @@ func (src *Source) Collect(_ context.Context, s *snapshot.Snapshot) error {
 	if n.Config == "" {
 		return source.Unsupported("no CNI configuration in %s gives pods to Calico", ConfDir)
 	}
-	f := filepath.Join(root, filepath.FromSlash(path.Clean("/"+n.NodenameFile)))
 	b, err := nodefs.ReadIn(root, n.NodenameFile)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		if _, perr := os.Stat(filepath.Dir(f)); perr != nil {
+		if _, perr := nodefs.Stat(root, path.Dir(path.Clean("/"+n.NodenameFile))); perr != nil {
 			return fmt.Errorf("Calico's nodename file %s cannot be read under %s: %s is missing too, so it is most likely not mounted into ghostwatch (mount the node's %s there, read-only)",
 				n.NodenameFile, root, path.Dir(n.NodenameFile), path.Dir(n.NodenameFile))
 		}
@@ -91,7 +89,7 @@ func (src *Source) Collect(_ context.Context, s *snapshot.Snapshot) error {
 		return fmt.Errorf("reading Calico's nodename file %s: %w", n.NodenameFile, err)
 	default:
 		n.FileExists, n.FileNodename = true, string(b)
-		if fi, err := os.Stat(f); err == nil {
+		if fi, err := nodefs.Stat(root, n.NodenameFile); err == nil {
 			n.FileModified = fi.ModTime()
 		}
 	}

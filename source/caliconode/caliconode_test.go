@@ -112,3 +112,29 @@ func FuzzCalicoConf(f *testing.F) {
 		}
 	})
 }
+
+// The nodename file's directory linked elsewhere: followed inside the host
+// root, as the node follows it on its own /, never to this host's files
+// (where the link's target held another node's name).
+func TestCollectParentLinkStaysInTheRoot(t *testing.T) {
+	conf := strings.Replace(calicoList, `"nodename":"%s",`, "", 1)
+	outside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "nodename"), []byte("another-node"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := node(t, map[string]string{"etc/cni/net.d/10-calico.conflist": conf, "var/lib/.keep": ""})
+	if err := os.Symlink(outside, filepath.Join(out, "var/lib/calico")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := collect(t, out); err == nil || !strings.Contains(err.Error(), "/var/lib/calico is missing too, so it is most likely not mounted") {
+		t.Errorf("a parent linked out of the root: %+v, %v; want the file not found under the root", n, err)
+	}
+	in := node(t, map[string]string{"etc/cni/net.d/10-calico.conflist": conf, "data/calico/nodename": "node-a"})
+	os.MkdirAll(filepath.Join(in, "var/lib"), 0o755)
+	if err := os.Symlink("/data/calico", filepath.Join(in, "var/lib/calico")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := collect(t, in); err != nil || n.FileNodename != "node-a" || n.FileModified.IsZero() {
+		t.Errorf("a parent linked within the root: %+v, %v; want node-a", n, err)
+	}
+}

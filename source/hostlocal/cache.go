@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/netip"
-	"os"
 	"path"
-	"path/filepath"
 	"slices"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -39,8 +37,7 @@ type cacheFile struct {
 // is counted and skipped: the cache only helps to name a reservation's
 // container, and nothing is judged on its absence.
 func readCache(root string, h *snapshot.HostLocal) error {
-	dir := filepath.Join(root, ResultsDir)
-	entries, err := os.ReadDir(dir)
+	entries, err := nodefs.ReadDir(root, ResultsDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -51,7 +48,7 @@ func readCache(root string, h *snapshot.HostLocal) error {
 		if !e.Type().IsRegular() {
 			continue
 		}
-		b, err := nodefs.ReadFile(filepath.Join(dir, e.Name()))
+		b, err := nodefs.ReadFileIn(root, path.Join(ResultsDir, e.Name()))
 		if err != nil {
 			return fmt.Errorf("reading the CNI result cache %s: %w", path.Join(ResultsDir, e.Name()), err)
 		}

@@ -15,7 +15,13 @@
 //
 // It never writes, and never judges: a missing or unreadable directory is
 // an error that says which, not an empty ledger, so that no rule mistakes a
-// missing mount for "every pod is unbooked". A network a configuration
+// missing mount for "every pod is unbooked". So is an entry named by an
+// address that is not a regular file (a named pipe, a socket, a link, a
+// directory): host-local counts its address as reserved, and ghostwatch
+// cannot say for which container, so the store is not judged rather than
+// the address read as free. Every path is resolved inside the host root
+// (nodefs): a parent directory linked elsewhere on the node is followed
+// there, never out of the root. A network a configuration
 // names whose own directory is missing while its data directory exists is
 // read as holding no reservation: that is what host-local sees too.
 package hostlocal

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -79,14 +78,17 @@ func (src *Source) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 			named[c.dataDir] = c.file
 		}
 	}
+	// notDir are the entries of the data directories, named as a network,
+	// that are not directories, by path.
+	notDir := map[string]fs.FileMode{}
 	for _, dd := range dataDirs {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if fi, err := os.Lstat(filepath.Join(root, dd)); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		if fi, err := nodefs.Lstat(root, dd); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
 			return fmt.Errorf("host-local's data directory %s is a symbolic link: ghostwatch does not follow it (under its host root it would resolve elsewhere than on the node); mount the directory it points to at %s", dd, dd)
 		}
-		entries, err := os.ReadDir(filepath.Join(root, dd))
+		entries, err := nodefs.ReadDir(root, dd)
 		switch {
 		case errors.Is(err, fs.ErrNotExist) && named[dd] == "":
 			continue
@@ -95,7 +97,7 @@ func (src *Source) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 			// pod started on the network yet) or was wiped, and host-local
 			// sees an empty store. Without its parent, the path is most
 			// likely not mounted here: nothing can be said.
-			if _, perr := os.Stat(filepath.Dir(filepath.Join(root, dd))); perr != nil {
+			if _, perr := nodefs.Stat(root, path.Dir(dd)); perr != nil {
 				return fmt.Errorf("host-local's data directory %s (dataDir of %s) cannot be read under %s: %s is missing too, so it is most likely not mounted into ghostwatch (mount the node's %s there, read-only)",
 					dd, named[dd], root, path.Dir(dd), path.Dir(dd))
 			}
@@ -112,6 +114,9 @@ func (src *Source) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 			case e.Type()&fs.ModeSymlink != 0:
 				return fmt.Errorf("host-local network %s is a symbolic link: host-local's store is the directory %s itself, and ghostwatch does not follow a link (under its host root it would resolve elsewhere than on the node)", path.Join(dd, e.Name()), path.Join(dd, e.Name()))
 			case !e.IsDir():
+				// Not a store; one a configuration names is said below,
+				// never read as an empty one.
+				notDir[path.Join(dd, e.Name())] = e.Type()
 				continue
 			}
 			n := add(snapshot.HostLocalNetwork{Name: e.Name(), Dir: path.Join(dd, e.Name())})
@@ -121,7 +126,13 @@ func (src *Source) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 		}
 	}
 	for _, c := range confs.nets {
-		n := add(snapshot.HostLocalNetwork{Name: c.name, Dir: path.Join(c.dataDir, c.name), Missing: true})
+		dir := path.Join(c.dataDir, c.name)
+		if m, ok := notDir[dir]; ok {
+			// host-local cannot reserve in it, and what it is says
+			// nothing of the addresses handed out: not an empty store.
+			return fmt.Errorf("host-local network %s (of %s) is %s, not a directory: its store cannot be read, so its reservations are not judged (remove it, or make it the directory host-local keeps)", dir, c.file, kind(m))
+		}
+		n := add(snapshot.HostLocalNetwork{Name: c.name, Dir: dir, Missing: true})
 		if n.Config == "" {
 			n.Config, n.RangeSets = c.file, c.rangeSets
 		}
@@ -188,8 +199,7 @@ func (src *Source) Describe(s *snapshot.Snapshot) string {
 
 // readNetwork reads one network directory into n.
 func readNetwork(root string, n *snapshot.HostLocalNetwork) error {
-	dir := filepath.Join(root, n.Dir)
-	entries, err := os.ReadDir(dir)
+	entries, err := nodefs.ReadDir(root, n.Dir)
 	if err != nil {
 		return fmt.Errorf("reading host-local network %s: %w", n.Dir, err)
 	}
@@ -205,7 +215,7 @@ func readNetwork(root string, n *snapshot.HostLocalNetwork) error {
 				ignore(n, name)
 				continue
 			}
-			b, err := nodefs.ReadFile(filepath.Join(dir, name))
+			b, err := nodefs.ReadFileIn(root, path.Join(n.Dir, name))
 			if err != nil {
 				return fmt.Errorf("reading %s: %w", path.Join(n.Dir, name), err)
 			}
@@ -219,11 +229,18 @@ func readNetwork(root string, n *snapshot.HostLocalNetwork) error {
 			n.LastReserved[i] = a.Unmap()
 		default:
 			a, err := netip.ParseAddr(name)
-			if err != nil || a.Zone() != "" || !e.Type().IsRegular() {
+			if err != nil || a.Zone() != "" {
 				ignore(n, name)
 				continue
 			}
-			b, err := nodefs.ReadFile(filepath.Join(dir, name))
+			// host-local counts any entry named by an address as
+			// reserved (it creates the file exclusively): one that cannot
+			// be read as a reservation leaves the store unread, never the
+			// address free.
+			if !e.Type().IsRegular() {
+				return fmt.Errorf("reservation %s is %s, not a regular file: host-local counts the address as reserved, but ghostwatch cannot read for which container, so the store %s is not judged (replace it with the container's reservation, or remove it if no pod holds %s)", path.Join(n.Dir, name), kind(e.Type()), n.Dir, a.Unmap())
+			}
+			b, err := nodefs.ReadFileIn(root, path.Join(n.Dir, name))
 			if err != nil {
 				return fmt.Errorf("reading reservation %s: %w", path.Join(n.Dir, name), err)
 			}
@@ -239,6 +256,25 @@ func readNetwork(root string, n *snapshot.HostLocalNetwork) error {
 	}
 	slices.SortFunc(n.Reservations, func(a, b snapshot.Reservation) int { return a.IP.Compare(b.IP) })
 	return nil
+}
+
+// kind names a file's type as an error says it: "a named pipe".
+func kind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m.IsRegular():
+		return "a regular file"
+	}
+	return "a file of type " + m.String()
 }
 
 func truncate(b []byte) string {

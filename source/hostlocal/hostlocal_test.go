@@ -213,7 +213,9 @@ func TestCollectErrors(t *testing.T) {
 
 // What a host root may hold besides host-local's files: a named pipe where
 // a file is read (which blocked the read, and the scan, forever), a
-// symbolic link (which would resolve against ghostwatch's own /), a
+// symbolic link (which resolved against ghostwatch's own / when it was a
+// parent directory), a named pipe, a socket or a directory in place of a
+// reservation (which was skipped, and its address read as free), a
 // network name CNI refuses (which would lead out of the data directory),
 // a leftover store of a CNI the node no longer runs. Each is said, none
 // blocks, and none reads the node's pods as unbooked.
@@ -258,7 +260,49 @@ func TestCollectHostRootHazards(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			"describe:kindnet 1 reserved, 1 other files ignored (10.244.2.2)"},
+			"reservation /var/lib/cni/networks/kindnet/10.244.2.2 is a symbolic link, not a regular file: host-local counts the address as reserved, but ghostwatch cannot read for which container, so the store /var/lib/cni/networks/kindnet is not judged (replace it with the container's reservation, or remove it if no pod holds 10.244.2.2)"},
+		{"a named pipe as a reservation", map[string]string{"etc/cni/net.d/10-kindnet.conflist": kindnet, "var/lib/cni/networks/kindnet/10.244.2.3": "c2"},
+			func(t *testing.T, root string) {
+				fifo(t, filepath.Join(root, "var/lib/cni/networks/kindnet/10.244.2.2"))
+			},
+			"reservation /var/lib/cni/networks/kindnet/10.244.2.2 is a named pipe, not a regular file: host-local counts the address as reserved, but ghostwatch cannot read for which container, so the store /var/lib/cni/networks/kindnet is not judged (replace it with the container's reservation, or remove it if no pod holds 10.244.2.2)"},
+		{"a socket as a reservation", map[string]string{"etc/cni/net.d/10-kindnet.conflist": kindnet, "var/lib/cni/networks/kindnet/10.244.2.3": "c2"},
+			func(t *testing.T, root string) {
+				if err := syscall.Mknod(filepath.Join(root, "var/lib/cni/networks/kindnet/10.244.2.2"), syscall.S_IFSOCK|0o600, 0); err != nil {
+					t.Fatal(err)
+				}
+			},
+			"reservation /var/lib/cni/networks/kindnet/10.244.2.2 is a socket, not a regular file: host-local counts the address as reserved, but ghostwatch cannot read for which container, so the store /var/lib/cni/networks/kindnet is not judged (replace it with the container's reservation, or remove it if no pod holds 10.244.2.2)"},
+		{"a directory as a reservation", map[string]string{"etc/cni/net.d/10-kindnet.conflist": kindnet, "var/lib/cni/networks/kindnet/10.244.2.2/": ""}, nil,
+			"reservation /var/lib/cni/networks/kindnet/10.244.2.2 is a directory, not a regular file: host-local counts the address as reserved, but ghostwatch cannot read for which container, so the store /var/lib/cni/networks/kindnet is not judged (replace it with the container's reservation, or remove it if no pod holds 10.244.2.2)"},
+		{"a named pipe as the store a configuration names", map[string]string{"etc/cni/net.d/10-kindnet.conflist": kindnet},
+			func(t *testing.T, root string) { fifo(t, filepath.Join(root, "var/lib/cni/networks/kindnet")) },
+			"host-local network /var/lib/cni/networks/kindnet (of /etc/cni/net.d/10-kindnet.conflist) is a named pipe, not a directory: its store cannot be read, so its reservations are not judged (remove it, or make it the directory host-local keeps)"},
+		{"a parent directory linked out of the host root", map[string]string{"etc/cni/net.d/10-kindnet.conflist": kindnet},
+			func(t *testing.T, root string) {
+				// On this host the link leads to a store; on the node,
+				// whose / the root is, to nothing.
+				outside := t.TempDir()
+				if err := os.MkdirAll(filepath.Join(outside, "networks/kindnet"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(outside, "networks/kindnet/10.244.2.9"), []byte("outside"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				os.MkdirAll(filepath.Join(root, "var/lib"), 0o755)
+				if err := os.Symlink(outside, filepath.Join(root, "var/lib/cni")); err != nil {
+					t.Fatal(err)
+				}
+			},
+			"host-local's data directory /var/lib/cni/networks (dataDir of /etc/cni/net.d/10-kindnet.conflist) cannot be read under ROOT: /var/lib/cni is missing too, so it is most likely not mounted into ghostwatch (mount the node's /var/lib/cni there, read-only)"},
+		{"a parent directory linked within the host root", map[string]string{"etc/cni/net.d/10-kindnet.conflist": kindnet, "data/cni/networks/kindnet/10.244.2.2": "c1\r\neth0"},
+			func(t *testing.T, root string) {
+				os.MkdirAll(filepath.Join(root, "var/lib"), 0o755)
+				if err := os.Symlink("/data/cni", filepath.Join(root, "var/lib/cni")); err != nil {
+					t.Fatal(err)
+				}
+			},
+			"describe:kindnet 1 reserved"},
 		{"a network named out of the data directory", map[string]string{
 			"etc/cni/net.d/10-evil.conflist":    `{"name":"../../../../etc","plugins":[{"type":"ptp","ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.2.0/24"}]]}}]}`,
 			"etc/cni/net.d/20-kindnet.conflist": kindnet, "var/lib/cni/networks/kindnet/10.244.2.2": "c1"}, nil,
@@ -299,8 +343,8 @@ func TestCollectHostRootHazards(t *testing.T) {
 				}
 				return
 			}
-			if err == nil || err.Error() != c.want {
-				t.Errorf("error:\n got %v\nwant %s", err, c.want)
+			if want := strings.ReplaceAll(c.want, "ROOT", root); err == nil || err.Error() != want {
+				t.Errorf("error:\n got %v\nwant %s", err, want)
 			}
 		})
 	}

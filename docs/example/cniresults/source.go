@@ -5,15 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net/netip"
-	"os"
-	"path/filepath"
+	"path"
 
 	"github.com/ghostwatch/ghostwatch/internal/text"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
+	"github.com/ghostwatch/ghostwatch/source/nodefs"
 )
 
 // Name is the source's stable name: rules name it in Info.Sources, and
@@ -30,39 +29,40 @@ type Source struct {
 // Name returns Name.
 func (*Source) Name() string { return Name }
 
-// maxFile bounds what is read of one cached result: a result is a few
-// kilobytes, and a file that is not one must not cost the agent its
-// memory.
-const maxFile = 1 << 20
+// resultsDir is where libcni caches its results, as the node names it.
+const resultsDir = "/var/lib/cni/results"
 
 // Collect attaches the cache to s. It leaves s untouched when it returns
 // an error; a node without the cache has no such ledger (unsupported).
 func (src *Source) Collect(_ context.Context, s *snapshot.Snapshot) error {
-	dir := filepath.Join(src.HostRoot, "var/lib/cni/results")
-	entries, err := os.ReadDir(dir)
+	// nodefs resolves every component inside the host root, as the node
+	// resolves it: no link, in a parent directory either, leads out.
+	entries, err := nodefs.ReadDir(src.HostRoot, resultsDir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return source.Unsupported("%s does not exist: no container runtime on this node caches CNI results", dir)
+		return source.Unsupported("%s does not exist: no container runtime on this node caches CNI results", resultsDir)
 	}
 	if err != nil {
 		return err
 	}
 	rs := &Results{}
 	for _, e := range entries {
-		// A symlink or a FIFO under a host root is never followed nor
-		// opened: reading it could block, or read outside the root.
+		// A symlink or a FIFO in the cache is not a result: it is neither
+		// followed nor opened (reading a FIFO would block).
 		if !e.Type().IsRegular() {
 			continue
 		}
-		path := filepath.Join(dir, e.Name())
-		b, err := readFile(path)
+		name := path.Join(resultsDir, e.Name())
+		// Bounded in size and time: a file that is not a result must not
+		// cost the agent its memory, nor a hung mount its loop.
+		b, err := nodefs.ReadFileIn(src.HostRoot, name)
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: %w", name, err)
 		}
 		r, err := Parse(b)
 		if err != nil {
-			return fmt.Errorf("%s: %w (a cached result libcni wrote, or a stray file: move it away)", path, err)
+			return fmt.Errorf("%s: %w (a cached result libcni wrote, or a stray file: move it away)", name, err)
 		}
-		r.File = path
+		r.File = name
 		rs.Entries = append(rs.Entries, r)
 	}
 	snapshot.Attach(s, Name, rs)
@@ -76,22 +76,6 @@ func (*Source) Describe(s *snapshot.Snapshot) string {
 		return text.Count(len(rs.Entries), "cached result", "cached results")
 	}
 	return ""
-}
-
-func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxFile+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxFile {
-		return nil, fmt.Errorf("%s: larger than %d bytes: not a cached CNI result", path, maxFile)
-	}
-	return b, nil
 }
 
 // cached is libcni's cache file, as far as the rules read it.
