@@ -31,10 +31,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ghostwatch/ghostwatch/internal/cmdline"
+	"github.com/ghostwatch/ghostwatch/internal/redact"
 	"github.com/ghostwatch/ghostwatch/sink"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
-	"github.com/ghostwatch/ghostwatch/source/gossip"
 	"github.com/ghostwatch/ghostwatch/source/hostlocal"
 	"github.com/ghostwatch/ghostwatch/source/kube"
 	"github.com/ghostwatch/ghostwatch/source/kube/history"
@@ -317,7 +317,7 @@ func (o *ipOptions) run(ctx context.Context, streams genericiooptions.IOStreams,
 	})
 	wg.Wait()
 	if nowErr != nil {
-		return cmdline.WithCode(ExitError, fmt.Errorf("listing the pods at %s from the API server %s: %w", ip, server, nowErr))
+		return cmdline.WithCode(ExitError, redact.Error(fmt.Errorf("listing the pods at %s from the API server %s: %w", ip, server, nowErr), restConfig.Host))
 	}
 	var histories []history.Answer
 	rep.Findings, rep.Members = []reportFinding{}, []sink.MemberAt{}
@@ -372,7 +372,7 @@ type target[T any] struct {
 func urlTargets[T any](urls []string, ask func(ctx context.Context, base, name string) (T, error)) []target[T] {
 	var out []target[T]
 	for _, u := range urls {
-		name := gossip.Redact(u)
+		name := redact.Addr(u)
 		out = append(out, target[T]{name, "", func(ctx context.Context) (T, error) { return ask(ctx, strings.TrimSuffix(u, "/"), name) }})
 	}
 	return out
@@ -450,7 +450,7 @@ func askHistory(ctx context.Context, base string, ip netip.Addr) (history.Answer
 		return history.Answer{}, err
 	}
 	if a.IP != ip {
-		return history.Answer{}, fmt.Errorf("%s answered for %s, not %s", gossip.Redact(base), a.IP, ip)
+		return history.Answer{}, fmt.Errorf("%s answered for %s, not %s", redact.Addr(base), a.IP, ip)
 	}
 	return a, nil
 }
@@ -461,7 +461,7 @@ func askHistory(ctx context.Context, base string, ip netip.Addr) (history.Answer
 func getJSON(ctx context.Context, url string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return fmt.Errorf("%s: %w", gossip.Redact(url), errors.Unwrap(err))
+		return redact.Error(fmt.Errorf("%s: %w", redact.Addr(url), errors.Unwrap(err)), url)
 	}
 	// A user and password in the address are not sent: nothing asked
 	// needs a credential.
@@ -469,15 +469,15 @@ func getJSON(ctx context.Context, url string, v any) error {
 	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := c.Do(req)
 	if err != nil {
-		return fmt.Errorf("asking %s: %w", gossip.Redact(url), errors.Unwrap(err))
+		return redact.Error(fmt.Errorf("asking %s: %w", redact.Addr(url), errors.Unwrap(err)), url)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("%s answered %s: %s", gossip.Redact(url), resp.Status, strings.TrimSpace(string(b)))
+		return fmt.Errorf("%s answered %s: %s", redact.Addr(url), resp.Status, strings.TrimSpace(string(b)))
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(v); err != nil {
-		return fmt.Errorf("%s: %w", gossip.Redact(url), err)
+		return fmt.Errorf("%s: %w", redact.Addr(url), err)
 	}
 	return nil
 }
@@ -688,11 +688,11 @@ func cmpOr(s, or string) string {
 }
 
 // checkURLs refuses an address of flag that is not http(s)://HOST:PORT,
-// its password redacted.
+// its user information redacted.
 func checkURLs(flag string, urls []string) error {
 	for _, u := range urls {
 		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
-			return cmdline.WithCode(ExitError, fmt.Errorf("%s %q: want http://HOST:PORT", flag, gossip.Redact(u)))
+			return cmdline.WithCode(ExitError, fmt.Errorf("%s %q: want http://HOST:PORT", flag, redact.Addr(u)))
 		}
 	}
 	return nil

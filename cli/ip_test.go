@@ -132,7 +132,7 @@ func TestIPRefusesBadInput(t *testing.T) {
 		{[]string{"ip", "10.244.3.47", "--history-url", "127.0.0.1:10282"}, `--history-url "127.0.0.1:10282": want http://HOST:PORT`},
 		{[]string{"ip", "10.244.3.47", "--timeout", "0s"}, "--timeout 0s: must be positive"},
 		{[]string{"ip", "10.244.3.47", "--concurrency", "0"}, "--concurrency 0: must be at least 1"},
-		{[]string{"ip", "10.244.3.47", "--flows-url", "user:pw@10.0.0.1:10283"}, `--flows-url "user:xxxxx@10.0.0.1:10283": want http://HOST:PORT`},
+		{[]string{"ip", "10.244.3.47", "--flows-url", "user:pw@10.0.0.1:10283"}, `--flows-url "xxxxx@10.0.0.1:10283": want http://HOST:PORT`},
 		{[]string{"ip"}, "accepts 1 arg(s), received 0"},
 	} {
 		code, _, errOut := run(t, "", append(tc.args, "--server=https://127.0.0.1:1")...)

@@ -19,6 +19,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/finding"
 	"github.com/ghostwatch/ghostwatch/internal/buildinfo"
 	"github.com/ghostwatch/ghostwatch/internal/cmdline"
+	"github.com/ghostwatch/ghostwatch/internal/redact"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/sink"
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -264,7 +265,7 @@ func (o *scanOptions) plan(cmd *cobra.Command, streams genericiooptions.IOStream
 			for _, a := range o.consulAddrs {
 				c, err := gossip.ConsulFromEnv(a)
 				if err != nil {
-					return nil, cmdline.WithCode(ExitError, fmt.Errorf("--consul %s: %w", gossip.Redact(a), err))
+					return nil, cmdline.WithCode(ExitError, redact.Error(fmt.Errorf("--consul %s: %w", redact.Addr(a), err), a))
 				}
 				c.AllowPlaintext = c.AllowPlaintext || o.plaintextToken
 				src.Agents = append(src.Agents, c)

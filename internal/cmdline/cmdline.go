@@ -12,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/ghostwatch/ghostwatch/internal/redact"
 )
 
 // Exit codes shared by all commands.
@@ -58,7 +60,9 @@ func Execute(ctx context.Context, cmd *cobra.Command, args []string, streams gen
 	if errors.Is(err, ErrFindings) {
 		return ExitFindings
 	}
-	fmt.Fprintf(streams.ErrOut, "ghostwatch: %v\n", err)
+	// Whatever the error quotes, the user information of a URL (a token
+	// given as its user name) is not printed.
+	fmt.Fprintf(streams.ErrOut, "ghostwatch: %s\n", redact.Text(err.Error()))
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code

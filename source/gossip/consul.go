@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ghostwatch/ghostwatch/internal/redact"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
@@ -81,36 +82,9 @@ func (c *Consul) base() (*url.URL, error) {
 	}
 	u, err := url.Parse(a)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, fmt.Errorf("consul address %q: want http://host:port or https://host:port", Redact(c.Addr))
+		return nil, fmt.Errorf("consul address %q: want http://host:port or https://host:port", redact.Addr(c.Addr))
 	}
 	return u, nil
-}
-
-// Redact returns addr with the password of a URL's user information
-// replaced by xxxxx (the whole user information, when it has no
-// password): an address is printed in views, logs and errors.
-func Redact(addr string) string {
-	if !strings.Contains(addr, "@") {
-		return addr
-	}
-	a := addr
-	if !strings.Contains(a, "://") {
-		a = "http://" + a
-	}
-	u, err := url.Parse(a)
-	if err != nil || u.User == nil {
-		// Not a URL: keep what follows the last @ alone.
-		return "xxxxx@" + addr[strings.LastIndex(addr, "@")+1:]
-	}
-	if _, ok := u.User.Password(); !ok {
-		// A user alone may be the secret (a token as the user name).
-		u.User = url.User("xxxxx")
-	}
-	r := u.Redacted()
-	if !strings.Contains(addr, "://") {
-		r = strings.TrimPrefix(r, "http://")
-	}
-	return r
 }
 
 func (c *Consul) do(ctx context.Context, method, path string, query url.Values) ([]byte, error) {
@@ -123,7 +97,7 @@ func (c *Consul) do(ctx context.Context, method, path string, query url.Values) 
 	var header http.Header
 	if c.Token != "" {
 		if u.Scheme != "https" && !c.AllowPlaintext {
-			return nil, fmt.Errorf("consul %s %s: the ACL token would travel in clear text over http: use https (or allow it: allowPlaintextCredentials in the controller's --gossip-clusters, --allow-plaintext-token for scan)", method, u.Redacted())
+			return nil, fmt.Errorf("consul %s %s: the ACL token would travel in clear text over http: use https (or allow it: allowPlaintextCredentials in the controller's --gossip-clusters, --allow-plaintext-token for scan)", method, redact.URL(u))
 		}
 		header = http.Header{"X-Consul-Token": {c.Token}}
 	}
@@ -137,9 +111,9 @@ func (c *Consul) do(ctx context.Context, method, path string, query url.Values) 
 		if c.Token != "" {
 			hint = "the token given lacks the permission"
 		}
-		return nil, fmt.Errorf("consul %s %s: %s (ACL denied: %s; %s)", method, u.Redacted(), resp.Status, strings.TrimSpace(string(body)), hint)
+		return nil, fmt.Errorf("consul %s %s: %s (ACL denied: %s; %s)", method, redact.URL(u), resp.Status, strings.TrimSpace(string(body)), hint)
 	case resp.StatusCode/100 != 2:
-		return nil, fmt.Errorf("consul %s %s: %s: %s", method, u.Redacted(), resp.Status, strings.TrimSpace(string(body)))
+		return nil, fmt.Errorf("consul %s %s: %s: %s", method, redact.URL(u), resp.Status, strings.TrimSpace(string(body)))
 	}
 	return body, nil
 }
@@ -154,12 +128,12 @@ func (c *Consul) Members(ctx context.Context) (*snapshot.GossipView, error) {
 	}
 	v, err := parseConsulAPI(body)
 	if err != nil {
-		return nil, fmt.Errorf("consul %s/v1/agent/members:%w", Redact(c.Addr), err)
+		return nil, fmt.Errorf("consul %s/v1/agent/members:%w", redact.Addr(c.Addr), err)
 	}
 	if err := checkNames(v); err != nil {
-		return nil, fmt.Errorf("consul %s/v1/agent/members: %w", Redact(c.Addr), err)
+		return nil, fmt.Errorf("consul %s/v1/agent/members: %w", redact.Addr(c.Addr), err)
 	}
-	v.From = Redact(c.Addr)
+	v.From = redact.Addr(c.Addr)
 	if self, err := c.do(ctx, http.MethodGet, "/v1/agent/self", nil); err == nil {
 		v.Local = selfName(self)
 	}
@@ -211,22 +185,22 @@ func request(ctx context.Context, client *http.Client, method string, u *url.URL
 		if errors.As(err, &uerr) {
 			err = uerr.Err
 		}
-		return nil, nil, fmt.Errorf("%s %s: %w", what, u.Redacted(), err)
+		return nil, nil, redact.Error(fmt.Errorf("%s %s: %w", what, redact.URL(u), err), u.String())
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 == 3 {
 		loc := resp.Header.Get("Location")
 		if l, err := url.Parse(loc); err == nil {
-			loc = l.Redacted()
+			loc = redact.URL(l)
 		}
-		return nil, nil, fmt.Errorf("%s %s: %s to %q: not followed: the request goes to the address given, and its credential with it, nowhere else", what, u.Redacted(), resp.Status, loc)
+		return nil, nil, fmt.Errorf("%s %s: %s to %q: not followed: the request goes to the address given, and its credential with it, nowhere else", what, redact.URL(u), resp.Status, loc)
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxFile+1))
 	switch {
 	case err != nil:
-		return nil, nil, fmt.Errorf("%s %s: reading the answer: %w", what, u.Redacted(), err)
+		return nil, nil, fmt.Errorf("%s %s: reading the answer: %w", what, redact.URL(u), err)
 	case len(body) > maxFile:
-		return nil, nil, fmt.Errorf("%s %s: more than %d MiB", what, u.Redacted(), maxFile>>20)
+		return nil, nil, fmt.Errorf("%s %s: more than %d MiB", what, redact.URL(u), maxFile>>20)
 	}
 	return resp, body, nil
 }

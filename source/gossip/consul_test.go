@@ -179,28 +179,20 @@ func TestConsulRedirectNotFollowed(t *testing.T) {
 	}
 }
 
-// A password in the agent's address is not printed: not in the view's
-// From, not in an error.
+// The user information of the agent's address, a password or a token
+// given as the user name, is printed nowhere: not in the view's From, not
+// in an error, whether the agent answers or cannot be reached.
 func TestConsulAddressRedacted(t *testing.T) {
 	srv, _ := consulAgent(t, false)
 	addr := strings.Replace(srv.URL, "http://", "http://user:hunter2@", 1)
 	v, err := (&Consul{Addr: addr, Token: "reader", AllowPlaintext: true}).Members(context.Background())
-	if err != nil || strings.Contains(v.From, "hunter2") || !strings.Contains(v.From, "user:xxxxx@") {
+	if err != nil || strings.Contains(v.From, "hunter2") || strings.Contains(v.From, "user") || !strings.Contains(v.From, "http://xxxxx@") {
 		t.Errorf("From %q, %v", v.From, err)
 	}
-	_, err = (&Consul{Addr: addr + "/nothing", Token: "reader", AllowPlaintext: true}).Members(context.Background())
-	if err == nil || strings.Contains(err.Error(), "hunter2") {
-		t.Errorf("error %v", err)
-	}
-	for in, want := range map[string]string{
-		"http://user:pw@host:8500": "http://user:xxxxx@host:8500",
-		"user:pw@host:8500":        "user:xxxxx@host:8500",
-		"http://token@host:8500":   "http://xxxxx@host:8500",
-		"host:8500":                "host:8500",
-		"%zz:pw@host":              "xxxxx@host",
-	} {
-		if got := Redact(in); got != want {
-			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+	for _, a := range []string{addr + "/nothing", "https://SECRETTOKEN@127.0.0.1:1", "http://user:SECRETPW@127.0.0.1:1", "SECRETTOKEN@127.0.0.1:1"} {
+		_, err = (&Consul{Addr: strings.Replace(a, "hunter2", "SECRETPW", 1), Token: "reader", AllowPlaintext: true}).Members(context.Background())
+		if err == nil || strings.Contains(err.Error(), "SECRET") || !strings.Contains(err.Error(), "xxxxx@") {
+			t.Errorf("%s: error %v", a, err)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/ghostwatch/ghostwatch/internal/redact"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
@@ -26,7 +27,7 @@ type Endpoint struct {
 func (e *Endpoint) Members(ctx context.Context) (*snapshot.GossipView, error) {
 	u, err := url.Parse(e.URL)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, fmt.Errorf("member list address %q: want http://host:port/path", e.URL)
+		return nil, fmt.Errorf("member list address %q: want http://host:port/path", redact.Addr(e.URL))
 	}
 	resp, body, err := request(ctx, e.Client, http.MethodGet, u, nil, "member list")
 	if err != nil {
@@ -34,19 +35,19 @@ func (e *Endpoint) Members(ctx context.Context) (*snapshot.GossipView, error) {
 	}
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
-		return nil, fmt.Errorf("member list %s: %s: nothing is served there (is the ghostwatch/gossip package's handler mounted at that path, on the port the ghostwatch.io/gossip-port annotation gives?)", u.Redacted(), resp.Status)
+		return nil, fmt.Errorf("member list %s: %s: nothing is served there (is the ghostwatch/gossip package's handler mounted at that path, on the port the ghostwatch.io/gossip-port annotation gives?)", redact.URL(u), resp.Status)
 	case resp.StatusCode != http.StatusOK:
-		return nil, fmt.Errorf("member list %s: %s: %s", u.Redacted(), resp.Status, firstLine(body))
+		return nil, fmt.Errorf("member list %s: %s: %s", redact.URL(u), resp.Status, firstLine(body))
 	}
 	if t := bytes.TrimLeft(body, " \t\r\n\ufeff"); len(t) > 0 && t[0] != '{' {
-		return nil, fmt.Errorf("member list %s: the answer is not the ghostwatch/gossip package's member list (a JSON object): %s", u.Redacted(), firstLine(t))
+		return nil, fmt.Errorf("member list %s: the answer is not the ghostwatch/gossip package's member list (a JSON object): %s", redact.URL(u), firstLine(t))
 	}
-	v, err := Parse(u.Redacted(), body)
+	v, err := Parse(redact.URL(u), body)
 	if err != nil {
 		return nil, err
 	}
 	if v.System != "memberlist" {
-		return nil, fmt.Errorf("member list %s: the answer is a %s member list, not the ghostwatch/gossip package's", u.Redacted(), v.System)
+		return nil, fmt.Errorf("member list %s: the answer is a %s member list, not the ghostwatch/gossip package's", redact.URL(u), v.System)
 	}
 	return v, nil
 }

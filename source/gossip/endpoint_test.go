@@ -87,3 +87,22 @@ func TestEndpointErrors(t *testing.T) {
 		t.Errorf("no scheme: %v", err)
 	}
 }
+
+// The user information of a member list's address is printed nowhere:
+// not in the view's From, not in an error.
+func TestEndpointAddressRedacted(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close()
+	for _, u := range []string{
+		strings.Replace(srv.URL, "http://", "http://SECRETTOKEN@", 1) + pkg.Path,
+		strings.Replace(closed.URL, "http://", "http://user:SECRETPW@", 1) + pkg.Path,
+		"SECRETTOKEN@10.0.0.1:7946",
+	} {
+		_, err := (&Endpoint{URL: u}).Members(context.Background())
+		if err == nil || strings.Contains(err.Error(), "SECRET") || !strings.Contains(err.Error(), "xxxxx@") {
+			t.Errorf("%s: %v", u, err)
+		}
+	}
+}

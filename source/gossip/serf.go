@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ghostwatch/ghostwatch/internal/redact"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
@@ -62,7 +63,8 @@ func (s *Serf) session(ctx context.Context, f func(*serfRPC) error) error {
 		if ctx.Err() != nil {
 			return s.expired(ctx, timeout, "to the RPC handshake")
 		}
-		return s.explain(err, "connecting")
+		// A dial's error quotes the address as given.
+		return redact.Error(s.explain(err, "connecting"), s.Addr)
 	}
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
@@ -94,14 +96,19 @@ func (s *Serf) open(c *serfRPC) error {
 	return nil
 }
 
+// addr is the agent's address as it is printed: without the user
+// information an address may carry by mistake (a key given as
+// KEY@host:port).
+func (s *Serf) addr() string { return redact.Addr(s.Addr) }
+
 // expired says that the agent did not answer in time, or that the caller
 // gave up.
 func (s *Serf) expired(ctx context.Context, timeout time.Duration, what string) error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return fmt.Errorf("serf agent %s: no answer %s within %s: is %s the agent's RPC address (serf agent -rpc-addr, 127.0.0.1:7373 by default), not its gossip port (7946)? %w",
-			s.Addr, what, timeout, s.Addr, context.DeadlineExceeded)
+			s.addr(), what, timeout, s.addr(), context.DeadlineExceeded)
 	}
-	return fmt.Errorf("serf agent %s: %w", s.Addr, context.Cause(ctx))
+	return fmt.Errorf("serf agent %s: %w", s.addr(), context.Cause(ctx))
 }
 
 // explain turns what the RPC returned into what failed and what to do.
@@ -110,23 +117,23 @@ func (s *Serf) explain(err error, doing string) error {
 	var refusal serfRefusal
 	switch {
 	case errors.As(err, &refusal) && refusal == serfAuthRequired:
-		return fmt.Errorf("serf agent %s: %s: the agent has an RPC auth key (serf agent -rpc-auth); give it in SERF_RPC_AUTH (scan: --serf-auth)", s.Addr, err)
+		return fmt.Errorf("serf agent %s: %s: the agent has an RPC auth key (serf agent -rpc-auth); give it in SERF_RPC_AUTH (scan: --serf-auth)", s.addr(), err)
 	case errors.As(err, &refusal) && refusal == serfAuthInvalid:
-		return fmt.Errorf("serf agent %s: %s: the RPC auth key given is not the agent's -rpc-auth key", s.Addr, err)
+		return fmt.Errorf("serf agent %s: %s: the RPC auth key given is not the agent's -rpc-auth key", s.addr(), err)
 	case errors.As(err, &refusal):
-		return fmt.Errorf("serf agent %s: %s: the agent answered with an error: %w; its log may say more", s.Addr, doing, err)
+		return fmt.Errorf("serf agent %s: %s: the agent answered with an error: %w; its log may say more", s.addr(), doing, err)
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return fmt.Errorf("serf agent %s: unreachable: %w: no agent serves RPC there (serf agent -rpc-addr, 127.0.0.1:7373 by default)", s.Addr, err)
+		return fmt.Errorf("serf agent %s: unreachable: %w: no agent serves RPC there (serf agent -rpc-addr, 127.0.0.1:7373 by default)", s.addr(), err)
 	case errors.As(err, &op) && op.Op == "dial":
-		return fmt.Errorf("serf agent %s: unreachable: %w", s.Addr, err)
+		return fmt.Errorf("serf agent %s: unreachable: %w", s.addr(), err)
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return fmt.Errorf("serf agent %s: the connection closed in the middle of a reply while %s (%w): is %s a Serf agent's RPC address (serf agent -rpc-addr), not its gossip port or another service?", s.Addr, doing, err, s.Addr)
+		return fmt.Errorf("serf agent %s: the connection closed in the middle of a reply while %s (%w): is %s a Serf agent's RPC address (serf agent -rpc-addr), not its gossip port or another service?", s.addr(), doing, err, s.addr())
 	case closed(err):
-		return fmt.Errorf("serf agent %s: the connection closed while %s: is %s a Serf agent's RPC address (serf agent -rpc-addr), not its gossip port or another service?", s.Addr, doing, s.Addr)
+		return fmt.Errorf("serf agent %s: the connection closed while %s: is %s a Serf agent's RPC address (serf agent -rpc-addr), not its gossip port or another service?", s.addr(), doing, s.addr())
 	case errors.Is(err, errNotSerfRPC):
-		return fmt.Errorf("serf agent %s: %s: %w: is %s a Serf agent's RPC address (serf agent -rpc-addr), not its gossip port or another service?", s.Addr, doing, err, s.Addr)
+		return fmt.Errorf("serf agent %s: %s: %w: is %s a Serf agent's RPC address (serf agent -rpc-addr), not its gossip port or another service?", s.addr(), doing, err, s.addr())
 	}
-	return fmt.Errorf("serf agent %s: %s: %w", s.Addr, doing, err)
+	return fmt.Errorf("serf agent %s: %s: %w", s.addr(), doing, err)
 }
 
 // closed reports whether err says the connection closed: the peer's end
@@ -147,7 +154,7 @@ func (s *Serf) Members(ctx context.Context) (*snapshot.GossipView, error) {
 	if err != nil {
 		return nil, err
 	}
-	v.From = s.Addr
+	v.From = s.addr()
 	return v, nil
 }
 
@@ -162,10 +169,10 @@ func (s *Serf) view(c *serfRPC) (*snapshot.GossipView, error) {
 	stats, _ := c.stats()
 	v, err := serfView(ms)
 	if err != nil {
-		return nil, fmt.Errorf("serf agent %s: members:%w", s.Addr, err)
+		return nil, fmt.Errorf("serf agent %s: members:%w", s.addr(), err)
 	}
 	if err := checkNames(v); err != nil {
-		return nil, fmt.Errorf("serf agent %s: members: %w", s.Addr, err)
+		return nil, fmt.Errorf("serf agent %s: members: %w", s.addr(), err)
 	}
 	v.Local = stats["agent"]["name"]
 	return v, nil
@@ -207,9 +214,9 @@ func (s *Serf) forceLeave(c *serfRPC, node string) error {
 	case err != nil:
 		return err
 	case status == "":
-		return fmt.Errorf("serf agent %s lists no member %s: nothing to force out", s.Addr, node)
+		return fmt.Errorf("serf agent %s lists no member %s: nothing to force out", s.addr(), node)
 	case status == "alive" || status == "leaving":
-		return fmt.Errorf("serf agent %s: member %s is %s: force-leave is for failed members (an alive one refutes it)", s.Addr, node, status)
+		return fmt.Errorf("serf agent %s: member %s is %s: force-leave is for failed members (an alive one refutes it)", s.addr(), node, status)
 	}
 	if err := c.forceLeavePrune(node); err != nil {
 		return s.explain(err, "forcing "+node+" out")
@@ -219,7 +226,7 @@ func (s *Serf) forceLeave(c *serfRPC, node string) error {
 	case err != nil:
 		return err
 	case status != "":
-		return fmt.Errorf("serf agent %s still lists %s (%s) after force-leave with prune: agents before Serf 0.8.4 ignore prune and keep it for TombstoneTimeout (24 h by default)", s.Addr, node, status)
+		return fmt.Errorf("serf agent %s still lists %s (%s) after force-leave with prune: agents before Serf 0.8.4 ignore prune and keep it for TombstoneTimeout (24 h by default)", s.addr(), node, status)
 	}
 	return nil
 }

@@ -252,3 +252,14 @@ func TestSerfSourceFails(t *testing.T) {
 		t.Errorf("%v: %q", err, src.Describe(s))
 	}
 }
+
+// A key given by mistake in the agent's address (KEY@host:port) is printed
+// nowhere, though the dial's error quotes the address as given.
+func TestSerfAddressRedacted(t *testing.T) {
+	for _, addr := range []string{"SECRETTOKEN@" + freeAddr(t), "user:SECRETPW@" + freeAddr(t)} {
+		_, err := (&Serf{Addr: addr, Timeout: 5 * time.Second}).Members(context.Background())
+		if err == nil || strings.Contains(err.Error(), "SECRET") || !strings.Contains(err.Error(), "serf agent xxxxx@127.0.0.1:") {
+			t.Errorf("%s: %v", addr, err)
+		}
+	}
+}

@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/ghostwatch/ghostwatch/internal/redact"
 )
 
 // ClientFromFlags builds a client as kubectl would from the same flags
@@ -70,7 +72,8 @@ func unconfigured(f *genericclioptions.ConfigFlags) bool {
 }
 
 // ClientForConfig builds a client from a REST config, asking for protobuf
-// (JSON still accepted), and returns it with the server's URL.
+// (JSON still accepted), and returns it with the server's URL, its user
+// information redacted (a kubeconfig's server may carry a password).
 func ClientForConfig(cfg *rest.Config) (kubernetes.Interface, string, error) {
 	cfg = rest.CopyConfig(cfg)
 	if cfg.UserAgent == "" {
@@ -80,19 +83,19 @@ func ClientForConfig(cfg *rest.Config) (kubernetes.Interface, string, error) {
 		cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 		cfg.ContentType = "application/vnd.kubernetes.protobuf"
 	}
-	server := cfg.Host
+	server := redact.Addr(cfg.Host)
 	if u, _, err := rest.DefaultServerUrlFor(cfg); err == nil {
-		server = strings.TrimSuffix(u.String(), "/")
+		server = strings.TrimSuffix(redact.URL(u), "/")
 	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, "", fmt.Errorf("API server %s: %w", server, err)
+		return nil, "", redact.Error(fmt.Errorf("API server %s: %w", server, err), cfg.Host)
 	}
 	return client, server, nil
 }
 
-// ServerURL returns the URL client talks to, or "" when it has none (a
-// fake client).
+// ServerURL returns the URL client talks to, its user information
+// redacted, or "" when it has none (a fake client).
 func ServerURL(client kubernetes.Interface) string {
 	if isNil(client) {
 		return ""
@@ -104,7 +107,7 @@ func ServerURL(client kubernetes.Interface) string {
 	u := rc.Get().URL()
 	u.RawQuery = ""
 	u.Path = strings.TrimSuffix(u.Path, "/")
-	return u.String()
+	return redact.URL(u)
 }
 
 // Probe asks the server for its version, which every client may read: it
@@ -140,7 +143,7 @@ func DescribeProbe(err error, timeout time.Duration) string {
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Sprintf("did not answer within %s", timeout)
 	case errors.Is(err, context.Canceled):
-		return "was not reached: " + err.Error()
+		return "was not reached: " + redact.Text(err.Error())
 	case errors.As(err, &unknownCA), errors.As(err, &hostErr), errors.As(err, &invalidCert), errors.As(err, &verifyErr):
 		return "failed TLS verification: " + transportError(err) + " (check the kubeconfig's certificate-authority and server name)"
 	case errors.As(err, &recordErr), strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):

@@ -6,6 +6,8 @@ import (
 	"net/url"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/ghostwatch/ghostwatch/internal/redact"
 )
 
 // The resources ghostwatch lists and watches, as the API server's errors
@@ -58,11 +60,12 @@ func DescribeError(err error, resource string) string {
 }
 
 // transportError strips the request from an error of the HTTP client:
-// what failed is more useful than the URL, which the caller names.
+// what failed is more useful than the URL, which the caller names. Any
+// URL left in it loses its user information.
 func transportError(err error) string {
 	var ue *url.Error
 	if errors.As(err, &ue) {
-		return ue.Err.Error()
+		return redact.Text(ue.Err.Error())
 	}
-	return err.Error()
+	return redact.Text(err.Error())
 }
