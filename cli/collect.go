@@ -19,8 +19,13 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -31,10 +36,12 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/internal/buildinfo"
 	"github.com/ghostwatch/ghostwatch/internal/cmdline"
+	"github.com/ghostwatch/ghostwatch/internal/text"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/calico"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
+	"github.com/ghostwatch/ghostwatch/source/gossip"
 	"github.com/ghostwatch/ghostwatch/source/host"
 	"github.com/ghostwatch/ghostwatch/source/hostlocal"
 	"github.com/ghostwatch/ghostwatch/source/kube"
@@ -75,6 +82,9 @@ type manifest struct {
 type bundleFile struct {
 	Path string `json:"path"`
 	What string `json:"what"`
+	// Redacted are the values of the file (JSON paths) that held
+	// credentials and hold "REDACTED" instead.
+	Redacted []string `json:"redacted,omitempty"`
 }
 
 // savedServiceProxy is what the proxy source said on the node: who
@@ -90,6 +100,9 @@ type notCollected struct {
 	// Absent says the ledger does not exist here (a resource the API
 	// server does not serve): nothing was missed.
 	Absent bool `json:"absent,omitempty"`
+	// Withheld says it was left out on purpose: it holds, or may hold, a
+	// credential, which no bundle holds. Nothing a rule reads is missed.
+	Withheld bool `json:"withheld,omitempty"`
 }
 
 type collectOptions struct {
@@ -109,26 +122,36 @@ func newCollectCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		Short: "Save the evidence of this node and the cluster in one tarball, for ghostwatch analyze",
 		Long: `collect saves, in one tar.gz, what every rule of a scan on this node reads, at
 one moment: from the cluster, the objects the rules read (Pods, Services,
-EndpointSlices, Nodes, ServiceCIDRs) and Calico's IPAM objects where they are
-served; from the node, its conntrack table (as conntrack -L -o extended,id
-prints it, with the time it was read) and its settings (net.netfilter.
-nf_conntrack_*), its addresses, which proxy translates Services here, and a copy of its CNI configurations, host-local's stores and
+EndpointSlices, Nodes, ServiceCIDRs), trimmed to what the rules read (no pod's
+containers or environment, no annotation but ghostwatch's), and Calico's IPAM
+objects where they are served; from the node, its conntrack table (as
+conntrack -L -o extended,id prints it, with the time it was read) and its
+settings (net.netfilter.nf_conntrack_*), its addresses, which proxy translates
+Services here, and a copy of its CNI configurations, host-local's stores and
 Calico's node name file.
 
 From the controller's replicas (through a port-forward, as ghostwatch ip does),
 its address history and the gossip clusters' member lists its leader last read
 (never the credentials they were read with).
 
-manifest.json inside lists every file and what it is, and what was not
-collected and why (a resource not served, a symbolic link or a named pipe
-under the host root, no CAP_NET_ADMIN). Nothing is read from Secrets, and no
-token, password or credential is written: the API server's address is not
-recorded at all.
+A bundle holds no credential. Nothing is read from Secrets. Of the node's
+files, a kubeconfig (Calico's calico-kubeconfig, Multus's) and a private key
+are left out; in a JSON CNI configuration the value of every key whose name
+says token, password, secret, key, certificate-data or credential (Calico's
+k8s_auth_token) is replaced by REDACTED; any other file of /etc/cni/net.d is
+left out, and one elsewhere that reads like a credential. The API server's
+address is not recorded, not even in why something was not collected.
+
+manifest.json inside lists every file and what it is (with the values
+redacted in it), and what was not collected and why (a resource not served,
+a symbolic link or a named pipe under the host root, no CAP_NET_ADMIN, a
+file left out for its credentials).
 
 ghostwatch analyze BUNDLE runs every rule on it, as a scan on this node at
 that moment would.
 
-Exit codes: 0 everything collected, 2 something was not (the bundle is
+Exit codes: 0 everything the rules read was collected (a file left out for
+its credentials is no rule's evidence), 2 something was not (the bundle is
 written all the same, and its manifest says what is missing).`,
 		Example: `  # on a node, as root (CAP_NET_ADMIN reads the table)
   ghostwatch collect -f incident-42.tar.gz
@@ -180,6 +203,30 @@ func (b *bundleWriter) miss(what, why string) {
 // absent records a ledger that does not exist here.
 func (b *bundleWriter) absent(what, why string) {
 	b.m.NotCollected = append(b.m.NotCollected, notCollected{What: what, Why: why, Absent: true})
+}
+
+// withhold records a file left out because it holds a credential.
+func (b *bundleWriter) withhold(what, why string) {
+	b.m.NotCollected = append(b.m.NotCollected, notCollected{What: what, Why: why, Withheld: true})
+}
+
+// addNodeFile adds the node's file nodePath, as screenNodeFile screens
+// it: whole, with its credentials redacted, or not at all.
+func (b *bundleWriter) addNodeFile(name, nodePath string, data []byte) error {
+	sc := screenNodeFile(nodePath, data)
+	if sc.data == nil {
+		b.withhold(nodePath, sc.withheld)
+		return nil
+	}
+	what := "the node's " + nodePath
+	if len(sc.redacted) > 0 {
+		what += fmt.Sprintf(", %s redacted (%s)", text.Count(len(sc.redacted), "credential", "credentials"), strings.Join(sc.redacted, ", "))
+	}
+	if err := b.add(name, sc.data, what); err != nil {
+		return err
+	}
+	b.m.Collected[len(b.m.Collected)-1].Redacted = sc.redacted
+	return nil
 }
 
 func (o *collectOptions) run(ctx context.Context, streams genericiooptions.IOStreams) error {
@@ -268,7 +315,7 @@ func (o *collectOptions) run(ctx context.Context, streams genericiooptions.IOStr
 			return cmdline.WithCode(ExitError, err)
 		}
 	}
-	if err := collectObjects(ctx, b, dyn); err != nil {
+	if err := collectObjects(ctx, b, dyn, restConfig.Host); err != nil {
 		return cmdline.WithCode(ExitError, err)
 	}
 	if err := o.collectController(ctx, b, restConfig, client); err != nil {
@@ -295,8 +342,12 @@ func (o *collectOptions) run(ctx context.Context, streams genericiooptions.IOStr
 	fmt.Fprintf(streams.ErrOut, "wrote %s: %d files, captured at %s\n", out, len(b.m.Collected), captured.Format(time.RFC3339))
 	missed := 0
 	for _, n := range b.m.NotCollected {
-		if n.Absent {
+		switch {
+		case n.Absent:
 			fmt.Fprintf(streams.ErrOut, "  not here: %s: %s\n", n.What, n.Why)
+			continue
+		case n.Withheld:
+			fmt.Fprintf(streams.ErrOut, "  left out: %s: %s\n", n.What, n.Why)
 			continue
 		}
 		missed++
@@ -380,33 +431,71 @@ func copyHostDir(b *bundleWriter, root, dir string) error {
 			b.miss(nodePath, err.Error())
 			return nil
 		}
-		return b.add(path.Join(bundleHost, filepath.ToSlash(rel)), data, "the node's "+nodePath)
+		return b.addNodeFile(path.Join(bundleHost, filepath.ToSlash(rel)), nodePath, data)
 	})
 }
 
-// objectKinds are the cluster's objects the rules read.
+// objectKinds are the cluster's objects the rules read, each trimmed to
+// what they read as the agent's and the controller's caches trim it: a
+// pod's containers (their environment), its annotations but the gossip
+// ones, every object's managed fields and last-applied configuration stay
+// in the cluster.
 var objectKinds = []struct {
 	gvr  schema.GroupVersionResource
 	kind string
+	trim func(obj runtime.Object) (any, error)
 }{
-	{schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "Pod"},
-	{schema.GroupVersionResource{Version: "v1", Resource: "services"}, "Service"},
-	{schema.GroupVersionResource{Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"}, "EndpointSlice"},
-	{schema.GroupVersionResource{Version: "v1", Resource: "nodes"}, "Node"},
-	{schema.GroupVersionResource{Group: "networking.k8s.io", Version: "v1", Resource: "servicecidrs"}, "ServiceCIDR"},
+	{schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "Pod", trimAs[corev1.Pod](kube.TrimPodKeeping(gossip.AnnotationPrefix))},
+	{schema.GroupVersionResource{Version: "v1", Resource: "services"}, "Service", trimAs[corev1.Service](kube.TrimMeta)},
+	{schema.GroupVersionResource{Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"}, "EndpointSlice", trimAs[discoveryv1.EndpointSlice](kube.TrimMeta)},
+	{schema.GroupVersionResource{Version: "v1", Resource: "nodes"}, "Node", trimAs[corev1.Node](kube.TrimNode)},
+	{schema.GroupVersionResource{Group: "networking.k8s.io", Version: "v1", Resource: "servicecidrs"}, "ServiceCIDR", trimAs[networkingv1.ServiceCIDR](kube.TrimMeta)},
 }
 
-// collectObjects writes the cluster's objects the rules read, and
-// Calico's IPAM objects where they are served, as kubectl get -o json
-// lists them, without managed fields or last-applied annotations.
-func collectObjects(ctx context.Context, b *bundleWriter, dyn dynamic.Interface) error {
-	list := func(gvr schema.GroupVersionResource) ([]map[string]any, error) {
+// trimAs converts an object the dynamic client listed to T and trims it.
+func trimAs[T any](trim func(obj any) (any, error)) func(obj runtime.Object) (any, error) {
+	return func(obj runtime.Object) (any, error) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return nil, fmt.Errorf("%T is not an unstructured object", obj)
+		}
+		t := new(T)
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, t); err != nil {
+			return nil, err
+		}
+		return trim(t)
+	}
+}
+
+// collectObjects writes the cluster's objects the rules read, trimmed
+// (objectKinds), and Calico's IPAM objects where they are served, as
+// kubectl get -o json lists them, without managed fields or last-applied
+// annotations. What it says of a failure names neither the API server
+// (server, the REST config's Host) nor the credentials it was reached
+// with.
+func collectObjects(ctx context.Context, b *bundleWriter, dyn dynamic.Interface, server string) error {
+	list := func(gvr schema.GroupVersionResource, trim func(runtime.Object) (any, error)) ([]any, error) {
 		l, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return nil, err
 		}
-		var out []map[string]any
-		for _, it := range l.Items {
+		var out []any
+		for i := range l.Items {
+			it := &l.Items[i]
+			if trim != nil {
+				apiVersion, kind := it.GetAPIVersion(), it.GetKind()
+				t, err := trim(it)
+				if err != nil {
+					return nil, fmt.Errorf("%s %s: %w", kind, it.GetName(), err)
+				}
+				m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(t)
+				if err != nil {
+					return nil, fmt.Errorf("%s %s: %w", kind, it.GetName(), err)
+				}
+				m["apiVersion"], m["kind"] = apiVersion, kind
+				out = append(out, m)
+				continue
+			}
 			obj := it.Object
 			if md, ok := obj["metadata"].(map[string]any); ok {
 				delete(md, "managedFields")
@@ -418,46 +507,52 @@ func collectObjects(ctx context.Context, b *bundleWriter, dyn dynamic.Interface)
 		}
 		return out, nil
 	}
-	write := func(name, what string, items []map[string]any) error {
+	write := func(name, what string, items []any) error {
 		data, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "items": items})
 		if err != nil {
 			return err
 		}
 		return b.add(name, data, what)
 	}
-	var objects []map[string]any
+	var objects []any
 	var kinds []string
 	for _, k := range objectKinds {
-		items, err := list(k.gvr)
+		items, err := list(k.gvr, k.trim)
 		if apierrors.IsNotFound(err) {
 			b.absent(k.gvr.Resource, "not served by this API server")
 			continue
 		}
 		if err != nil {
-			b.miss(k.gvr.Resource, err.Error())
+			b.miss(k.gvr.Resource, apiServerError(err, server))
 			continue
 		}
 		objects = append(objects, items...)
 		kinds = append(kinds, fmt.Sprintf("%d %s", len(items), k.gvr.Resource))
 	}
-	if err := write(bundleObjects, "the cluster's objects the rules read: "+strings.Join(kinds, ", "), objects); err != nil {
+	if err := write(bundleObjects, "the cluster's objects the rules read, trimmed to what they read: "+strings.Join(kinds, ", "), objects); err != nil {
 		return err
 	}
-	var ledger []map[string]any
+	var ledger []any
 	var counts []string
+	failed := false
 	for _, r := range calico.Listed() {
-		items, err := list(schema.GroupVersionResource{Group: r.Group, Version: "v1", Resource: r.Resource})
+		items, err := list(schema.GroupVersionResource{Group: r.Group, Version: "v1", Resource: r.Resource}, nil)
 		if apierrors.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
-			b.miss(r.String(), err.Error())
+			b.miss(r.String(), apiServerError(err, server))
+			failed = true
 			continue
 		}
 		ledger = append(ledger, items...)
 		counts = append(counts, fmt.Sprintf("%d %s", len(items), r.Resource))
 	}
-	if len(counts) == 0 {
+	switch {
+	case len(counts) == 0 && failed:
+		// Not known to be absent: each failure is said above.
+		return nil
+	case len(counts) == 0:
 		b.absent("Calico's IPAM objects", "the API server serves none ("+calico.Group+")")
 		return nil
 	}
@@ -482,7 +577,9 @@ func (o *collectOptions) collectController(ctx context.Context, b *bundleWriter,
 	}
 	answers, missed := askAll(ctx, 4, replicaTargets(ctx, o.replicaFlags, cfg, client, ask))
 	for _, m := range missed {
-		b.miss("the controller replica "+m.Replica, m.Error)
+		// Finding the replicas, or a port-forward to one, asks the API
+		// server, whose address the bundle does not hold.
+		b.miss("the controller replica "+m.Replica, scrubServer(m.Error, cfg.Host))
 	}
 	if len(answers) == 0 {
 		b.miss("the controller's address history and gossip views", "no replica answered")
