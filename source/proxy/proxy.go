@@ -5,6 +5,13 @@
 // only with net.ipv4.vs.conntrack=1 (which kube-proxy sets); an eBPF load
 // balancer (Cilium's kube-proxy replacement, its socket load balancing)
 // translates outside conntrack, where ghostwatch cannot see a ghost.
+//
+// The node is not a trusted place: any local process may listen on a port
+// nothing holds and answer as kube-proxy or Cilium would. An answer that
+// would leave the flow rules out is believed only when the kernel's socket
+// tables (/proc/net/tcp, tcp6) say root opened every listener that takes
+// the question; otherwise the rules are judged, and the source says whose
+// answer was not believed.
 package proxy
 
 import (
@@ -13,7 +20,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,11 +66,17 @@ type Source struct {
 	Every time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Log, when set, is told when an answer that would leave the flow
+	// rules out is not believed, and when that ends.
+	Log *slog.Logger
 
 	mu   sync.Mutex
 	at   time.Time
 	last *snapshot.ServiceProxy
 	err  error
+	// doubt is why the last answer was not believed; "" when it was, or
+	// when nothing needed to be.
+	doubt string
 }
 
 // DefaultEvery is Source.Every when zero.
@@ -86,8 +101,17 @@ func (src *Source) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	if src.at.IsZero() || now().Sub(src.at) >= every {
 		src.last, src.err = nil, nil
 		p := &snapshot.Snapshot{}
+		was := src.doubt
+		src.doubt = ""
 		src.err = src.ask(ctx, p)
 		src.last, src.at = p.ServiceProxy, now()
+		if src.Log != nil && src.doubt != was {
+			if src.doubt != "" {
+				src.Log.Warn("an answer that would leave the flow rules out is not believed: they are judged", "source", Name, "why", src.doubt)
+			} else {
+				src.Log.Info("the proxy's answer is no longer doubted", "source", Name)
+			}
+		}
 	}
 	if src.err != nil {
 		return src.err
@@ -111,6 +135,13 @@ func (src *Source) ask(ctx context.Context, s *snapshot.Snapshot) error {
 			case err != nil:
 				p.Note = fmt.Sprintf("net.ipv4.vs.conntrack cannot be read (%v); kube-proxy sets it to 1", err)
 			case strings.TrimSpace(string(v)) != "1":
+				// Blind only on the word of a listener no unprivileged
+				// process could have opened.
+				if who, err := src.owner(kp); err != nil {
+					p.Note = fmt.Sprintf("%s says IPVS mode at %s; not taken as kube-proxy (%v): Service NAT assumed in conntrack, and the flow rules judged", who, kp, err)
+					src.doubt = p.Note
+					break
+				}
 				return source.Unsupported("kube-proxy at %s runs in IPVS mode with net.ipv4.vs.conntrack=%s: IPVS translates Services without conntrack entries, so ghostwatch cannot see their flows here (kube-proxy sets it to 1; something set it back)", kp, strings.TrimSpace(string(v)))
 			}
 		default:
@@ -121,10 +152,46 @@ func (src *Source) ask(ctx context.Context, s *snapshot.Snapshot) error {
 	}
 	cl := cmp.Or(src.Cilium, DefaultCilium)
 	if _, cerr := src.get(ctx, "http://"+cl+"/healthz"); cerr == nil {
-		return source.Unsupported("no kube-proxy answers at %s, and a Cilium agent answers at %s: Cilium's kube-proxy replacement translates Services in eBPF, outside conntrack, so ghostwatch cannot see their flows here (%v)", kp, cl, err)
+		// Any local process may answer there: the flow rules are left out
+		// only on the word of a listener the kernel says root opened.
+		who, oerr := src.owner(cl)
+		if oerr != nil {
+			s.ServiceProxy = &snapshot.ServiceProxy{Note: fmt.Sprintf("no kube-proxy answers at %s (%v); %s answers at %s; not taken as Cilium (%v): Service NAT assumed in conntrack, and the flow rules judged", kp, err, who, cl, oerr)}
+			src.doubt = s.ServiceProxy.Note
+			return nil
+		}
+		return source.Unsupported("no kube-proxy answers at %s, and a Cilium agent answers at %s (%s): Cilium's kube-proxy replacement translates Services in eBPF, outside conntrack, so ghostwatch cannot see their flows here (%v)", kp, cl, who, err)
 	}
 	s.ServiceProxy = &snapshot.ServiceProxy{Note: fmt.Sprintf("no kube-proxy answers at %s (%v), nor a Cilium agent at %s: Service NAT assumed in conntrack; if an eBPF load balancer serves Services here, ghostwatch cannot see their flows (give --kube-proxy-metrics-address where kube-proxy serves)", kp, err, cl)}
 	return nil
+}
+
+// owner says who listens at addr (host:port) on this node, as the
+// kernel's socket tables under Proc say, and fails unless every listener
+// that takes connections there was opened by root: an unprivileged process
+// may bind any port above 1023 that nothing holds, and answer as anything.
+func (src *Source) owner(addr string) (who string, err error) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return "something", fmt.Errorf("%s is not an address and port, so its listener cannot be looked up in the kernel's socket tables", addr)
+	}
+	proc := cmp.Or(src.Proc, "/proc")
+	ls, err := listeners(proc, ap)
+	switch {
+	case err != nil:
+		return "something", fmt.Errorf("its listener cannot be looked up: %w", err)
+	case len(ls) == 0:
+		return "something", fmt.Errorf("%s/net/tcp lists no socket listening there, so who answers is not known", proc)
+	}
+	var names []string
+	for _, l := range ls {
+		names = append(names, l.String())
+	}
+	who = strings.Join(names, " and ")
+	if bad := untrusted(ls); len(bad) > 0 {
+		return bad[0].String(), errors.New("not root: any local user may open a listener there")
+	}
+	return who, nil
 }
 
 // Describe says who translates Services (source.Describer).
