@@ -76,6 +76,10 @@ type Status struct {
 	// Blind says which rules cannot see their ledger on this node at all,
 	// and why (Service NAT outside conntrack); empty when none.
 	Blind string
+	// Unread says which rules the last complete audit left out because a
+	// ledger they read could not be read (host-local's store), and why;
+	// empty when none.
+	Unread string
 }
 
 // Agent is the node agent's loop.
@@ -315,6 +319,7 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string, full bool) (wait 
 	a.mu.Unlock()
 	if m != nil {
 		m.Publish(res.Findings)
+		m.setNotJudged(res.Skipped)
 	}
 	var limits []string
 	for _, rem := range cfg.Remedies {
@@ -336,29 +341,35 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string, full bool) (wait 
 	}
 	a.mu.Lock()
 	a.status.LastAudit, a.status.Degraded, a.status.Findings = cfg.Now(), "", len(res.Findings)
-	a.status.Blind = blind(res.Skipped)
+	a.status.Blind = notJudged(res.Skipped, notJudgedBlind)
+	a.status.Unread = notJudged(res.Skipped, notJudgedSourceError)
 	a.mu.Unlock()
 	cfg.Log.Debug("audit", "trigger", trigger, "full", full, "findings", len(res.Findings))
 	return wait
 }
 
-// blind says which rules cannot see their ledger on this node, and why:
-// "stale-nat-flow, misdelivered-flow (proxy: ...)"; "" when none.
-func blind(skipped []finding.Skipped) string {
-	var rules []string
-	cause := ""
+// notJudged says which rules were skipped for reason (notJudgedReason),
+// and why: "stale-nat-flow, misdelivered-flow (proxy: ...)", each cause
+// once; "" when none.
+func notJudged(skipped []finding.Skipped, reason string) string {
+	var rules, causes []string
 	for _, sk := range skipped {
-		if sk.Blind {
-			rules = append(rules, sk.Rule)
-			if cause == "" && len(sk.Causes) > 0 {
-				cause = sk.Causes[0]
-			}
+		if notJudgedReason(sk) != reason {
+			continue
+		}
+		rules = append(rules, sk.Rule)
+		cause := sk.Reason
+		if len(sk.Causes) > 0 {
+			cause = sk.Causes[0]
+		}
+		if !slices.Contains(causes, cause) {
+			causes = append(causes, cause)
 		}
 	}
 	if len(rules) == 0 {
 		return ""
 	}
-	return strings.Join(rules, ", ") + " (" + cause + ")"
+	return strings.Join(rules, ", ") + " (" + strings.Join(causes, "; ") + ")"
 }
 
 // graceWait returns how long until the first finding of the last complete

@@ -402,3 +402,43 @@ func TestAFailingLedgerLeavesTheRestOfTheAudit(t *testing.T) {
 		t.Errorf("no log of the failing ledger:\n%s", h.logs.String())
 	}
 }
+
+// ciliumLedger is the proxy source on a node whose Services Cilium's
+// kube-proxy replacement translates, as a listener root opened says.
+type ciliumLedger struct{}
+
+func (ciliumLedger) Name() string { return "proxy" }
+func (ciliumLedger) Collect(context.Context, *snapshot.Snapshot) error {
+	return source.Unsupported("no kube-proxy answers at 127.0.0.1:10249, and a Cilium agent answers at 127.0.0.1:9879 (cilium-agent (pid 812, uid 0))")
+}
+
+// What the agent does not judge is said, on /readyz (still 200: the rest
+// is judged) and as ghostwatch_rules_not_judged{rule,reason}: the flow
+// rules where Service NAT does not show in conntrack, the IPAM rules when
+// host-local's store cannot be read.
+func TestWhatIsNotJudgedIsSaid(t *testing.T) {
+	h := startWith(t, fake.NewClientset(cluster()...), reportOnly, func(_ *harness, c *Config) {
+		c.Ledgers = []source.Source{failingLedger{}, ciliumLedger{}}
+	})
+	poll.Until(t, patience, "a complete audit", func() bool { st := h.agent.Status(); return !st.LastAudit.IsZero() && st.Degraded == "" })
+	rec := httptest.NewRecorder()
+	h.agent.Handler(h.reg).ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+	body := rec.Body.String()
+	for _, want := range []string{
+		"not judged on this node: stale-nat-flow, misdelivered-flow (proxy: no kube-proxy answers at 127.0.0.1:10249, and a Cilium agent answers at 127.0.0.1:9879 (cilium-agent (pid 812, uid 0)))",
+		"not judged, a ledger unread: ipam-unbooked-ip, ipam-leaked-ip",
+		"(hostlocal: error: reading host-local's data directory /var/lib/cni/networks: permission denied",
+	} {
+		if rec.Code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("/readyz = %d %q; want 200 and %q", rec.Code, body, want)
+		}
+	}
+	for _, c := range []struct{ rule, reason string }{
+		{rule.StaleNATFlowID, notJudgedBlind}, {rule.MisdeliveredFlowID, notJudgedBlind},
+		{rule.IPAMUnbookedIPID, notJudgedSourceError},
+	} {
+		if v := testutil.ToFloat64(h.agent.cfg.Metrics.NotJudged.WithLabelValues(c.rule, c.reason)); v != 1 {
+			t.Errorf("rules_not_judged{rule=%q,reason=%q} = %v, want 1", c.rule, c.reason, v)
+		}
+	}
+}

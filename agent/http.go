@@ -11,7 +11,7 @@ import (
 
 // Handler serves /metrics from g, /healthz (the loop is running and has
 // audited within twice the audit interval) and /readyz (the last audit was
-// complete, so the agent may act).
+// complete, so the agent may act; what it did not judge is said).
 func (a *Agent) Handler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
@@ -33,11 +33,16 @@ func (a *Agent) Handler(g prometheus.Gatherer) http.Handler {
 			http.Error(w, "no audit yet", http.StatusServiceUnavailable)
 		case st.Degraded != "":
 			http.Error(w, "degraded: "+st.Degraded, http.StatusServiceUnavailable)
-		case st.Blind != "":
-			// Ready: the rest is judged; what is not is said.
-			fmt.Fprintf(w, "ok: %d findings in the last audit; not judged on this node: %s\n", st.Findings, st.Blind)
 		default:
-			fmt.Fprintf(w, "ok: %d findings in the last audit\n", st.Findings)
+			// Ready: the rest is judged; what is not is said.
+			msg := fmt.Sprintf("ok: %d findings in the last audit", st.Findings)
+			if st.Blind != "" {
+				msg += "; not judged on this node: " + st.Blind
+			}
+			if st.Unread != "" {
+				msg += "; not judged, a ledger unread: " + st.Unread
+			}
+			fmt.Fprintln(w, msg)
 		}
 	})
 	return mux

@@ -3,6 +3,7 @@ package agent
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ghostwatch/ghostwatch/finding"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/sink"
 )
@@ -14,6 +15,9 @@ type Metrics struct {
 	*sink.Metrics
 	Audits   *prometheus.CounterVec
 	Degraded *prometheus.GaugeVec
+	// NotJudged is 1 for each rule the last complete audit left out, by
+	// why: nothing reads as clean on this node that was not looked at.
+	NotJudged *prometheus.GaugeVec
 }
 
 // NewMetrics creates the series for the agent's rules and registers them
@@ -27,8 +31,11 @@ func NewMetrics(reg prometheus.Registerer, rules []rule.Rule) *Metrics {
 			[]string{"trigger", "outcome"}),
 		Degraded: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "degraded",
 			Help: "1 while the agent refuses to act, by reason (cache-stale, source-error, budget-exceeded, cap-exceeded)."}, []string{"reason"}),
+		NotJudged: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "rules_not_judged",
+			Help: "1 for each rule the last complete audit did not judge, by reason: blind (its ledger does not show on this node: Service NAT outside conntrack), source-error (a ledger it reads could not be read), not-applicable (no such ledger on this node)."},
+			[]string{"rule", "reason"}),
 	}
-	reg.MustRegister(m.Audits, m.Degraded)
+	reg.MustRegister(m.Audits, m.Degraded, m.NotJudged)
 	for _, r := range degradedReasons {
 		m.Degraded.WithLabelValues(r).Set(0)
 	}
@@ -56,5 +63,32 @@ func (m *Metrics) setDegraded(reasons ...string) {
 			}
 		}
 		m.Degraded.WithLabelValues(r).Set(v)
+	}
+}
+
+// Reasons for the rules_not_judged metric.
+const (
+	notJudgedBlind         = "blind"
+	notJudgedSourceError   = "source-error"
+	notJudgedNotApplicable = "not-applicable"
+)
+
+// notJudgedReason says why a rule was skipped, as the metric says it.
+func notJudgedReason(sk finding.Skipped) string {
+	switch {
+	case sk.Blind:
+		return notJudgedBlind
+	case sk.NotApplicable:
+		return notJudgedNotApplicable
+	}
+	return notJudgedSourceError
+}
+
+// setNotJudged sets the rules_not_judged gauge from a complete audit's
+// skipped rules: 1 for each, none for a rule judged.
+func (m *Metrics) setNotJudged(skipped []finding.Skipped) {
+	m.NotJudged.Reset()
+	for _, sk := range skipped {
+		m.NotJudged.WithLabelValues(sk.Rule, notJudgedReason(sk)).Set(1)
 	}
 }
