@@ -41,6 +41,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/source/kube"
 	"github.com/ghostwatch/ghostwatch/source/kube/history"
 	"github.com/ghostwatch/ghostwatch/source/kube/live"
+	"github.com/ghostwatch/ghostwatch/source/skew"
 )
 
 type controllerOptions struct {
@@ -126,9 +127,13 @@ their agents with annotations:
   ghostwatch.io/gossip-scheme: http (default) or https
 
 Every --gossip-interval, and about a second after an annotated pod goes, the
-leader reads one member's view of each cluster, the oldest running pod's first. The answer must come from the pod asked (the
-agent's own member is at the pod's address) and the pod must still hold its
-address alone. A cluster that cannot be read is judged on its
+leader reads one member's view of each cluster, the oldest running pod's
+first. The answer must come from the pod asked (the agent's own member is at
+the pod's address), and the pod must hold its address alone, hostNetwork pods
+counted: checked before the credential is read and sent, again once the
+answer is in, and again right before a force-leave is sent. A pod whose
+address another pod reports (a duplicate-pod-ip, or a hostNetwork pod at its
+node's address) is sent nothing. A cluster that cannot be read is judged on its
 last view (ghostwatch_gossip_cluster_up is 0, the log names the pod and the
 error, and nothing is forced out of it); when none can be read, the gossip
 source is not ready.
@@ -223,6 +228,10 @@ func (o *controllerOptions) run(ctx context.Context, streams genericiooptions.IO
 	if err != nil {
 		return cmdline.WithCode(ExitError, err)
 	}
+	// The API server's clock, measured from every answer: a proof that
+	// compares an object's time with ours allows for it.
+	apiClock := &skew.Meter{Name: "the API server's"}
+	apiClock.WrapConfig(restConfig)
 	client, server, err := kube.ClientForConfig(restConfig)
 	if err != nil {
 		return cmdline.WithCode(ExitError, err)
@@ -244,7 +253,7 @@ func (o *controllerOptions) run(ctx context.Context, streams genericiooptions.IO
 			return cmdline.WithCode(ExitError, fmt.Errorf("--gossip-clusters: %w", err))
 		}
 	}
-	sources, clusters := controllerSources(client, dyn, o.gossipInterval, decls, log)
+	sources, clusters := controllerSources(client, dyn, apiClock.Clock, o.gossipInterval, decls, log)
 	var rems []*remedy.Remedy
 	if len(o.remedies) > 0 {
 		st := remedy.Settings{Grace: o.grace, DryRun: o.dryRun, Budget: o.budget, BudgetInterval: o.budgetInterval}
@@ -308,11 +317,12 @@ type gossipViews struct {
 // controllerSources are the sources the leader reads, in order: every Pod
 // and Node (kube), Calico's IPAM ledger where the API server serves it
 // (calico), and the member lists of the gossip clusters whose pods are
-// annotated (gossip), which learns of those pods from kube's informer. The
+// annotated (gossip), which learns of those pods from kube's informer; the
+// pods' times are read with apiClock, the API server's clock measured. The
 // gossip watch also reads a cluster again for the remedy. Only the gossip
 // clusters decls declares are read.
-func controllerSources(client kubernetes.Interface, dyn dynamic.Interface, gossipInterval time.Duration, decls *gossip.Declarations, log *slog.Logger) ([]source.Source, *gossip.Watch) {
-	pods := &live.ClusterWatch{Client: client, KeepAnnotations: []string{gossip.AnnotationPrefix}}
+func controllerSources(client kubernetes.Interface, dyn dynamic.Interface, apiClock func() snapshot.Clock, gossipInterval time.Duration, decls *gossip.Declarations, log *slog.Logger) ([]source.Source, *gossip.Watch) {
+	pods := &live.ClusterWatch{Client: client, KeepAnnotations: []string{gossip.AnnotationPrefix}, APIClock: apiClock}
 	ledger := &calico.Watch{Discovery: client.Discovery(), Dynamic: dyn, Log: log}
 	views := &gossip.Watch{Pods: pods, Interval: gossipInterval, Clusters: decls, Secrets: client.CoreV1()}
 	return []source.Source{pods, ledger, views}, views

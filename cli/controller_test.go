@@ -153,7 +153,7 @@ func TestControllerRulesAreThoseOfWhatItReads(t *testing.T) {
 			t.Errorf("%s reads %v, all of which the controller reads, and does not run", info.ID, info.Sources)
 		}
 	}
-	sources, _ := controllerSources(fake.NewClientset(), nil, time.Minute, nil, nil)
+	sources, _ := controllerSources(fake.NewClientset(), nil, nil, time.Minute, nil, nil)
 	var names []string
 	for _, s := range sources {
 		names = append(names, s.Name())

@@ -28,6 +28,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/calico"
 	sourcegossip "github.com/ghostwatch/ghostwatch/source/gossip"
@@ -54,6 +55,15 @@ type setup struct {
 	// remedies are turned on under settings.
 	remedies []string
 	settings remedy.Settings
+	// apiClock is the API server's clock as the replica measures it; by
+	// default that of the fake clientsets the tests use, which answer
+	// in this process, on its clock.
+	apiClock func() snapshot.Clock
+}
+
+// inProcess is the clock of an API server that answers in this process.
+func inProcess() snapshot.Clock {
+	return snapshot.Clock{Name: "the fake API server's", Measured: true, By: "it answers in this process"}
 }
 
 func startReplica(t *testing.T, client kubernetes.Interface, id string) *replica {
@@ -85,7 +95,10 @@ func startReplicaWith(t *testing.T, client kubernetes.Interface, id string, s se
 		s.gossipInterval = 100 * time.Millisecond
 	}
 	rules := clusterRules()
-	pods := &live.ClusterWatch{Client: client, KeepAnnotations: []string{sourcegossip.AnnotationPrefix}}
+	if s.apiClock == nil {
+		s.apiClock = inProcess
+	}
+	pods := &live.ClusterWatch{Client: client, KeepAnnotations: []string{sourcegossip.AnnotationPrefix}, APIClock: s.apiClock}
 	// The clusters the tests' pods are annotated as members of, declared
 	// as an operator would.
 	decl := &sourcegossip.Declarations{}

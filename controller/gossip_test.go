@@ -128,15 +128,15 @@ func TestSerfGhostForcedOutByTheController(t *testing.T) {
 }
 
 // reissue plays the seed on the Serf cluster: old's member dies without
-// leaving, its pod is deleted, and pod serf-2 gets its address, started 6
-// s after listedBy, when the controller had read old's member listed
-// (gossipSkew, 5 s, is the margin for clocks); a member of another name
+// leaving, its pod is deleted, and pod serf-2 gets its address, created 6
+// s after listedBy, when the controller had read old's member listed (the
+// fake API server's clock is the controller's); a member of another name
 // starts there and joins the survivor.
 func reissue(t *testing.T, survivor, old *serftest.Agent, client *fake.Clientset, listedBy time.Time) {
 	t.Helper()
 	// Pod A's member dies without leaving; its pod is gone, and a new pod
-	// gets its address. Its start time is 6 s after the controller first
-	// read A's member listed: gossipSkew (5 s) is the margin for clocks.
+	// gets its address, created 6 s after the controller first read A's
+	// member listed.
 	old.Kill()
 	ctx := context.Background()
 	if err := client.CoreV1().Pods("shop").Delete(ctx, "serf-1", metav1.DeleteOptions{}); err != nil {
@@ -361,4 +361,69 @@ func TestGossipOneClusterUnread(t *testing.T) {
 	down["consul"].Store(false)
 	down["serf"].Store(false)
 	poll.Until(t, 20*time.Second, "both read again", func() bool { return up("consul") == 1 && up("serf") == 1 && source() == 1 })
+}
+
+// appPod is a running pod of an application, not annotated: ns/name at
+// ip, created at created and, by its node's clock, started at started.
+func appPod(ns, name, uid, ip string, created, started time.Time) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid), CreationTimestamp: metav1.Time{Time: created}},
+		Spec:       corev1.PodSpec{NodeName: "node-a"},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}, StartTime: &metav1.Time{Time: started}},
+	}
+}
+
+// A failed member whose own pod still runs at its address is no ghost,
+// and is never forced out, however the evidence around it looks: its pod
+// in another namespace than most members' (a cluster spanning namespaces),
+// or its pod's startTime ahead of the controller's clock (its node's
+// clock two minutes fast). Only the pod itself proves another identity:
+// its creation, on the API server's clock, after the member was first
+// read listed.
+func TestSerfMembersOwnPodNeverForcedOut(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pod  func(created time.Time) *corev1.Pod
+	}{
+		{"its pod in another namespace than most members'", func(created time.Time) *corev1.Pod {
+			return appPod("apps", "web-1", "w1", "127.0.0.5", created, created.Add(time.Second))
+		}},
+		{"its node's clock two minutes ahead", func(created time.Time) *corev1.Pod {
+			return appPod("shop", "web-1", "w1", "127.0.0.5", created, time.Now().Add(2*time.Minute))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			survivor := serftest.Start(t, serftest.Config{Name: "serf-0", Gossip: netip.MustParseAddrPort("127.0.0.3:0"), RPC: netip.MustParseAddrPort("127.0.0.3:0")})
+			peer := serftest.Start(t, serftest.Config{Name: "serf-1", Gossip: netip.MustParseAddrPort("127.0.0.4:0")})
+			member := serftest.Start(t, serftest.Config{Name: "node-5d1e", Gossip: netip.MustParseAddrPort("127.0.0.5:0")})
+			peer.Join(t, survivor.Gossip)
+			member.Join(t, survivor.Gossip)
+			start := time.Now().Add(-time.Hour)
+			client := fake.NewClientset(node("node-a"),
+				gossipPodObj("serf-0", "u0", "127.0.0.3", "serf", netip.MustParseAddrPort(survivor.RPC).Port(), start),
+				gossipPodObj("serf-1", "u1", "127.0.0.4", "serf", 0, start),
+				tc.pod(start.Add(time.Minute)))
+			st := remedy.Settings{Grace: 300 * time.Millisecond, Budget: 5, BudgetInterval: time.Minute}
+			r := startGossipReplica(t, client, []string{rule.GossipForceLeaveID}, st)
+			poll.Until(t, 20*time.Second, "the controller to read the three members alive", func() bool { return r.members("shop/serf", "alive") == 3 })
+
+			// The member's agent crashes; its pod runs on.
+			member.Kill()
+			poll.Until(t, 20*time.Second, "the member read failed", func() bool { return r.members("shop/serf", "failed") == 1 })
+			failed := time.Now()
+			passes := testutil.ToFloat64(r.m.Passes)
+			poll.Until(t, 20*time.Second, "ten more passes, past the grace period", func() bool {
+				return testutil.ToFloat64(r.m.Passes) >= passes+10 && time.Since(failed) > 2*st.Grace
+			})
+			if n := r.actions(remedy.Done) + r.actions(remedy.Pending) + r.actions(remedy.DryRun); n != 0 {
+				t.Errorf("%v actions on a member whose own pod holds its address; events %q", n, r.ev.With("GossipMemberForcedOut"))
+			}
+			if n := r.ghosts("critical"); n != 0 {
+				t.Errorf("%v critical ghosts; events %q", n, r.ev.With("GossipGhostMember"))
+			}
+			if !slices.ContainsFunc(survivor.Members(), func(m serf.Member) bool { return m.Name == "node-5d1e" }) {
+				t.Error("the member was forced out")
+			}
+		})
+	}
 }

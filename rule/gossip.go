@@ -26,8 +26,9 @@ const GossipIPIdentityID = "gossip-ip-identity"
 //     the cluster keeps probing and reconnecting to the dead identity at
 //     an address another member now holds;
 //   - a failed or dead member's address is held by a live pod proven to be
-//     another identity: the pod started after the member was last seen
-//     alive, or it lives in another namespace than the cluster's;
+//     another identity: the pod was created after the member went, or
+//     after ghostwatch first read it listed, the clocks' measured offsets
+//     allowed for;
 //   - a suspect member shares its address and port with an alive one: the
 //     old identity, not yet declared dead (memberlist's suspicion window);
 //   - a live member's address is held by no pod and no node: its pod is
@@ -36,8 +37,17 @@ const GossipIPIdentityID = "gossip-ip-identity"
 //     the cluster's own: a foreign pod joined by inheriting an address
 //     (memberlist#241).
 //
-// An address is never taken for an identity: a pod at a member's address
-// is that member's pod only when proven by time or namespace.
+// An address is never taken for an identity, and neither is a namespace:
+// a pod at a gone member's address is another identity only when proven
+// by the pod itself. A pod named as the member is (its name, or its UID
+// in the member's name) is the member's own. A pod created after the
+// member went, or after ghostwatch first read it listed, is not: its
+// creation is on the API server's clock and the member's times on the
+// view's or ghostwatch's own, so the proof holds only beyond the offsets
+// measured between those clocks, and where one was not measured it is
+// refused, and the finding says why (snapshot.Stamp.Before). A pod's
+// startTime is on its node's clock, which nothing measures: no proof
+// reads it.
 type GossipGhostMember struct{}
 
 // KubeKinds says the rule reads Pods (snapshot.KindReader). It reads the
@@ -87,10 +97,9 @@ var _ Rechecker = (*GossipGhostMember)(nil)
 // GossipForceLeaveID is the ID of the remedy of gossip-ghost-member.
 const GossipForceLeaveID = "gossip-force-leave"
 
-// gossipSkew is how much later than a member was last seen a pod must have
-// started to be proven another identity: the member's and the pod's
-// clocks differ.
-const gossipSkew = 5 * time.Second
+// stampResolution is that of the times Kubernetes and the member lists
+// write: whole seconds, so a time read is up to a second early.
+const stampResolution = time.Second
 
 // Evaluate returns the ghost members of every view.
 func (r *GossipGhostMember) Evaluate(s *snapshot.Snapshot) []finding.Finding {
@@ -113,6 +122,7 @@ func (r *GossipGhostMember) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 		}
 	}
 	var out []finding.Finding
+	api := s.Kube.APIClock
 	for vi := range s.Gossip.Views {
 		v := &s.Gossip.Views[vi]
 		ns := clusterNamespace(v, holders)
@@ -151,7 +161,7 @@ func (r *GossipGhostMember) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 					f := ghost(v, a, sev, g, live[0], pods,
 						fmt.Sprintf("%s (%s) and %s (%s) share %s: the cluster still keeps the %s identity at an address %s now holds",
 							g.Name, g.Status, live[0].Name, live[0].Status, a, g.Status, live[0].Name))
-					out = append(out, forceable(f, v, g, pods, ns))
+					out = append(out, forceable(f, v, g, pods, api, ns))
 				}
 			case len(gone) > 0:
 				for _, g := range gone {
@@ -160,16 +170,31 @@ func (r *GossipGhostMember) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 					}
 					targeted := false
 					for _, p := range pods {
-						why := otherIdentity(g, p, ns)
-						if why == "" {
+						id := identify(g, v, p, api)
+						sev := finding.Critical
+						switch {
+						case id.other:
+						case id.unmeasured && id.naive:
+							// The times say another identity, but only
+							// if two clocks nothing measured agree: said,
+							// not claimed, and nothing is forced out.
+							sev = finding.Warning
+						default:
 							continue
 						}
-						f := ghost(v, a, finding.Critical, g, nil, []*snapshot.Pod{p},
+						f := ghost(v, a, sev, g, nil, []*snapshot.Pod{p},
 							fmt.Sprintf("%s is %s, and %s now holds %s (%s): the cluster probes and reconnects to %s at another identity's address",
-								g.Name, g.Status, p.Ref(), a, why, g.Name))
+								g.Name, g.Status, p.Ref(), a, id.why, g.Name))
+						if sev != finding.Critical {
+							f.Message = fmt.Sprintf("%s cluster (seen by %s): %s is %s, and %s now holds %s, which may be another identity (%s); not proven: %s",
+								v.System, seenBy(v), g.Name, g.Status, p.Ref(), a, id.naiveWhy, id.why)
+							f.Evidence["force_leave_withheld"] = "not proven another identity: " + id.why
+							out = append(out, f)
+							continue
+						}
 						// One target per member, on its first finding.
 						if !targeted {
-							f, targeted = forceable(f, v, g, pods, ns), true
+							f, targeted = forceable(f, v, g, pods, api, ns), true
 						}
 						out = append(out, f)
 					}
@@ -236,18 +261,69 @@ func clusterNamespace(v *snapshot.GossipView, holders map[netip.Addr][]*snapshot
 	return ""
 }
 
-// otherIdentity says why pod p cannot be the gone member g, or "" when it
-// may be.
-func otherIdentity(g *snapshot.GossipMember, p *snapshot.Pod, clusterNS string) string {
+// identity is what proves, or fails to prove, that a pod at a gone
+// member's address is not the member's own.
+type identity struct {
+	// other is true when the pod is proven another identity; why says
+	// how, or why it is not proven.
+	other bool
+	why   string
+	// unmeasured is true when the proof needed a clock not measured;
+	// naive then says whether the times, read as if the clocks agreed,
+	// would have proven it (naiveWhy says how).
+	unmeasured bool
+	naive      bool
+	naiveWhy   string
+}
+
+// identify says whether pod p is proven another identity than gone member
+// g of view v, p's creation being on clock api. The proof rests on the pod
+// itself: a pod named as g is (its name, or its UID within g's name) is
+// g's own; otherwise p must have been created after g went (g.Since, on
+// v's clock) or after ghostwatch first read g listed (g.Listed, on its
+// own), the clocks' measured offsets allowed for.
+func identify(g *snapshot.GossipMember, v *snapshot.GossipView, p *snapshot.Pod, api snapshot.Clock) identity {
 	switch {
-	case clusterNS != "" && p.Namespace != clusterNS:
-		return fmt.Sprintf("in namespace %s, not the cluster's %s", p.Namespace, clusterNS)
-	case !g.Since.IsZero() && p.Since().After(g.Since.Add(gossipSkew)):
-		return fmt.Sprintf("started %s, after %s went %s at %s", p.Since().UTC().Format(time.RFC3339), g.Name, g.Status, g.Since.UTC().Format(time.RFC3339))
-	case g.Since.IsZero() && !g.Listed.IsZero() && p.Since().After(g.Listed.Add(gossipSkew)):
-		return fmt.Sprintf("started %s, after ghostwatch first read %s listed at %s", p.Since().UTC().Format(time.RFC3339), g.Name, g.Listed.UTC().Format(time.RFC3339))
+	case g.Name == p.Name:
+		return identity{why: fmt.Sprintf("pod %s is named as %s is: its own", p.Ref(), g.Name)}
+	case p.UID != "" && strings.Contains(g.Name, p.UID):
+		return identity{why: fmt.Sprintf("%s's name holds the UID of pod %s: its own", g.Name, p.Ref())}
+	case p.Created.IsZero():
+		return identity{why: fmt.Sprintf("pod %s does not say when it was created", p.Ref())}
 	}
-	return ""
+	created := snapshot.Stamp{At: p.Created, Clock: api, Resolution: stampResolution}
+	var went snapshot.Stamp
+	var what string
+	switch {
+	case !g.Since.IsZero():
+		clk := v.Clock
+		if clk.Name == "" {
+			clk.Name = "the view's"
+		}
+		went = snapshot.Stamp{At: g.Since, Clock: clk, Resolution: stampResolution}
+		what = fmt.Sprintf("%s went %s at %s", g.Name, g.Status, g.Since.UTC().Format(time.RFC3339))
+	case !g.Listed.IsZero():
+		went = snapshot.Stamp{At: g.Listed, Clock: snapshot.ReaderClock}
+		what = fmt.Sprintf("ghostwatch first read %s listed at %s", g.Name, g.Listed.UTC().Format(time.RFC3339))
+	default:
+		return identity{why: "the view does not say when " + g.Name + " went, and ghostwatch did not read it listed before the pod was created"}
+	}
+	at := p.Created.UTC().Format(time.RFC3339)
+	if why := went.Comparable(created); why != "" {
+		id := identity{why: fmt.Sprintf("pod %s was created at %s and %s, but %s: the two times cannot be compared", p.Ref(), at, what, why), unmeasured: true}
+		if id.naive = g.Since.IsZero() && p.Created.After(g.Listed) || !g.Since.IsZero() && p.Created.After(g.Since); id.naive {
+			id.naiveWhy = fmt.Sprintf("created %s, after %s", at, what)
+		}
+		return id
+	}
+	if went.Before(created) {
+		return identity{other: true, why: fmt.Sprintf("created %s, after %s, beyond the clocks' measured offsets", at, what)}
+	}
+	clocks := api.String()
+	if went.Clock != snapshot.ReaderClock {
+		clocks += "; " + went.Clock.String()
+	}
+	return identity{why: fmt.Sprintf("pod %s was created at %s, not after %s by more than the clocks' measured offsets (%s)", p.Ref(), at, what, clocks)}
 }
 
 // forceable gives f the gone member g as a target to force out, when the
@@ -255,7 +331,7 @@ func otherIdentity(g *snapshot.GossipMember, p *snapshot.Pod, clusterNS string) 
 // force-leave), pods hold its address, and every one of them is proven
 // another identity than g, so that g's own pod is gone. Otherwise the
 // evidence says why ghostwatch will not force it out by itself.
-func forceable(f finding.Finding, v *snapshot.GossipView, g *snapshot.GossipMember, pods []*snapshot.Pod, ns string) finding.Finding {
+func forceable(f finding.Finding, v *snapshot.GossipView, g *snapshot.GossipMember, pods []*snapshot.Pod, api snapshot.Clock, ns string) finding.Finding {
 	if ns != "" {
 		f.Evidence["cluster_namespace"] = ns
 	}
@@ -266,7 +342,7 @@ func forceable(f finding.Finding, v *snapshot.GossipView, g *snapshot.GossipMemb
 		f.Evidence["force_leave_withheld"] = "the member list could not be read again: " + v.Unread
 		return f
 	}
-	if why := ghostPodGone(g, pods, ns); why != nil {
+	if why := ghostPodGone(g, v, pods, api); why != nil {
 		f.Evidence["force_leave_withheld"] = why.Error()
 		return f
 	}
@@ -275,22 +351,16 @@ func forceable(f finding.Finding, v *snapshot.GossipView, g *snapshot.GossipMemb
 }
 
 // ghostPodGone returns nil when pods, those holding gone member g's
-// address, are all proven another identity than g, in a cluster whose
-// members' pods are in namespace ns: g's own pod no longer holds the
-// address. Otherwise it says why that is not proven.
-func ghostPodGone(g *snapshot.GossipMember, pods []*snapshot.Pod, ns string) error {
+// address, are all proven another identity than g (identify): g's own
+// pod no longer holds the address. Otherwise it says why that is not
+// proven.
+func ghostPodGone(g *snapshot.GossipMember, v *snapshot.GossipView, pods []*snapshot.Pod, api snapshot.Clock) error {
 	if len(pods) == 0 {
 		return fmt.Errorf("no pod holds %s: nothing shows another identity there", g.Addr)
 	}
 	for _, p := range pods {
-		if otherIdentity(g, p, ns) == "" {
-			when := "the view does not say when " + g.Name + " went, and ghostwatch did not read it listed before the pod started"
-			if !g.Since.IsZero() {
-				when = fmt.Sprintf("it started %s, not after %s went %s at %s", p.Since().UTC().Format(time.RFC3339), g.Name, g.Status, g.Since.UTC().Format(time.RFC3339))
-			} else if !g.Listed.IsZero() {
-				when = fmt.Sprintf("it started %s, not after ghostwatch first read %s listed at %s", p.Since().UTC().Format(time.RFC3339), g.Name, g.Listed.UTC().Format(time.RFC3339))
-			}
-			return fmt.Errorf("pod %s at %s may be %s's own: %s", p.Ref(), g.Addr, g.Name, when)
+		if id := identify(g, v, p, api); !id.other {
+			return fmt.Errorf("pod %s at %s may be %s's own: %s", p.Ref(), g.Addr, g.Name, id.why)
 		}
 	}
 	return nil
@@ -310,7 +380,7 @@ func (*GossipGhostMember) RecheckQuery(_ *snapshot.Snapshot, f finding.Finding) 
 // read again (fresh.Gossip) and the pods at its address read from the API
 // server (fresh.Kube). The member must still be listed gone at the same
 // address and port, and every pod at the address must still be proven
-// another identity, in the cluster's namespace as the finding judged it.
+// another identity, on the clocks as measured now.
 func (*GossipGhostMember) Recheck(fresh *snapshot.Snapshot, fs []finding.Finding) []error {
 	errs := make([]error, len(fs))
 	for i, f := range fs {
@@ -351,8 +421,7 @@ func recheckMember(fresh *snapshot.Snapshot, t *finding.MemberTarget, f finding.
 	case m.Addr != t.Addr || m.Port != t.Port:
 		return fmt.Errorf("%s lists %s at %s now, not %s", seenBy(v), t.Name, netip.AddrPortFrom(m.Addr, m.Port), netip.AddrPortFrom(t.Addr, t.Port))
 	}
-	ns, _ := f.Evidence["cluster_namespace"].(string)
-	return ghostPodGone(m, podsByIP(fresh.Kube.Pods)[t.Addr], ns)
+	return ghostPodGone(m, v, podsByIP(fresh.Kube.Pods)[t.Addr], fresh.Kube.APIClock)
 }
 
 func ghost(v *snapshot.GossipView, a netip.Addr, sev finding.Severity, m, other *snapshot.GossipMember, pods []*snapshot.Pod, reason string) finding.Finding {

@@ -31,10 +31,17 @@ func gossipCluster(members ...snapshot.GossipMember) *snapshot.Snapshot {
 				pod("shop", "consul-0", "u0", "10.244.1.10", t0),
 				pod("shop", "consul-1", "u1", "10.244.1.11", t0),
 			},
-			Nodes: []snapshot.Node{{Name: "node-a", Addresses: []netip.Addr{netip.MustParseAddr("192.168.1.5")}}},
+			Nodes:    []snapshot.Node{{Name: "node-a", Addresses: []netip.Addr{netip.MustParseAddr("192.168.1.5")}}},
+			APIClock: measured("the API server's", 0, 0),
 		},
-		Gossip: &snapshot.Gossip{Views: []snapshot.GossipView{{System: "consul", From: "members.txt", Members: append(base, members...)}}},
+		Gossip: &snapshot.Gossip{Views: []snapshot.GossipView{{System: "consul", From: "members.txt", Members: append(base, members...),
+			Clock: measured("the agent's", 0, 0)}}},
 	}
+}
+
+// measured is a clock measured offset ahead of ghostwatch's, ±bound.
+func measured(name string, offset, bound time.Duration) snapshot.Clock {
+	return snapshot.Clock{Name: name, Measured: true, Offset: offset, Bound: bound, By: "the test"}
 }
 
 func TestGossipGhostMember(t *testing.T) {
@@ -70,7 +77,7 @@ func TestGossipGhostMember(t *testing.T) {
 			m.Since = wentAt
 			s.Gossip.Views[0].Members = append(s.Gossip.Views[0].Members, m)
 			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "web", "u9", "10.244.1.50", wentAt.Add(time.Minute)))
-		}, []got{{"10.244.1.50", "cache-a", finding.Critical}}, "shop/web now holds 10.244.1.50 (started"},
+		}, []got{{"10.244.1.50", "cache-a", finding.Critical}}, "shop/web now holds 10.244.1.50 (created 2026-11-01T12:31:00Z, after cache-a went dead at 2026-11-01T12:30:00Z, beyond the clocks' measured offsets)"},
 		{"a dead member whose pod may be the one at its address: not proven", func(s *snapshot.Snapshot) {
 			m := member("cache-a", "10.244.1.50", snapshot.MemberDead)
 			m.Since = wentAt
@@ -81,10 +88,36 @@ func TestGossipGhostMember(t *testing.T) {
 			s.Gossip.Views[0].Members = append(s.Gossip.Views[0].Members, member("cache-a", "10.244.1.50", snapshot.MemberFailed))
 			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "web", "u9", "10.244.1.50", t0))
 		}, nil, ""},
-		{"a failed member's address held in another namespace", func(s *snapshot.Snapshot) {
+		{"a failed member's address held in another namespace, time unknown: not proven, a cluster may span namespaces", func(s *snapshot.Snapshot) {
 			s.Gossip.Views[0].Members = append(s.Gossip.Views[0].Members, member("cache-a", "10.244.1.50", snapshot.MemberFailed))
 			s.Kube.Pods = append(s.Kube.Pods, pod("billing", "web", "u9", "10.244.1.50", t0))
-		}, []got{{"10.244.1.50", "cache-a", finding.Critical}}, "in namespace billing, not the cluster's shop"},
+		}, nil, ""},
+		{"a dead member's own pod, named as it is, still at its address (a partition): no ghost", func(s *snapshot.Snapshot) {
+			m := member("web-1", "10.244.1.50", snapshot.MemberDead)
+			m.Since = wentAt
+			s.Gossip.Views[0].Members = append(s.Gossip.Views[0].Members, m)
+			s.Kube.Pods = append(s.Kube.Pods, pod("apps", "web-1", "u9", "10.244.1.50", wentAt.Add(time.Minute)))
+		}, nil, ""},
+		{"a dead member whose name holds the UID of the pod at its address: its own", func(s *snapshot.Snapshot) {
+			m := member("web-7f3c-0b6e1d2a-9c1e-4c55-a1b2-3c4d5e6f7a8b", "10.244.1.50", snapshot.MemberDead)
+			m.Since = wentAt
+			s.Gossip.Views[0].Members = append(s.Gossip.Views[0].Members, m)
+			s.Kube.Pods = append(s.Kube.Pods, pod("apps", "web-x", "0b6e1d2a-9c1e-4c55-a1b2-3c4d5e6f7a8b", "10.244.1.50", wentAt.Add(time.Minute)))
+		}, nil, ""},
+		{"a dead member's address went to a pod created after it died, the view's clock not measured: said, not proven", func(s *snapshot.Snapshot) {
+			m := member("cache-a", "10.244.1.50", snapshot.MemberDead)
+			m.Since = wentAt
+			s.Gossip.Views[0].Members = append(s.Gossip.Views[0].Members, m)
+			s.Gossip.Views[0].Clock = snapshot.Clock{Name: "the agent's"}
+			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "web", "u9", "10.244.1.50", wentAt.Add(time.Minute)))
+		}, []got{{"10.244.1.50", "cache-a", finding.Warning}}, "not proven: pod shop/web was created at"},
+		{"a dead member's address went to a pod created a minute after it died by clocks a minute and more apart: not proven", func(s *snapshot.Snapshot) {
+			m := member("cache-a", "10.244.1.50", snapshot.MemberDead)
+			m.Since = wentAt
+			s.Gossip.Views[0].Members = append(s.Gossip.Views[0].Members, m)
+			s.Kube.APIClock = measured("the API server's", 90*time.Second, 500*time.Millisecond)
+			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "web", "u9", "10.244.1.50", wentAt.Add(time.Minute)))
+		}, nil, ""},
 		{"an alive member no pod or node holds", func(s *snapshot.Snapshot) {
 			s.Gossip.Views[0].Members = append(s.Gossip.Views[0].Members, member("consul-9", "10.244.1.99", snapshot.MemberAlive))
 		}, []got{{"10.244.1.99", "consul-9", finding.Warning}}, "which no pod or node holds"},
@@ -180,12 +213,38 @@ func TestGossipForceLeaveTarget(t *testing.T) {
 			old.Listed = went
 			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "consul-2", "u2", "10.244.1.50", went.Add(time.Minute)))
 		}, true, ""},
-		{"a pod of another namespace holds it", "consul", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
+		{"a pod of another namespace than most members' holds it: a cluster may span namespaces, not proven", "consul", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
 			s.Kube.Pods = append(s.Kube.Pods, pod("other", "web", "u2", "10.244.1.50", t0))
+		}, false, "pod other/web at 10.244.1.50 may be old's own: the view does not say when old went"},
+		{"the member's own pod, long running in another namespace than most members': never forced out", "consul", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
+			old.Name = "web-1"
+			old.Listed = went
+			s.Kube.Pods = append(s.Kube.Pods, pod("apps", "web-1", "u2", "10.244.1.50", t0))
+		}, false, "pod apps/web-1 at 10.244.1.50 may be web-1's own: pod apps/web-1 is named as web-1 is: its own"},
+		{"a pod created before ghostwatch first read the member, its node's clock two minutes ahead (startTime after): not proven", "consul", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
+			old.Listed = went
+			p := pod("apps", "web", "u2", "10.244.1.50", went.Add(-10*time.Second))
+			p.StartTime = went.Add(2 * time.Minute)
+			s.Kube.Pods = append(s.Kube.Pods, p)
+		}, false, "not after ghostwatch first read old listed"},
+		{"the API server's clock two minutes ahead of ghostwatch's, measured: a pod it stamps a minute after the member was listed was created before", "consul", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
+			old.Listed = went
+			s.Kube.APIClock = measured("the API server's", 2*time.Minute, 300*time.Millisecond)
+			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "consul-2", "u2", "10.244.1.50", went.Add(time.Minute)))
+		}, false, "not after ghostwatch first read old listed at 2026-11-01T12:30:00Z by more than the clocks' measured offsets (the API server's clock, 2m0s ahead of ghostwatch's ±300ms (the test))"},
+		{"the API server's clock two minutes ahead, measured: a pod it stamps three minutes after the member was listed is another identity", "consul", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
+			old.Listed = went
+			s.Kube.APIClock = measured("the API server's", 2*time.Minute, 300*time.Millisecond)
+			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "consul-2", "u2", "10.244.1.50", went.Add(3*time.Minute)))
 		}, true, ""},
+		{"the API server's clock not measured: refused, and says why", "consul", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
+			old.Listed = went
+			s.Kube.APIClock = snapshot.Clock{Name: "the API server's"}
+			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "consul-2", "u2", "10.244.1.50", went.Add(time.Hour)))
+		}, false, "the API server's clock, not measured against ghostwatch's: the two times cannot be compared"},
 		{"no time: the pod may be the member's own", "consul", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
 			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "consul-2", "u2", "10.244.1.50", went.Add(time.Minute)))
-		}, false, "pod shop/consul-2 at 10.244.1.50 may be old's own: the view does not say when old went, and ghostwatch did not read it listed before the pod started"},
+		}, false, "pod shop/consul-2 at 10.244.1.50 may be old's own: the view does not say when old went, and ghostwatch did not read it listed before the pod was created"},
 		{"the pod started before ghostwatch first read the member", "consul", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
 			old.Listed = went
 			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "consul-2", "u2", "10.244.1.50", went))
@@ -216,7 +275,7 @@ func TestGossipForceLeaveTarget(t *testing.T) {
 			v.Members = append(v.Members, old, member("new", "10.244.1.50", snapshot.MemberAlive))
 			var f *finding.Finding
 			for _, g := range (&GossipGhostMember{}).Evaluate(s) {
-				if g.Evidence["member"] == "old" {
+				if g.Evidence["member"] == old.Name {
 					f = &g
 				}
 			}
@@ -228,7 +287,7 @@ func TestGossipForceLeaveTarget(t *testing.T) {
 				t.Fatalf("target %v, want one: %v (withheld: %v)", f.Target, tc.target, f.Evidence["force_leave_withheld"])
 			}
 			if ok {
-				want := finding.MemberTarget{System: tc.system, Cluster: "shop/consul", From: "members.txt", Name: "old", Addr: old.Addr, Port: 8301, Status: snapshot.MemberFailed}
+				want := finding.MemberTarget{System: tc.system, Cluster: "shop/consul", From: "members.txt", Name: old.Name, Addr: old.Addr, Port: 8301, Status: snapshot.MemberFailed}
 				if *tg != want {
 					t.Errorf("target %+v, want %+v", *tg, want)
 				}
@@ -266,7 +325,8 @@ func TestGossipForceLeaveRecheck(t *testing.T) {
 	}
 	fresh := func(mod func(v *snapshot.GossipView, k *snapshot.Kube)) *snapshot.Snapshot {
 		v := snapshot.GossipView{System: "consul", Cluster: "shop/consul", From: "http://10.244.1.10:8500", Members: []snapshot.GossipMember{old, member("new", "10.244.1.50", snapshot.MemberAlive)}}
-		k := &snapshot.Kube{Pods: []snapshot.Pod{newPod}}
+		k := &snapshot.Kube{Pods: []snapshot.Pod{newPod}, APIClock: measured("the API server's", 0, 0)}
+		v.Clock = measured("the agent's", 0, 0)
 		if mod != nil {
 			mod(&v, k)
 		}
@@ -287,6 +347,12 @@ func TestGossipForceLeaveRecheck(t *testing.T) {
 			k.Pods = append(k.Pods, pod("shop", "consul-9", "u9", "10.244.1.50", t0))
 		}, "pod shop/consul-9 at 10.244.1.50 may be old's own"},
 		{"the pod left the address", func(_ *snapshot.GossipView, k *snapshot.Kube) { k.Pods = nil }, "no pod holds 10.244.1.50"},
+		{"the API server's clock no longer measured", func(_ *snapshot.GossipView, k *snapshot.Kube) {
+			k.APIClock = snapshot.Clock{Name: "the API server's"}
+		}, "the API server's clock, not measured against ghostwatch's: the two times cannot be compared"},
+		{"the API server's clock found two minutes ahead", func(_ *snapshot.GossipView, k *snapshot.Kube) {
+			k.APIClock = measured("the API server's", 2*time.Minute, time.Second)
+		}, "not after old went failed"},
 		{"the cluster was not read again", func(v *snapshot.GossipView, _ *snapshot.Kube) { v.Cluster = "shop/other" }, "was not read again"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -36,6 +36,9 @@ type GossipView struct {
 	// than read "no ghost" into one cluster's outage; nothing is acted on
 	// without reading it again.
 	Unread string
+	// Clock is the clock of the agent that gave the view, as the reader
+	// measured it: its members' Since are on it.
+	Clock Clock
 	// Rejections counts, by reason, the messages the local member refused
 	// since it started, when the view says so (the ghostwatch/gossip
 	// package's member list); nil when unknown. Consul and Serf do not
@@ -65,11 +68,11 @@ type GossipMember struct {
 	Tags              map[string]string
 	// Incarnation is memberlist's incarnation number; 0 when unknown.
 	Incarnation uint32
-	// Since is when the view last saw the member's state change; zero
-	// when unknown.
+	// Since is when the view last saw the member's state change, on the
+	// view's Clock; zero when unknown.
 	Since time.Time
 	// Listed is, for a member whose view gives no Since, the first time
-	// ghostwatch itself read the member listed (in any state) in its
+	// ghostwatch itself read the member listed, on its own clock (in any state) in its
 	// cluster's views: the member had joined by then, so its process
 	// started before. Zero when unknown (Consul and Serf do not say when a
 	// member joined or went; files are read once).

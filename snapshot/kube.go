@@ -23,6 +23,11 @@ type Kube struct {
 	// ServiceCIDRs (before Kubernetes 1.33).
 	NoServiceCIDRAPI bool
 
+	// APIClock is the API server's clock as the reader measured it: the
+	// objects' own times (a pod's creation) are on it. A pod's startTime
+	// is on its node's clock, which nothing measures: no proof reads it.
+	APIClock Clock
+
 	// Index, when set, is the index Pods are the records of, kept
 	// current per event by a watcher of every pod: it knows the pods
 	// that share an IP without a pass over every pod.

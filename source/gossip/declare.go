@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source/skew"
 )
 
 // Declared is a gossip cluster the operator lets the controller read and
@@ -284,17 +285,35 @@ func (d *Declared) agent(ctx context.Context, m Member, secrets corev1client.Sec
 	case "serf":
 		return &Serf{Addr: hostPort, AuthKey: token}, nil
 	case "memberlist":
-		e := &Endpoint{URL: scheme + "://" + hostPort + MemberlistPath}
+		client := &http.Client{Timeout: readTimeout}
 		if scheme == "https" {
-			client, err := d.httpsClient()
-			if err != nil {
+			if client, err = d.httpsClient(); err != nil {
 				return nil, err
 			}
-			e.Client = client
 		}
-		return e, nil
+		// The member list's times (when a member went) are on the
+		// agent's clock: measured from its answer, so that a proof that
+		// compares them with the API server's allows for it.
+		meter := &skew.Meter{Name: "pod " + m.Namespace + "/" + m.Name + "'s agent's"}
+		client.Transport = meter.Wrap(cmp.Or[http.RoundTripper](client.Transport, http.DefaultTransport))
+		return clocked{&Endpoint{URL: scheme + "://" + hostPort + MemberlistPath, Client: client}, meter}, nil
 	}
 	return nil, fmt.Errorf("no reader of %s", d.System)
+}
+
+// clocked is an agent whose views carry its clock, as meter measured it
+// from its answers.
+type clocked struct {
+	Agent
+	meter *skew.Meter
+}
+
+func (c clocked) Members(ctx context.Context) (*snapshot.GossipView, error) {
+	v, err := c.Agent.Members(ctx)
+	if v != nil {
+		v.Clock = c.meter.Clock()
+	}
+	return v, err
 }
 
 // httpsClient is the client of the declared cluster's HTTPS agents.

@@ -75,8 +75,8 @@ func TestDeclaredAgent(t *testing.T) {
 				got = "consul " + a.Addr + " " + a.Token
 			case *Serf:
 				got = "serf " + a.Addr + " " + a.AuthKey
-			case *Endpoint:
-				got = "memberlist " + a.URL
+			case clocked:
+				got = "memberlist " + a.Agent.(*Endpoint).URL
 			}
 			if got != tc.want {
 				t.Errorf("got  %s\nwant %s", got, tc.want)
@@ -329,4 +329,29 @@ func TestWatchReadsConsulAndForcesOut(t *testing.T) {
 		ms, err := survivor.Members()
 		return err == nil && !slices.ContainsFunc(ms, func(m consultest.Member) bool { return m.Name == old.Name })
 	})
+}
+
+// A member list read from a pod's agent carries that agent's clock,
+// measured from the Date of its answer, so that when a member went can be
+// held against when a pod was created.
+func TestDeclaredMemberlistClockMeasured(t *testing.T) {
+	ahead := 3 * time.Minute
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Date", time.Now().Add(ahead).UTC().Format(http.TimeFormat))
+		fmt.Fprint(w, `{"kind":"ghostwatch.io/memberlist-members","version":1,"local":"cache-0","members":[{"name":"cache-0","addr":"127.0.0.1","port":7946,"state":"alive"}]}`)
+	}))
+	defer srv.Close()
+	d := Declared{System: "memberlist", Namespace: "shop"}
+	a, err := d.agent(context.Background(), Member{Namespace: "shop", Name: "cache-0", System: "memberlist", Addr: netip.MustParseAddrPort(srv.Listener.Addr().String()), Scheme: "http"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := a.Members(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := v.Clock
+	if !c.Measured || c.Offset-c.Bound > ahead || c.Offset+c.Bound < ahead || !strings.Contains(c.String(), "pod shop/cache-0's agent's clock") {
+		t.Errorf("clock %v; want %s ahead, within its bound", c, ahead)
+	}
 }

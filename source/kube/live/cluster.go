@@ -52,6 +52,11 @@ type ClusterWatch struct {
 	Pods, Nodes *informer.ListWatch
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// APIClock, when set, says how far the API server's clock runs from
+	// ours, as measured from its answers (skew.Meter): a snapshot's
+	// Kube.APIClock. Unset, it is not measured, and no proof compares the
+	// objects' times with ours.
+	APIClock func() snapshot.Clock
 
 	mu      sync.Mutex
 	term    *clusterTerm
@@ -313,12 +318,20 @@ func (w *ClusterWatch) Collect(_ context.Context, s *snapshot.Snapshot) error {
 	nodes := informer.Values[snapshot.Node](t.nodes)
 	t.mu.Lock()
 	w.lent = t
-	s.Kube = &snapshot.Kube{Pods: t.idx.Pods(), Nodes: nodes, Index: t.idx}
+	s.Kube = &snapshot.Kube{Pods: t.idx.Pods(), Nodes: nodes, Index: t.idx, APIClock: w.apiClock()}
 	fam := fresh.FamiliesOf(s.Kube.Pods)
 	w.mu.Lock()
 	w.families = fam
 	w.mu.Unlock()
 	return nil
+}
+
+// apiClock is the API server's clock as measured now.
+func (w *ClusterWatch) apiClock() snapshot.Clock {
+	if w.APIClock == nil {
+		return snapshot.Clock{Name: "the API server's"}
+	}
+	return w.APIClock()
 }
 
 // Return ends the loan of the pods the last Collect lent (source.Lender).
@@ -344,5 +357,12 @@ func (w *ClusterWatch) Fresh(ctx context.Context, q snapshot.Query, s *snapshot.
 	w.mu.Lock()
 	fam := w.families
 	w.mu.Unlock()
-	return fresh.Collect(ctx, w.Client, q, fam, s)
+	if err := fresh.Collect(ctx, w.Client, q, fam, s); err != nil {
+		return err
+	}
+	if s.Kube != nil {
+		// Measured after the reads: their answers count.
+		s.Kube.APIClock = w.apiClock()
+	}
+	return nil
 }
