@@ -148,11 +148,16 @@ still show the member gone and every pod at its address another identity.
 Every action and refusal is an Event on the pods the finding concerns and a
 sample of ghostwatch_remedy_actions_total.
 
-A replica that loses the Lease while leading exits with status 2, so that its
-restart campaigns afresh. A replica that cannot reach the API server at start
-stays up, not ready (/readyz says why), and tries again, up to every 30s.
-/readyz is ready on a standby replica, and on the leader once it has listed
-every Pod and Node.`,
+A replica stays up whatever the API server does. One that cannot reach it
+(at start, or after it lost the Lease) is not ready (/readyz says why) and
+tries again, up to every 30s; one that loses the Lease while leading (an API
+server that stopped answering, a partition) stops watching, forgets every
+grace period, and campaigns again once the server answers. Every replica asks
+the API server whether it answers every 5s: a hung server keeps connections
+open and fails nothing, so only asking tells. /readyz is ready on a standby
+replica while the API server answers, and on the leader once it has listed
+every Pod and Node and while its last pass could trust them (not when a watch
+fails, or the API server has not answered for 10s).`,
 		Example: `  # in the cluster: kubectl apply -k deploy/namespace && kubectl apply -k deploy/controller
   ghostwatch controller --kubeconfig ~/.kube/config --lease-namespace default --log-format text
 

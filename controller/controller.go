@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/netip"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -101,8 +102,13 @@ type Status struct {
 	// Skipped are the rules the last pass did not run, and why.
 	Skipped []finding.Skipped
 	// Unreachable says why the API server could not be reached, while the
-	// replica waits for it before campaigning for the Lease.
+	// replica waits for it before campaigning for the Lease (at start, and
+	// after it lost the Lease).
 	Unreachable string
+	// Degraded, while leading, says why the last pass could not trust
+	// the cluster's objects (a watch failing, the API server silent): the
+	// rules that read them were skipped, and no remedy acted.
+	Degraded string
 }
 
 // maxUnreachableRetry bounds the wait between two tries of an API server
@@ -144,10 +150,57 @@ func (c *Controller) waitForAPIServer(ctx context.Context) bool {
 	}
 }
 
+// pulseInterval is how often a replica asks the API server whether it
+// answers, once it has answered: a hung server keeps connections open and
+// fails nothing, so only asking tells.
+const pulseInterval = 5 * time.Second
+
+// pulse asks the API server its version every pulseInterval until ctx
+// ends, keeping Status.Unreachable: set, saying since when, while it does
+// not answer within pulseInterval; cleared once it does.
+func (c *Controller) pulse(ctx context.Context) {
+	t := time.NewTicker(pulseInterval)
+	defer t.Stop()
+	var silentSince time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, pulseInterval)
+		err := c.reach(rctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		c.mu.Lock()
+		switch {
+		case err == nil:
+			silentSince = time.Time{}
+			c.status.Unreachable = ""
+		default:
+			if silentSince.IsZero() {
+				silentSince = c.cfg.Now().Add(-pulseInterval)
+			}
+			c.status.Unreachable = fmt.Sprintf("the API server has not answered for %s: %v", c.cfg.Now().Sub(silentSince).Round(time.Second), err)
+		}
+		c.mu.Unlock()
+	}
+}
+
 // reach asks the API server its version, within 10s.
 func (c *Controller) reach(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	done := make(chan error, 1)
 	go func() {
+		// Asked with ctx, so that a hung server's request ends with it
+		// rather than pile up; a fake client has no REST client.
+		if rc := c.cfg.Client.Discovery().RESTClient(); rc != nil && !(reflect.ValueOf(rc).Kind() == reflect.Pointer && reflect.ValueOf(rc).IsNil()) {
+			done <- rc.Get().AbsPath("/version").Do(ctx).Error()
+			return
+		}
 		_, err := c.cfg.Client.Discovery().ServerVersion()
 		done <- err
 	}()
@@ -159,6 +212,9 @@ func (c *Controller) reach(ctx context.Context) error {
 	case <-t.C:
 		return errors.New("no answer within 10s")
 	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return errors.New("no answer in time")
+		}
 		return ctx.Err()
 	}
 }
@@ -267,14 +323,13 @@ func (c *Controller) Status() Status {
 	return c.status
 }
 
-// ErrLostLease is returned by Run when this replica lost the Lease while
-// leading: the process should exit, and its restart campaigns afresh with
-// empty caches.
-var ErrLostLease = errors.New("lost the leader Lease")
-
 // Run campaigns for the Lease and, while it holds it, watches the cluster
-// and runs the rules. It returns nil when ctx ends, ErrLostLease when the
-// Lease was lost.
+// and runs the rules. A replica that loses the Lease (an API server that
+// stopped answering, a network partition) stops watching, drops what it
+// held and every grace period, waits for the API server to answer (not
+// ready meanwhile, saying why) and campaigns again: it stays up rather
+// than exit into a crash loop that says less. It returns nil when ctx
+// ends.
 func (c *Controller) Run(ctx context.Context) error {
 	cfg := c.cfg
 	if cfg.Client == nil || cfg.Identity == "" || cfg.LeaseNamespace == "" || cfg.LeaseName == "" {
@@ -283,14 +338,31 @@ func (c *Controller) Run(ctx context.Context) error {
 	if len(cfg.Sources) == 0 {
 		return errors.New("controller: no sources to read")
 	}
-	// An API server it cannot reach at start leaves the replica up, not
-	// ready, saying why and trying again, rather than exiting into a crash
-	// loop that says less; later outages are the leader election's to ride
-	// out.
 	if !c.waitForAPIServer(ctx) {
 		return nil
 	}
-	lost := false
+	// A standby, too, says when the API server stops answering.
+	go c.pulse(ctx)
+	for {
+		// An API server it cannot reach leaves the replica up, not ready,
+		// saying why and trying again.
+		if !c.waitForAPIServer(ctx) {
+			return nil
+		}
+		if err := c.campaign(ctx); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		cfg.Log.Warn("lost the leader Lease: standing by, and campaigning again once the API server answers")
+	}
+}
+
+// campaign runs one leader election until this replica loses the Lease
+// it held, or ctx ends.
+func (c *Controller) campaign(ctx context.Context) error {
+	cfg := c.cfg
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock: &resourcelock.LeaseLock{
 			LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.LeaseNamespace, Name: cfg.LeaseName},
@@ -305,15 +377,17 @@ func (c *Controller) Run(ctx context.Context) error {
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				cfg.Log.Info("leading: watching the cluster", "identity", cfg.Identity, "lease", cfg.LeaseNamespace+"/"+cfg.LeaseName)
+				// Evidence held under another leader, or under this one
+				// before it lost the Lease, does not count.
+				for _, rem := range cfg.Remedies {
+					rem.Reset()
+				}
 				c.setLeading(true)
 				if err := c.lead(ctx); err != nil {
 					cfg.Log.Error("watching the cluster", "err", err)
 				}
 			},
 			OnStoppedLeading: func() {
-				if ctx.Err() == nil {
-					lost = true
-				}
 				c.setLeading(false)
 			},
 			OnNewLeader: func(id string) {
@@ -330,9 +404,6 @@ func (c *Controller) Run(ctx context.Context) error {
 		return fmt.Errorf("controller: %w", err)
 	}
 	le.Run(ctx)
-	if lost {
-		return ErrLostLease
-	}
 	return nil
 }
 
@@ -342,7 +413,7 @@ func (c *Controller) setLeading(on bool) {
 	if on {
 		c.status.Leader = c.cfg.Identity
 	} else {
-		c.status.Synced = false
+		c.status.Synced, c.status.Degraded = false, ""
 	}
 	c.mu.Unlock()
 	if m := c.cfg.Metrics; m != nil {
@@ -533,10 +604,20 @@ func (c *Controller) publish(sources []snapshot.SourceStatus, fs []finding.Findi
 	c.mu.Lock()
 	c.standing = all
 	c.mu.Unlock()
+	degraded := ""
+	for _, st := range sources {
+		if st.Name == kubeSource && st.Status == snapshot.StatusError {
+			degraded = "the cluster's objects: " + st.Detail
+		}
+	}
 	c.mu.Lock()
-	c.status.LastPass, c.status.Findings, c.status.Skipped = cfg.Now(), len(all), skipped
+	c.status.LastPass, c.status.Findings, c.status.Skipped, c.status.Degraded = cfg.Now(), len(all), skipped, degraded
 	c.mu.Unlock()
 }
+
+// kubeSource is the name of the source of the cluster's objects, whose
+// failure degrades the whole pass.
+const kubeSource = "kube"
 
 // logSkipped logs each rule that starts or stops being skipped, or is
 // skipped for another reason than in the last pass.

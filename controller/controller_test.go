@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -207,9 +208,6 @@ func TestRunNeedsItsSettings(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "a client, an identity and a Lease namespace and name are required") {
 		t.Errorf("Run = %v", err)
 	}
-	if errors.Is(err, ErrLostLease) {
-		t.Error("a missing setting reads as a lost Lease")
-	}
 }
 
 func get(t *testing.T, url string) string {
@@ -264,4 +262,80 @@ func TestUnreachableAPIServerAtStartIsNotReadyThenLeads(t *testing.T) {
 		st := a.c.Status()
 		return st.Unreachable == "" && st.Leading && !st.LastPass.IsZero()
 	})
+}
+
+// A leader whose API server stops answering without failing anything (its
+// process stopped: connections stay open, nothing comes back) stays up,
+// says it is not ready and why, and once the server answers again leads
+// and is ready. (It used to exit 2 once the Lease could not be renewed,
+// and said ready until then.)
+func TestHungAPIServerIsNotReadyThenLeadsAgain(t *testing.T) {
+	client := fake.NewClientset(podWithIP("web-0", "0", "node-a", "10.244.2.2", time.Now().Add(-time.Hour)))
+	var mu sync.Mutex
+	var hung chan struct{}
+	react := func(clienttesting.Action) (bool, kruntime.Object, error) {
+		mu.Lock()
+		c := hung
+		mu.Unlock()
+		if c != nil {
+			<-c
+		}
+		return false, nil, nil
+	}
+	client.PrependReactor("*", "*", react)
+	client.Discovery().(*fakediscovery.FakeDiscovery).PrependReactor("*", "*", react)
+	resume := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if hung != nil {
+			close(hung)
+			hung = nil
+		}
+	}
+	t.Cleanup(resume)
+	a := startReplica(t, client, "replica-a")
+	srv := httptest.NewServer(a.c.Handler(prometheus.NewRegistry()))
+	defer srv.Close()
+	readyz := func() (int, string) {
+		resp, err := http.Get(srv.URL + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	poll.Until(t, 20*time.Second, "the replica to lead, pass and be ready", func() bool {
+		code, _ := readyz()
+		return code == http.StatusOK && a.c.Status().Leading
+	})
+
+	mu.Lock()
+	hung = make(chan struct{})
+	mu.Unlock()
+	var body string
+	poll.Until(t, time.Minute, "/readyz to say the API server does not answer", func() bool {
+		var code int
+		code, body = readyz()
+		return code == http.StatusServiceUnavailable
+	})
+	if !strings.Contains(body, "the API server has not answered for") {
+		t.Errorf("/readyz while the API server hangs: %q", body)
+	}
+	select {
+	case err := <-a.done:
+		t.Fatalf("the replica exited while the API server hung: %v", err)
+	default:
+	}
+
+	resume()
+	poll.Until(t, time.Minute, "the replica to lead and be ready again", func() bool {
+		code, _ := readyz()
+		return code == http.StatusOK && a.c.Status().Leading
+	})
+	select {
+	case err := <-a.done:
+		t.Fatalf("the replica exited: %v", err)
+	default:
+	}
 }

@@ -9,8 +9,9 @@ import (
 )
 
 // Handler serves /metrics from g, /healthz (the process answers) and
-// /readyz: a standby replica is ready (it campaigns for the Lease); the
-// leader once it has listed every Pod and run the rules.
+// /readyz: a standby replica is ready (it campaigns for the Lease) while
+// the API server answers; the leader once it has listed every Pod and run
+// the rules, and while its last pass could trust the cluster's objects.
 func (c *Controller) Handler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
@@ -28,6 +29,8 @@ func (c *Controller) Handler(g prometheus.Gatherer) http.Handler {
 			fmt.Fprintf(w, "ok: standing by (leader: %s)\n", leader)
 		case !st.Synced || st.LastPass.IsZero():
 			http.Error(w, "leading, listing the cluster", http.StatusServiceUnavailable)
+		case st.Degraded != "":
+			http.Error(w, "leading, degraded: "+st.Degraded, http.StatusServiceUnavailable)
 		default:
 			fmt.Fprintf(w, "ok: leading, %d findings in the last pass\n", st.Findings)
 		}

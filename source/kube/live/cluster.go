@@ -76,6 +76,9 @@ type ClusterWatch struct {
 type clusterTerm struct {
 	ctx         context.Context
 	pods, nodes *informer.Informer
+	// pulse tells a hung API server from a quiet cluster; nil when the
+	// informers are given (no client to ask).
+	pulse *Pulse
 	// podsHandled says when the index and OnPod's handlers have been
 	// handed every pod of the first list.
 	podsHandled cache.ResourceEventHandlerRegistration
@@ -231,6 +234,17 @@ func (w *ClusterWatch) Start(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("kube: watching nodes: %w", err)
 	}
+	if w.Client != nil {
+		t.pulse = &Pulse{Client: w.Client, Now: w.Now, Heard: func() time.Time {
+			p, n := t.pods.Heard(), t.nodes.Heard()
+			if n.After(p) {
+				return n
+			}
+			return p
+		}}
+		t.pulse.OnChange(w.poke)
+		t.pulse.Start(ctx)
+	}
 	w.mu.Lock()
 	w.term = t
 	w.mu.Unlock()
@@ -255,10 +269,13 @@ func (w *ClusterWatch) Ready(now time.Time) error {
 	return t.ready(now)
 }
 
-// ready is Ready for one term: both informers ready, and every pod listed
-// in the index.
+// ready is Ready for one term: both informers ready, the API server heard
+// from within the pulse's bound, and every pod listed in the index.
 func (t *clusterTerm) ready(now time.Time) error {
 	err := errors.Join(t.pods.Ready(now), t.nodes.Ready(now))
+	if t.pulse != nil && err == nil {
+		err = t.pulse.Ready(now)
+	}
 	if err == nil && !t.podsHandled.HasSynced() {
 		err = errors.New("pods: listed, not all indexed yet")
 	}

@@ -55,6 +55,11 @@ type InformerOptions struct {
 	// means the watch is stuck without having returned an error. Default
 	// 2m30s: one bookmark may be late or lost.
 	Silence time.Duration
+	// Pulse is how often the API server must be heard from: when no watch
+	// has heard from it that long, it is asked GET /readyz (Pulse), and
+	// the caches are not trusted once it has been silent twice that long.
+	// DefaultPulse when zero; negative never asks.
+	Pulse time.Duration
 	// Node, when set, watches what kube-proxy on that node watches, and
 	// the node's own pods: every Service, EndpointSlice and ServiceCIDR,
 	// the Node called Node (field selector metadata.name) and the pods
@@ -88,6 +93,10 @@ type Informers struct {
 	// first seen listed for its pod (snapshot.Endpoint.Since).
 	since *endpointSince
 
+	// pulse tells a hung API server from a quiet cluster; nil when
+	// InformerOptions.Pulse is negative.
+	pulse *Pulse
+
 	// changes, once OnChange is called, gathers what changed.
 	tracking atomic.Bool
 	chMu     sync.Mutex
@@ -114,6 +123,9 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 	}
 	if opts.Node != "" {
 		i.since = &endpointSince{}
+	}
+	if opts.Pulse >= 0 {
+		i.pulse = &Pulse{Client: client, Interval: opts.Pulse, Now: opts.Now, Heard: i.heard}
 	}
 	core, disc, netw := client.CoreV1(), client.DiscoveryV1(), client.NetworkingV1()
 	for _, w := range []struct {
@@ -226,8 +238,22 @@ func (i *Informers) Start(ctx context.Context) {
 		for _, w := range i.watched {
 			go w.Run(ctx)
 		}
+		if i.pulse != nil {
+			i.pulse.Start(ctx)
+		}
 		i.started.Store(true)
 	})
+}
+
+// heard is when a watch last heard from the API server.
+func (i *Informers) heard() time.Time {
+	var last time.Time
+	for _, w := range i.watched {
+		if h := w.Heard(); h.After(last) {
+			last = h
+		}
+	}
+	return last
 }
 
 // WaitForSync waits until every informer has listed its resource. It
@@ -291,6 +317,11 @@ type Changes struct {
 // TakeChanges returns. fn must not block.
 func (i *Informers) OnChange(fn func()) error {
 	i.tracking.Store(true)
+	if i.pulse != nil {
+		// The API server falling silent, or answering again, changes
+		// what may be trusted.
+		i.pulse.OnChange(fn)
+	}
 	for _, w := range i.watched {
 		resource := w.Resource
 		h := cache.ResourceEventHandlerFuncs{
@@ -351,9 +382,11 @@ func (i *Informers) TakeChanges() Changes {
 
 // Stale returns an error when an informer has not synced, its last list or
 // watch failed and no list or watch has succeeded since (reflectors retry
-// at least every 30 seconds while the API server is unreachable), or it
+// at least every 30 seconds while the API server is unreachable), it
 // has heard nothing from the API server for longer than the silence
-// allowed (a watch stuck without an error). Nil means the caches may be
+// allowed (a watch stuck without an error), or the server has answered
+// neither a watch nor a pulse for twice the pulse's interval (a hung
+// server). Nil means the caches may be
 // trusted. The error names each resource and the cause.
 func (i *Informers) Stale(now time.Time) error {
 	var bad []string
@@ -368,6 +401,11 @@ func (i *Informers) Stale(now time.Time) error {
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("informer caches not current: %s", strings.Join(bad, "; "))
+	}
+	if i.pulse != nil {
+		if err := i.pulse.Ready(now); err != nil {
+			return fmt.Errorf("informer caches not current: %w", err)
+		}
 	}
 	return nil
 }
