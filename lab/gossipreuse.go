@@ -167,6 +167,14 @@ const (
 	gossipPollGap = 50 * time.Millisecond
 )
 
+// gossipPatience is how long the lab waits for a member's answer or for
+// its lists to show what an act waits for: every such wait ends in
+// seconds, or in a fraction of one, and a busy machine may stretch it
+// tenfold, so only a hang reaches this. How long each wait took is on the
+// timeline and in the result, where the acts' timings are compared with
+// the settings that give them, not held to a bound.
+const gossipPatience = 2 * time.Minute
+
 // GossipReuse plays seed 000 with real memberlist members and real Serf
 // agents on addresses of 127.0.0.0/8: a member's pod goes, Kubernetes
 // gives its address to another pod, and ghostwatch's gossip rules judge
@@ -243,12 +251,11 @@ func (g *gossipLab) ipNameTaken() error {
 	if _, err := g.scan("before"); err != nil {
 		return err
 	}
-	limit := gossip.TimingOf(a.ml.Config, 3).SuspectMax + 10*time.Second
 	incBefore, err := g.incarnation(g.nodes[0], a.name)
 	if err != nil {
 		return err
 	}
-	if _, err := g.crash(a, limit); err != nil {
+	if _, err := g.crash(a); err != nil {
 		return err
 	}
 	p := g.newPod(gossipNS, "cache-4", g.act.Addr, "worker-3")
@@ -259,7 +266,7 @@ func (g *gossipLab) ipNameTaken() error {
 	if err != nil {
 		return err
 	}
-	took, err := g.waitLists(a.name+" alive again in every surviving list", limit, g.nodes[:2], []string{a.name}, func(v *snapshot.GossipView) bool {
+	took, err := g.waitLists(a.name+" alive again in every surviving list", g.nodes[:2], []string{a.name}, func(v *snapshot.GossipView) bool {
 		return status(v, a.name) == snapshot.MemberAlive
 	})
 	if err != nil {
@@ -271,7 +278,7 @@ func (g *gossipLab) ipNameTaken() error {
 	if err != nil {
 		return err
 	}
-	refuted, err := g.waitLog(b, "the new member's refutation", 5*time.Second, "Refuting a")
+	refuted, err := g.waitLog(b, "the new member's refutation", "Refuting a")
 	if err != nil {
 		return err
 	}
@@ -296,8 +303,7 @@ func (g *gossipLab) ipNameNew() error {
 	if err != nil {
 		return err
 	}
-	timing := gossip.TimingOf(a.ml.Config, 3)
-	crashed, err := g.crash(a, timing.SuspectMax+10*time.Second)
+	crashed, err := g.crash(a)
 	if err != nil {
 		return err
 	}
@@ -311,7 +317,7 @@ func (g *gossipLab) ipNameNew() error {
 	if err != nil {
 		return err
 	}
-	took, err := g.waitLists(b.name+" alive in every surviving list", 10*time.Second, g.nodes[:2], []string{a.name, b.name}, func(v *snapshot.GossipView) bool {
+	took, err := g.waitLists(b.name+" alive in every surviving list", g.nodes[:2], []string{a.name, b.name}, func(v *snapshot.GossipView) bool {
 		return status(v, b.name) == snapshot.MemberAlive
 	})
 	if err != nil {
@@ -322,7 +328,7 @@ func (g *gossipLab) ipNameNew() error {
 	if _, err := g.scan("ghost"); err != nil {
 		return err
 	}
-	if err := g.waitForgotten(a, crashed, timing.DeadMax+10*time.Second); err != nil {
+	if err := g.waitForgotten(a, crashed); err != nil {
 		return err
 	}
 	g.tl.logf("cluster", "%s forgotten %.1fs after it died (GossipToTheDeadTime %s here, then a probe round; %s with DefaultLANConfig)",
@@ -367,7 +373,7 @@ func (g *gossipLab) serfForceLeave() error {
 	if _, err := g.scan("before"); err != nil {
 		return err
 	}
-	if _, err := g.crash(a, 10*time.Second); err != nil {
+	if _, err := g.crash(a); err != nil {
 		return err
 	}
 	b, err := g.reissue(a, g.newPod(gossipNS, "cache-4", g.act.Addr, "worker-3"), func(p snapshot.Pod, port int) (*gossipNode, error) {
@@ -377,7 +383,7 @@ func (g *gossipLab) serfForceLeave() error {
 		return err
 	}
 	joined := time.Now()
-	took, err := g.waitLists(b.name+" alive in every surviving list", 10*time.Second, g.nodes[:2], []string{a.name, b.name}, func(v *snapshot.GossipView) bool {
+	took, err := g.waitLists(b.name+" alive in every surviving list", g.nodes[:2], []string{a.name, b.name}, func(v *snapshot.GossipView) bool {
 		return status(v, b.name) == snapshot.MemberAlive
 	})
 	if err != nil {
@@ -398,7 +404,7 @@ func (g *gossipLab) serfForceLeave() error {
 			withheld = why
 		}
 	}
-	lines, err := g.waitLog(survivor, "reconnects to "+a.name, 10*time.Second, reconnect)
+	lines, err := g.waitLog(survivor, "reconnects to "+a.name, reconnect)
 	if err != nil {
 		return err
 	}
@@ -411,7 +417,7 @@ func (g *gossipLab) serfForceLeave() error {
 		g.tl.logf("ghostwatch", "names the command (serf force-leave -prune %s) but would not force it out by itself: %s", a.name, withheld)
 	}
 	g.tl.logf("operator", "%s's pod is gone (the lab killed it): serf force-leave -prune %s through %s's RPC (ghostwatch's Serf.ForceLeave)", a.name, a.name, survivor.pod.Name)
-	if err := g.forceOut(a, (&sourcegossip.Serf{Addr: survivor.serf.RPC, Timeout: 5 * time.Second}).ForceLeave); err != nil {
+	if err := g.forceOut(a, (&sourcegossip.Serf{Addr: survivor.serf.RPC, Timeout: gossipPatience}).ForceLeave); err != nil {
 		return err
 	}
 	g.tl.logf("fix", "force-leave -prune removes the ghost at once; without -prune the member is listed left for TombstoneTimeout (%s), still sharing the address", fmtDuration(def.TombstoneTimeout))
@@ -457,7 +463,7 @@ func (g *gossipLab) consulForceLeave() error {
 	if _, err := g.scan("before"); err != nil {
 		return err
 	}
-	if _, err := g.crash(a, 30*time.Second); err != nil {
+	if _, err := g.crash(a); err != nil {
 		return err
 	}
 	b, err := g.reissue(a, g.newPod(gossipNS, "consul-3", g.act.Addr, "worker-3"), func(p snapshot.Pod, _ int) (*gossipNode, error) {
@@ -466,7 +472,7 @@ func (g *gossipLab) consulForceLeave() error {
 	if err != nil {
 		return err
 	}
-	if _, err := g.waitLists(b.name+" alive in every surviving list", 30*time.Second, g.nodes[:2], []string{a.name, b.name}, func(v *snapshot.GossipView) bool {
+	if _, err := g.waitLists(b.name+" alive in every surviving list", g.nodes[:2], []string{a.name, b.name}, func(v *snapshot.GossipView) bool {
 		return status(v, b.name) == snapshot.MemberAlive
 	}); err != nil {
 		return err
@@ -484,13 +490,13 @@ func (g *gossipLab) consulForceLeave() error {
 // long that took, and scans again ("force-left").
 func (g *gossipLab) forceOut(a *gossipNode, leave func(context.Context, string) error) error {
 	forced := time.Now()
-	ctx, cancel := context.WithTimeout(g.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(g.ctx, gossipPatience)
 	err := leave(ctx, a.name)
 	cancel()
 	if err != nil {
 		return err
 	}
-	if _, err := g.waitLists(a.name+" pruned from every surviving list", 10*time.Second, g.nodes[:2], []string{a.name}, func(v *snapshot.GossipView) bool {
+	if _, err := g.waitLists(a.name+" pruned from every surviving list", g.nodes[:2], []string{a.name}, func(v *snapshot.GossipView) bool {
 		return status(v, a.name) == ""
 	}); err != nil {
 		return err
@@ -513,7 +519,6 @@ func (g *gossipLab) podIdentityLeave() error {
 	if _, err := g.scan("before"); err != nil {
 		return err
 	}
-	timing := gossip.TimingOf(a.ml.Config, 3)
 	sigterm := time.Now()
 	g.tl.logf("kubelet", "pod %s/%s is deleted (a rollout, a scale-down): the kubelet sends its process SIGTERM", a.pod.Namespace, a.pod.Name)
 	a.sigterm()
@@ -528,12 +533,24 @@ func (g *gossipLab) podIdentityLeave() error {
 	}
 	g.tl.logf(a.pod.Name, "gossip.LeaveOnDone returned after %s: the leave broadcast went out, then memberlist shut down; the process exits", leave.Round(time.Millisecond))
 	g.deletePod(a.pod, "its process exited")
-	if _, err := g.waitLists(a.name+" left in every surviving list", 10*time.Second, g.nodes[:2], []string{a.name}, func(v *snapshot.GossipView) bool {
+	if _, err := g.waitLists(a.name+" left in every surviving list", g.nodes[:2], []string{a.name}, func(v *snapshot.GossipView) bool {
 		return status(v, a.name) == snapshot.MemberLeft
 	}); err != nil {
 		return err
 	}
 	g.act.Measured["left"] = time.Since(sigterm).Seconds()
+	// What the act shows is that a member listed left is never probed:
+	// suspicions logged before every survivor listed it left are not
+	// counted (on a busy machine a probe may miss its timeout at any
+	// time, and one may be under way when the leave arrives).
+	suspicions := func() int {
+		n := 0
+		for _, s := range g.nodes[:2] {
+			n += len(s.logLines("Suspect "+a.name)) + len(s.logLines("Marking "+a.name))
+		}
+		return n
+	}
+	suspectedBefore := suspicions()
 	b, err := g.reissue(a, g.newPod(gossipNS, "cache-4", g.act.Addr, "worker-3"), func(p snapshot.Pod, port int) (*gossipNode, error) {
 		name, err := uidName(p)
 		if err != nil {
@@ -544,7 +561,7 @@ func (g *gossipLab) podIdentityLeave() error {
 	if err != nil {
 		return err
 	}
-	took, err := g.waitLists(b.name+" alive in every surviving list", 10*time.Second, g.nodes[:2], []string{a.name, b.name}, func(v *snapshot.GossipView) bool {
+	took, err := g.waitLists(b.name+" alive in every surviving list", g.nodes[:2], []string{a.name, b.name}, func(v *snapshot.GossipView) bool {
 		return status(v, b.name) == snapshot.MemberAlive
 	})
 	if err != nil {
@@ -557,22 +574,18 @@ func (g *gossipLab) podIdentityLeave() error {
 		g.tl.logf("ghostwatch", "info, not a ghost: memberlist neither probes nor gossips to a left member (state.go probeNode and gossip), and forgets it after GossipToTheDeadTime (%s here, %s in the preset)",
 			fmtDuration(a.ml.Config.GossipToTheDeadTime), fmtDuration(gossip.DefaultPodConfig("x", "").GossipToTheDeadTime))
 	}
-	if err := g.waitForgotten(a, sigterm, timing.DeadMax+10*time.Second); err != nil {
+	if err := g.waitForgotten(a, sigterm); err != nil {
 		return err
 	}
 	g.tl.logf("cluster", "%s forgotten %.1fs after SIGTERM (GossipToTheDeadTime %s here, %s in the preset)", a.name, g.act.Measured["forgotten"], fmtDuration(a.ml.Config.GossipToTheDeadTime), fmtDuration(gossip.DefaultPodConfig("x", "").GossipToTheDeadTime))
 	if _, err := g.scan("forgotten"); err != nil {
 		return err
 	}
-	suspected := 0
-	for _, s := range g.nodes[:2] {
-		suspected += len(s.logLines("Suspect " + a.name))
-		suspected += len(s.logLines("Marking " + a.name))
-	}
+	suspected := suspicions() - suspectedBefore
 	pings := len(b.logLines("Got ping for unexpected node", a.name))
-	g.act.Counts["suspicions_of_old_member"] = suspected
+	g.act.Counts["suspicions_of_left_member"] = suspected
 	g.act.Counts["pings_for_old_member_at_new_pod"] = pings
-	g.tl.logf("cluster", "the surviving members logged %d suspicions of %s; %s got %d pings meant for it", suspected, a.name, b.name, pings)
+	g.tl.logf("cluster", "once they listed it left, the surviving members logged %d suspicions of %s; %s got %d pings meant for it", suspected, a.name, b.name, pings)
 	g.tl.logf("fix", "this is the fix: a left member is never probed, and the new pod's member is another identity from the start; a crash still leaves a dead member for GossipToTheDeadTime (acts 1b and 4)")
 	return nil
 }
@@ -593,8 +606,7 @@ func (g *gossipLab) foreign(labelled bool) error {
 	if err != nil {
 		return err
 	}
-	timing := gossip.TimingOf(a.ml.Config, 3)
-	crashed, err := g.crash(a, timing.SuspectMax+10*time.Second)
+	crashed, err := g.crash(a)
 	if err != nil {
 		return err
 	}
@@ -624,7 +636,7 @@ func (g *gossipLab) foreign(labelled bool) error {
 		if jerr != nil {
 			return fmt.Errorf("%s's reconnect to %s: %w", s.name, a.gossipAddr(), jerr)
 		}
-		if _, err := g.waitLists("the two clusters merged in every list", 10*time.Second, g.live(), []string{f.name}, func(v *snapshot.GossipView) bool {
+		if _, err := g.waitLists("the two clusters merged in every list", g.live(), []string{f.name}, func(v *snapshot.GossipView) bool {
 			for _, n := range g.live() {
 				if status(v, n.name) != snapshot.MemberAlive {
 					return false
@@ -642,7 +654,7 @@ func (g *gossipLab) foreign(labelled bool) error {
 		if jerr == nil {
 			g.tl.logf("cluster", "the label did not keep %s out", f.name)
 		} else {
-			lines, err := g.waitLog(f, "the foreign member's refusal", 5*time.Second, "discarding stream with unacceptable label")
+			lines, err := g.waitLog(f, "the foreign member's refusal", "discarding stream with unacceptable label")
 			if err != nil {
 				return err
 			}
@@ -652,7 +664,7 @@ func (g *gossipLab) foreign(labelled bool) error {
 			return err
 		}
 	}
-	if err := g.waitForgotten(a, crashed, timing.DeadMax+10*time.Second); err != nil {
+	if err := g.waitForgotten(a, crashed); err != nil {
 		return err
 	}
 	g.tl.logf("cluster", "%s forgotten %.1fs after it died", a.name, g.act.Measured["forgotten"])

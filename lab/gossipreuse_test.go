@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
+
 	"github.com/ghostwatch/ghostwatch/finding"
 	"github.com/ghostwatch/ghostwatch/internal/consultest"
+	"github.com/ghostwatch/ghostwatch/internal/memberlisttest"
 	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -54,9 +57,10 @@ func TestGossipReuseScenario(t *testing.T) {
 	if !slices.Equal(ids, want) {
 		t.Fatalf("acts %v, want %v", ids, want)
 	}
-	if res.Seconds <= 0 || res.Seconds > 90 {
-		t.Errorf("the lab took %.1fs, want well under a minute and a half", res.Seconds)
+	if res.Seconds <= 0 {
+		t.Errorf("the lab took %.1fs", res.Seconds)
 	}
+	actsInOrder(t, res)
 
 	// 1a: the new pod's member takes the dead one's name: one member at
 	// the address, alive; only gossip-ip-identity warns.
@@ -64,7 +68,7 @@ func TestGossipReuseScenario(t *testing.T) {
 	if a.Old != "node-127-0-0-113" || a.New != a.Old {
 		t.Errorf("1a: old %q, new %q; want both node-127-0-0-113", a.Old, a.New)
 	}
-	if !slices.Equal(a.OldStates, []string{"alive", "suspect", "dead", "alive"}) && !slices.Equal(a.OldStates, []string{"alive", "dead", "alive"}) {
+	if !slices.Equal(phases(a.OldStates), []string{"alive", "dead", "alive"}) {
 		t.Errorf("1a: the old name went through %v, want alive, (suspect,) dead, alive again", a.OldStates)
 	}
 	taken := scanOf(t, a, "taken")
@@ -141,7 +145,7 @@ func TestGossipReuseScenario(t *testing.T) {
 	if !strings.HasPrefix(a.Old, "cache-3-") || !strings.HasPrefix(a.New, "cache-4-") || len(a.Old) != len("cache-3-")+36 {
 		t.Errorf("3: old %q, new %q; want $POD_NAME-$POD_UID", a.Old, a.New)
 	}
-	if !slices.Equal(a.OldStates, []string{"alive", "left", "forgotten"}) {
+	if !slices.Equal(phases(a.OldStates), []string{"alive", "left", "forgotten"}) {
 		t.Errorf("3: the old member went through %v, want alive, left, forgotten", a.OldStates)
 	}
 	for _, sc := range a.Scans {
@@ -154,8 +158,8 @@ func TestGossipReuseScenario(t *testing.T) {
 	if fs := scanOf(t, a, "forgotten").Findings; len(fs) != 0 {
 		t.Errorf("3: at the end: %v", rulesOf(fs))
 	}
-	if a.Counts["suspicions_of_old_member"] != 0 || a.Counts["pings_for_old_member_at_new_pod"] != 0 {
-		t.Errorf("3: %v, want no suspicion and no ping for the member that left", a.Counts)
+	if a.Counts["suspicions_of_left_member"] != 0 || a.Counts["pings_for_old_member_at_new_pod"] != 0 {
+		t.Errorf("3: %v, want no suspicion of the member once listed left, and no ping for it", a.Counts)
 	}
 
 	// 4a: without labels the foreign pod's member joins, and stays: a
@@ -207,6 +211,58 @@ func TestGossipReuseScenario(t *testing.T) {
 			t.Errorf("the timeline lacks %q", want)
 		}
 	}
+}
+
+// actsInOrder checks that each act's events came in the order the gossip
+// protocols give them, however long a busy machine made each take: an
+// act's scans one after the other within it; a crashed member suspect
+// before it is dead; a member forgotten after it was dead, and no sooner
+// than GossipToTheDeadTime after its pod went (memberlist keeps a dead or
+// left member that long at least). Timings are lower bounds and orders
+// here, never upper bounds: load only makes them later.
+func actsInOrder(t *testing.T, res *GossipReuseResult) {
+	t.Helper()
+	c := memberlist.DefaultLANConfig()
+	memberlisttest.Shorten(c)
+	toTheDead := c.GossipToTheDeadTime.Seconds()
+	for _, a := range res.Acts {
+		at := a.Started
+		for _, sc := range a.Scans {
+			if sc.At < at {
+				t.Errorf("%s: scan %q at %.2fs, before the act's previous event at %.2fs", a.Num, sc.Step, sc.At, at)
+			}
+			at = sc.At
+		}
+		if a.Ended < at {
+			t.Errorf("%s: ended at %.2fs, before its last scan at %.2fs", a.Num, a.Ended, at)
+		}
+		m := a.Measured
+		gone, isGone := m["dead"]
+		if !isGone {
+			gone, isGone = m["failed"]
+		}
+		if suspect, ok := m["suspect"]; ok && isGone && suspect > gone {
+			t.Errorf("%s: the old member suspect %.2fs after its pod went, after it was listed gone (%.2fs)", a.Num, suspect, gone)
+		}
+		forgotten, ok := m["forgotten"]
+		if !ok {
+			continue
+		}
+		if isGone && forgotten < gone {
+			t.Errorf("%s: the old member forgotten %.2fs after its pod went, before it was listed gone (%.2fs)", a.Num, forgotten, gone)
+		}
+		if forgotten < toTheDead {
+			t.Errorf("%s: the old member forgotten %.2fs after its pod went, sooner than GossipToTheDeadTime (%.0fs)", a.Num, forgotten, toTheDead)
+		}
+	}
+}
+
+// phases are the states a member went through, suspicions left out: a
+// crashed member is suspect on its way to dead, and on a busy machine a
+// live one may miss an ack and be suspect until it refutes.
+func phases(states []string) []string {
+	out := slices.DeleteFunc(slices.Clone(states), func(s string) bool { return s == snapshot.MemberSuspect })
+	return slices.Compact(out)
 }
 
 func scanOf(t *testing.T, a *GossipAct, step string) *GossipScan {
