@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/agent"
 	"github.com/ghostwatch/ghostwatch/internal/cmdline"
+	"github.com/ghostwatch/ghostwatch/internal/kubeauth"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
 	"github.com/ghostwatch/ghostwatch/sink"
@@ -190,7 +192,7 @@ and nothing else; it exits with status 2 when it lacks it.`,
 	f.IntVar(&o.maxPerBackend, "max-flows-per-backend", remedy.DefaultMaxPerGroup, "refuse a ghost IP with more flows due than this: a sanity bound on one node's connections to one backend")
 	f.DurationVar(&o.auditInterval, "audit-interval", 2*time.Minute, "period of the full audit of the conntrack table that catches what events missed")
 	f.StringVar(&o.listen, "listen", fmt.Sprintf(":%d", AgentPort), "address serving /metrics, /healthz and /readyz (empty: none)")
-	f.StringVar(&o.addressListen, "address-listen", fmt.Sprintf("127.0.0.1:%d", AgentAddressPort), "address serving what this node's conntrack table holds for one address, read afresh, to `ghostwatch ip`; keep it on the loopback, where only a port-forward the API server authorizes reaches it (empty: none)")
+	f.StringVar(&o.addressListen, "address-listen", fmt.Sprintf("127.0.0.1:%d", AgentAddressPort), "address serving what this node's conntrack table holds for one address, read afresh, to `ghostwatch ip`; keep it on the loopback. Only a caller the cluster authorizes is answered: a bearer token bound to audience "+kubeauth.Audience+" (TokenReview) of an identity allowed to get nodes/flows in group "+kubeauth.Group+" (SubjectAccessReview), at most "+strconv.Itoa(kubeauth.DefaultMaxInFlight)+" requests at once (empty: none)")
 	f.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.DurationVar(&o.clockSkew, "clock-skew", 2*time.Second, "how far the node clock may be ahead of the API server's when proving a flow predates a pod")
@@ -371,17 +373,20 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 		return cmdline.WithCode(ExitError, err)
 	}
 	if o.addressListen != "" {
+		// Any local user reaches a loopback port of the node: only callers
+		// the cluster authorizes are answered, a few at a time.
+		guard := &kubeauth.Guard{Client: client, Node: node, Log: log}
 		mux := http.NewServeMux()
-		mux.Handle(conntrack.AddressPath, conntrack.AddressHandler(node, func() (conntrack.Table, func(), error) {
+		mux.Handle(conntrack.AddressPath, guard.Protect(kubeauth.Flows, conntrack.AddressHandler(node, func() (conntrack.Table, func(), error) {
 			// A connection of its own: the agent's is busy with its dumps.
 			c, err := conntrack.Open()
 			if err != nil {
 				return nil, nil, err
 			}
 			return c, func() { c.Close() }, nil
-		}, time.Now))
-		mux.Handle(sink.FindingsPath, sink.FindingsHandler(a.At))
-		mux.Handle(hostlocal.AddressPath, hostlocal.AddressHandler(node, o.hostRoot))
+		}, time.Now)))
+		mux.Handle(sink.FindingsPath, guard.Protect(kubeauth.Findings, sink.FindingsHandler(a.At)))
+		mux.Handle(hostlocal.AddressPath, guard.Protect(kubeauth.HostLocal, hostlocal.AddressHandler(node, o.hostRoot)))
 		stopAddress, err := serveHTTP(o.addressListen, mux, log)
 		if err != nil {
 			stopServing()

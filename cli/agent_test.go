@@ -100,21 +100,23 @@ func TestAgentOnlyNetAdminAndSIGTERM(t *testing.T) {
 	}()
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 
-	addr := ""
+	// Where it serves /metrics and the probes, then what its node holds.
+	var addrs []string
 	deadline := time.After(30 * time.Second)
-	for addr == "" {
+	for len(addrs) < 2 {
 		select {
 		case m, ok := <-lines:
 			if !ok {
 				t.Fatalf("agent exited early: %s", logs.String())
 			}
 			if a, ok := m["address"].(string); ok {
-				addr = a
+				addrs = append(addrs, a)
 			}
 		case <-deadline:
 			t.Fatal("the agent never said where it serves")
 		}
 	}
+	addr, addressAddr := addrs[0], addrs[1]
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + addr + path)
 		if err != nil {
@@ -134,6 +136,31 @@ func TestAgentOnlyNetAdminAndSIGTERM(t *testing.T) {
 	}
 	if _, body := get("/metrics"); !strings.Contains(body, `ghostwatch_degraded{reason="cache-stale"} 1`) {
 		t.Errorf("/metrics does not say the agent is degraded:\n%s", body)
+	}
+	// What the node's table holds is for no local user: without a token,
+	// no flow and no question to the API server; with a token the API
+	// server cannot check, no flow either.
+	for _, c := range []struct {
+		token string
+		code  int
+		want  string
+	}{
+		{"", http.StatusUnauthorized, "no bearer token"},
+		{"x", http.StatusServiceUnavailable, "the token cannot be checked"},
+	} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addressAddr+"/v1/flows/10.244.1.5", nil)
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.code || !strings.Contains(string(b), c.want) || strings.Contains(string(b), `"flows"`) {
+			t.Errorf("/v1/flows/ with token %q: %d %q; want %d, %q and no flow", c.token, resp.StatusCode, b, c.code, c.want)
+		}
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ghostwatch/ghostwatch/cli"
+	"github.com/ghostwatch/ghostwatch/internal/kubeauth"
 	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/source/kube/fresh"
 	"github.com/ghostwatch/ghostwatch/source/kube/live"
@@ -365,6 +366,10 @@ func TestAgentClusterRoleGrantsExactlyWhatTheAgentUses(t *testing.T) {
 	// The remedies' last re-check.
 	for _, gr := range fresh.QuorumListed() {
 		want[gr.Group+"/"+gr.Resource+"/list"] = true
+	}
+	// Who asks for what its node holds, and whether it may.
+	for _, gr := range kubeauth.Reviews() {
+		want[gr.Group+"/"+gr.Resource+"/create"] = true
 	}
 	got := grants(t, role.Rules)
 	for k := range want {
