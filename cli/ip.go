@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -28,9 +29,11 @@ import (
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/transport/spdy"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ghostwatch/ghostwatch/internal/cmdline"
+	"github.com/ghostwatch/ghostwatch/internal/kubeauth"
 	"github.com/ghostwatch/ghostwatch/internal/redact"
 	"github.com/ghostwatch/ghostwatch/sink"
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -69,6 +72,7 @@ type ipOptions struct {
 	output    string
 	replicaFlags
 	agentSelector string
+	agentReader   string
 	agentPort     int
 	flowsURLs     []string
 	concurrency   int
@@ -98,9 +102,17 @@ through a port-forward to its own loopback, reads its node's conntrack table
 afresh and answers with the flows translated to the address, addressed to it,
 or opened by it (--concurrency at once, all within --timeout).
 
+An agent answers only a caller the cluster authorizes (its node is not a
+trusted place: any local user reaches its loopback): a bearer token bound to
+audience ` + kubeauth.Audience + `, of an identity allowed to get nodes/flows,
+nodes/hostlocal and nodes/findings in group ` + kubeauth.Group + `. ip requests
+such a token of ServiceAccount --agent-reader, valid ` + agentTokenTTL.String() + `, and never
+sends your own credential to a node.
+
 It needs: list on pods (every namespace) and on Calico's ipamblocks, and
-create on pods/portforward in ghostwatch's namespace. The Helm chart's
-ipReader grants exactly that.
+create on pods/portforward and on the reader's serviceaccounts/token in
+ghostwatch's namespace. The Helm chart's ipReader grants exactly that, and
+makes the reader.
 
 Each agent also says what its node's host-local stores hold for the address
 (reserved, for which container, or not). Where the API server serves Calico's
@@ -138,6 +150,7 @@ a node that did not answer is never read as holding no flow).`,
 	o.replicaFlags.addFlags(f)
 	f.StringVar(&o.agentSelector, "agent-selector", "app.kubernetes.io/name=ghostwatch,app.kubernetes.io/component=agent", "the label selector of the agents' pods")
 	f.IntVar(&o.agentPort, "agent-port", AgentAddressPort, "the port where each agent answers for its node's conntrack table (its --address-listen)")
+	f.StringVar(&o.agentReader, "agent-reader", DefaultAgentReader, "the ServiceAccount, in --ghostwatch-namespace, whose token the agents are asked with: ip requests one bound to audience "+kubeauth.Audience+", valid "+agentTokenTTL.String()+", and never sends your own credential to a node")
 	f.StringSliceVar(&o.flowsURLs, "flows-url", nil, "ask these agents (http://HOST:PORT) instead of port-forwarding to every agent's pod")
 	f.IntVar(&o.concurrency, "concurrency", 16, "at most this many replicas and agents asked at once")
 	f.StringVar(&o.bundle, "bundle", "", "tell the story from a bundle ghostwatch collect wrote, offline: nothing live is asked")
@@ -285,18 +298,25 @@ func (o *ipOptions) run(ctx context.Context, streams genericiooptions.IOStreams,
 		slices.SortFunc(answers, func(a, b replicaAnswer) int { return strings.Compare(a.Replica, b.Replica) })
 	})
 	wg.Go(func() {
+		// The agents answer only a caller the cluster authorizes: a token
+		// of the reader's, bound to their audience, goes to them, never
+		// this caller's own credential.
+		token, tokenErr := agentToken(ctx, client, o.namespace, o.agentReader)
 		ask := func(ctx context.Context, base, name string) (nodeFlows, error) {
 			n := nodeFlows{Agent: name}
-			if err := getJSON(ctx, base+conntrack.AddressPath+ip.String(), &n.AtAddress); err != nil {
+			if tokenErr != nil {
+				return nodeFlows{}, tokenErr
+			}
+			if err := getJSONWith(ctx, base+conntrack.AddressPath+ip.String(), token, &n.AtAddress); err != nil {
 				return nodeFlows{}, err
 			}
 			// The node's stores unread leave its flows standing.
 			var hl hostlocal.AtAddress
-			if err := getJSON(ctx, base+hostlocal.AddressPath+ip.String(), &hl); err != nil {
+			if err := getJSONWith(ctx, base+hostlocal.AddressPath+ip.String(), token, &hl); err != nil {
 				n.HostLocalError = err.Error()
 			}
 			n.HostLocal = hl.Networks
-			return n, getJSON(ctx, base+sink.FindingsPath+ip.String(), &n.said)
+			return n, getJSONWith(ctx, base+sink.FindingsPath+ip.String(), token, &n.said)
 		}
 		targets := urlTargets(o.flowsURLs, ask)
 		if len(o.flowsURLs) == 0 {
@@ -443,6 +463,29 @@ func askAll[T any](ctx context.Context, concurrency int, targets []target[T]) ([
 	return answers, missed
 }
 
+// DefaultAgentReader is the ServiceAccount ip asks the agents as: the
+// chart's ipReader makes it (RELEASE-ip-reader, the release being
+// ghostwatch) and grants its subjects a token of it.
+const DefaultAgentReader = "ghostwatch-ip-reader"
+
+// agentTokenTTL is how long a token agentToken requests is valid: the
+// least the API server grants.
+const agentTokenTTL = 10 * time.Minute
+
+// agentToken requests a token of ServiceAccount ns/sa bound to the
+// agents' audience (kubeauth.Audience), valid agentTokenTTL: what an agent
+// takes from a caller, and what is worthless against the API server should
+// a node's port be held by another process than the agent.
+func agentToken(ctx context.Context, client kubernetes.Interface, ns, sa string) (string, error) {
+	tr, err := client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		Audiences: []string{kubeauth.Audience}, ExpirationSeconds: ptr.To(int64(agentTokenTTL / time.Second)),
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("requesting a token of ServiceAccount %s/%s for the agents (audience %s): %w (the chart's ipReader grants create on its serviceaccounts/token; --agent-reader names another)", ns, sa, kubeauth.Audience, err)
+	}
+	return tr.Status.Token, nil
+}
+
 // askHistory asks the history at base (http://HOST:PORT) for ip.
 func askHistory(ctx context.Context, base string, ip netip.Addr) (history.Answer, error) {
 	var a history.Answer
@@ -456,16 +499,26 @@ func askHistory(ctx context.Context, base string, ip netip.Addr) (history.Answer
 }
 
 // getJSON decodes what url answers into v. No credential is sent (a
-// replica's history and an agent's table need none), and no redirect is
-// followed.
+// replica's history needs none), and no redirect is followed.
 func getJSON(ctx context.Context, url string, v any) error {
+	return getJSONWith(ctx, url, "", v)
+}
+
+// getJSONWith is getJSON sending token, when given, as a bearer token: an
+// agent answers only a caller the cluster authorizes, and the token is
+// one bound to the agents' audience (agentToken), never the caller's own
+// credential.
+func getJSONWith(ctx context.Context, url, token string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return redact.Error(fmt.Errorf("%s: %w", redact.Addr(url), errors.Unwrap(err)), url)
 	}
 	// A user and password in the address are not sent: nothing asked
-	// needs a credential.
+	// needs one.
 	req.URL.User = nil
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := c.Do(req)
 	if err != nil {

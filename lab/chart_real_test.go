@@ -185,6 +185,16 @@ func checkChartAccess(t *testing.T, e *realEnv) {
 		{"user:alice", "", "pods/portforward", "shop", "", nil},
 		{"user:alice", "", "pods/exec", "ghostwatch", "", nil},
 		{"user:alice", "", "secrets", "ghostwatch", "", nil},
+		// A token of the reader, and only of it; the reader alone gets
+		// what the agents serve.
+		{"user:alice", "", "serviceaccounts/token", "ghostwatch", "gw-ip-reader", []string{"create"}},
+		{"user:alice", "", "serviceaccounts/token", "ghostwatch", "gw-agent", nil},
+		{"user:alice", "ghostwatch.io", "nodes/flows", "", "node-1", nil},
+		{"gw-ip-reader", "ghostwatch.io", "nodes/flows", "", "node-1", []string{"get"}},
+		{"gw-ip-reader", "ghostwatch.io", "nodes/hostlocal", "", "node-1", []string{"get"}},
+		{"gw-ip-reader", "ghostwatch.io", "nodes/findings", "", "node-1", []string{"get"}},
+		{"gw-ip-reader", "", "pods", "", "", nil},
+		{"gw-agent", "ghostwatch.io", "nodes/flows", "", "node-1", nil},
 		// A user bound to the chart's collector: what `ghostwatch collect` needs.
 		{"user:bob", "", "services", "", "", []string{"list"}},
 		{"user:bob", "discovery.k8s.io", "endpointslices", "", "", []string{"list"}},
@@ -199,6 +209,8 @@ func checkChartAccess(t *testing.T, e *realEnv) {
 		{"gw-agent", "networking.k8s.io", "servicecidrs", "", "", []string{"list", "watch"}},
 		{"gw-agent", "networking.k8s.io", "ipaddresses", "", "", []string{"list"}},
 		{"gw-agent", "", "events", "default", "", []string{"create", "patch"}},
+		{"gw-agent", "authentication.k8s.io", "tokenreviews", "", "", []string{"create"}},
+		{"gw-agent", "authorization.k8s.io", "subjectaccessreviews", "", "", []string{"create"}},
 		{"gw-agent", "", "secrets", "shop", "ghostwatch-consul", nil},
 		{"gw-agent", "", "configmaps", "ghostwatch", "", nil},
 		{"gw-agent", "", "serviceaccounts", "ghostwatch", "gw-agent", nil},

@@ -35,6 +35,8 @@ func TestRealIPTimelineSurvivesTheLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.installController(t)
+	// The reader the agents answer, whose token ip requests.
+	installIPReader(t, e)
 	a := e.controllerReplica(t, "controller-a")
 	b := e.controllerReplica(t, "controller-b")
 	// The agent of node-1, report only, its files under a root of their
