@@ -183,7 +183,7 @@ fails, or the API server has not answered for 10s).`,
 	f.StringSliceVar(&o.remedies, "remedy", nil, "remedies to turn on: "+strings.Join(ids, ", ")+" (default none: report only)")
 	f.BoolVar(&o.dryRun, "dry-run", false, "with --remedy, say what would be done (Events and metrics) and do nothing")
 	f.DurationVar(&o.grace, "grace", defaultControllerGrace, "how long a finding must hold in every pass before a remedy acts on it")
-	f.IntVar(&o.budget, "budget", 5, "at most this many ghost IPs acted on per --budget-interval; a larger batch is refused whole")
+	f.IntVar(&o.budget, "budget", 5, "at most this many ghost IPs acted on per --budget-interval, by all replicas together (kept on the Lease <lease-name>-budget, so a failover or restart does not reset it); a larger batch is refused whole")
 	f.DurationVar(&o.budgetInterval, "budget-interval", 10*time.Minute, "the sliding window --budget applies to")
 	return cmd
 }
@@ -205,6 +205,8 @@ func (o *controllerOptions) validate(rules []rule.Rule) error {
 		return fmt.Errorf("--gossip-interval %s: must be at least 1s", o.gossipInterval)
 	case o.budget < 1:
 		return fmt.Errorf("--budget %d: must be at least 1 (turn the remedy off with no --remedy instead)", o.budget)
+	case o.budget > controller.MaxBudget:
+		return fmt.Errorf("--budget %d: at most %d (the cluster-wide budget's spending is kept on a Lease)", o.budget, controller.MaxBudget)
 	case o.budgetInterval <= 0:
 		return fmt.Errorf("--budget-interval %s: must be positive", o.budgetInterval)
 	case o.historyEnded < 1:
@@ -261,7 +263,10 @@ func (o *controllerOptions) run(ctx context.Context, streams genericiooptions.IO
 	sources, clusters := controllerSources(client, dyn, apiClock.Clock, o.gossipInterval, decls, log)
 	var rems []*remedy.Remedy
 	if len(o.remedies) > 0 {
-		st := remedy.Settings{Grace: o.grace, DryRun: o.dryRun, Budget: o.budget, BudgetInterval: o.budgetInterval}
+		st := remedy.Settings{Grace: o.grace, DryRun: o.dryRun, Budget: o.budget, BudgetInterval: o.budgetInterval,
+			// Kept where every replica reads it: a failover or restart
+			// does not hand out a fresh budget.
+			BudgetStore: &controller.LeaseBudget{Client: client, Namespace: ns, Name: o.leaseName + "-budget", APIClock: apiClock.Clock}}
 		if rems, err = remedy.Build(rules, o.remedies, st, &remedy.Members{Clusters: clusters}); err != nil {
 			return cmdline.WithCode(ExitError, err)
 		}

@@ -232,7 +232,15 @@ func (r *Remedy) Apply(ctx context.Context, s *snapshot.Snapshot, fs []finding.F
 		admitted = append(admitted, g)
 	}
 	if !r.DryRun && len(admitted) > 0 {
-		left := r.Budget.remaining(t)
+		left, err := r.Budget.remaining(ctx, t)
+		if err != nil {
+			for _, g := range admitted {
+				for _, i := range groups[g] {
+					actions[i].Result, actions[i].Reason = Refused, err.Error()+": nothing acted on"
+				}
+			}
+			return actions, fmt.Errorf("%s: %w: nothing acted on", r.ID(), err)
+		}
 		if len(admitted) > left {
 			err := &BudgetError{Remedy: r.ID(), Due: len(admitted), Remaining: left}
 			if r.Budget != nil {
@@ -311,7 +319,13 @@ func (r *Remedy) actOnGroup(ctx context.Context, t time.Time, actions []Action, 
 		}
 		return
 	}
-	if !r.Budget.take(t) {
+	switch ok, err := r.Budget.take(ctx, t); {
+	case err != nil:
+		for _, i := range act {
+			refuse(i, err.Error()+": nothing acted on")
+		}
+		return
+	case !ok:
 		for _, i := range act {
 			refuse(i, "budget exhausted")
 		}
@@ -416,6 +430,10 @@ type Settings struct {
 	BudgetInterval time.Duration
 	// MaxPerGroup caps the targets of one group; 0 means no cap.
 	MaxPerGroup int
+	// BudgetStore, when set, keeps each remedy's budget where every
+	// replica reads it (under the remedy's ID); nil keeps it in the
+	// process.
+	BudgetStore BudgetStore
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -443,7 +461,7 @@ func Build(rules []rule.Rule, ids []string, st Settings, actuators ...Actuator) 
 		}
 		out = append(out, &Remedy{
 			Rule: info, Grace: st.Grace, DryRun: st.DryRun,
-			Budget:      &Budget{Max: st.Budget, Interval: st.BudgetInterval},
+			Budget:      &Budget{Max: st.Budget, Interval: st.BudgetInterval, Store: st.BudgetStore, Key: id},
 			MaxPerGroup: st.MaxPerGroup, Actuator: act, Now: st.Now,
 		})
 	}
