@@ -20,7 +20,7 @@ func TestLeaveOnDone(t *testing.T) {
 	b.join(t, a)
 	c.join(t, a)
 	for _, n := range []*testNode{a, b} {
-		poll.UntilNoted(t, 10*time.Second, "cache-c alive in "+n.name+"'s list", stateOf(t, n, "cache-c", StateAlive))
+		poll.UntilNoted(t, poll.Patience, "cache-c alive in "+n.name+"'s list", stateOf(t, n, "cache-c", StateAlive))
 	}
 
 	ctx, stop := context.WithCancel(context.Background())
@@ -31,34 +31,38 @@ func TestLeaveOnDone(t *testing.T) {
 		t.Fatalf("LeaveOnDone returned %v before its context was done", err)
 	case <-time.After(50 * time.Millisecond):
 	}
+	// On a busy machine a live member may miss an ack, be declared dead
+	// and refute it: only what the others log once it leaves counts.
+	failedBefore := map[string]int{}
+	for _, n := range []*testNode{a, b} {
+		failedBefore[n.name] = len(n.log.Lines("Marking cache-c as failed"))
+	}
 	stopped := time.Now()
 	stop() // SIGTERM
+	// No error says the broadcast went out within the timeout: past it,
+	// LeaveOnDone returns ErrLeaveTimeout (TestLeaveOnDoneTimeout).
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Fatalf("LeaveOnDone: %v", err)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("LeaveOnDone did not return within 5s of its context's end, with a timeout of 1s")
+	case <-time.After(poll.Patience):
+		t.Fatalf("LeaveOnDone did not return within %v of its context's end, with a timeout of 1s", poll.Patience)
 	}
-	took := time.Since(stopped)
-	if took > 1500*time.Millisecond {
-		t.Errorf("leaving took %v, beyond the timeout of 1s", took)
-	}
-	t.Logf("left and shut down %v after the context ended", took)
+	t.Logf("left and shut down %v after the context ended", time.Since(stopped))
 
 	// The others mark it left, not dead: they heard it leave, and did
 	// not wait for their probes to fail. (A probe sent just before the
 	// leave may still fail and log "Suspect cache-c has failed", which
 	// changes nothing: memberlist suspects only live members.)
 	for _, n := range []*testNode{a, b} {
-		poll.UntilNoted(t, 5*time.Second, "cache-c left in "+n.name+"'s list", stateOf(t, n, "cache-c", StateLeft))
+		poll.UntilNoted(t, poll.Patience, "cache-c left in "+n.name+"'s list", stateOf(t, n, "cache-c", StateLeft))
 		l, _ := n.members(t)
 		if m := l.member("cache-c"); m.Since == "" {
 			t.Errorf("%s's list gives no time for cache-c's leave: %+v", n.name, m)
 		}
-		if lines := n.log.Lines("Marking cache-c as failed"); len(lines) > 0 {
-			t.Errorf("%s declared cache-c dead, which left: %v", n.name, lines)
+		if lines := n.log.Lines("Marking cache-c as failed"); len(lines) > failedBefore[n.name] {
+			t.Errorf("%s declared cache-c dead, which left: %v", n.name, lines[failedBefore[n.name]:])
 		}
 	}
 	resp, err := http.Get(c.url + Path)
@@ -81,17 +85,21 @@ func TestLeaveOnDoneTimeout(t *testing.T) {
 		c.ProbeInterval = time.Hour
 	})
 	mute.join(t, a)
-	poll.UntilNoted(t, 10*time.Second, "cache-mute alive in cache-a's list", stateOf(t, a, "cache-mute", StateAlive))
+	poll.UntilNoted(t, poll.Patience, "cache-mute alive in cache-a's list", stateOf(t, a, "cache-mute", StateAlive))
 
 	ctx, stop := context.WithCancel(context.Background())
 	stop()
+	// The mute member gets no broadcast out for an hour: LeaveOnDone
+	// returning with ErrLeaveTimeout, and not before the timeout, shows it
+	// kept to its timeout, however long a busy machine made it take.
+	const timeout = 200 * time.Millisecond
 	start := time.Now()
-	err := LeaveOnDone(ctx, mute.ml, 200*time.Millisecond)
+	err := LeaveOnDone(ctx, mute.ml, timeout)
 	if !errors.Is(err, ErrLeaveTimeout) || !strings.Contains(err.Error(), "cache-mute") {
 		t.Fatalf("LeaveOnDone: %v; want ErrLeaveTimeout naming cache-mute", err)
 	}
-	if took := time.Since(start); took > time.Second {
-		t.Errorf("LeaveOnDone took %v with a timeout of 200ms", took)
+	if took := time.Since(start); took < timeout {
+		t.Errorf("LeaveOnDone gave up after %v, before its timeout of %v", took, timeout)
 	}
 	resp, err := http.Get(mute.url + Path)
 	if err != nil {

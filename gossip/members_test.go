@@ -38,7 +38,7 @@ func TestHandler(t *testing.T) {
 	})
 	b := startNode(t, "cache-b", "127.0.0.22", 0, testLabel, nil)
 	b.join(t, a)
-	poll.UntilNoted(t, 10*time.Second, "cache-b alive in cache-a's list", stateOf(t, a, "cache-b", StateAlive))
+	poll.UntilNoted(t, poll.Patience, "cache-b alive in cache-a's list", stateOf(t, a, "cache-b", StateAlive))
 
 	t.Run("GET: the member list, version 1", func(t *testing.T) {
 		resp, err := http.Get(a.url + Path)
@@ -173,7 +173,7 @@ func TestReadEncrypted(t *testing.T) {
 	a := startNode(t, "cache-a", "127.0.0.23", 0, testLabel, keys)
 	b := startNode(t, "cache-b", "127.0.0.24", 0, testLabel, keys)
 	b.join(t, a)
-	poll.UntilNoted(t, 10*time.Second, "cache-b alive in cache-a's list", stateOf(t, a, "cache-b", StateAlive))
+	poll.UntilNoted(t, poll.Patience, "cache-b alive in cache-a's list", stateOf(t, a, "cache-b", StateAlive))
 	if lines := a.log.Lines("Stream connection"); len(lines) == 0 {
 		t.Errorf("cache-a logged no stream connection: the list was not read over memberlist's push/pull")
 	}
@@ -196,12 +196,12 @@ func TestReadEncrypted(t *testing.T) {
 			c := *a.cfg
 			tc.edit(&c)
 			v := &View{cfg: &c, now: time.Now, events: map[string]event{}}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), poll.Patience)
 			defer cancel()
 			if l, err := v.Read(ctx, a.ml); err == nil {
 				t.Fatalf("read %v", l)
 			}
-			poll.UntilNoted(t, 5*time.Second, "cache-a refusing the read", func() (bool, string) {
+			poll.UntilNoted(t, poll.Patience, "cache-a refusing the read", func() (bool, string) {
 				return len(a.log.Lines(tc.want)) > 0, a.log.String()
 			})
 		})

@@ -52,7 +52,7 @@ func joinAndWait(t *testing.T, n *testNode, seeds []*testNode) {
 	t.Helper()
 	n.join(t, seeds[0])
 	for _, s := range seeds {
-		poll.UntilNoted(t, 10*time.Second, n.name+" alive in "+s.name+"'s list", stateOf(t, s, n.name, StateAlive))
+		poll.UntilNoted(t, poll.Patience, n.name+" alive in "+s.name+"'s list", stateOf(t, s, n.name, StateAlive))
 	}
 }
 
@@ -113,7 +113,7 @@ func TestSeed000NewName(t *testing.T) {
 	t.Logf("%s crashed; %s started on %s:%d and joined %v later", a.name, b.name, addr, port, time.Since(crashed).Round(time.Millisecond))
 	// cache-s1 merges the new member's state once it has answered the
 	// join with its own.
-	poll.UntilNoted(t, 5*time.Second, b.name+" in cache-s1's list", func() (bool, string) {
+	poll.UntilNoted(t, poll.Patience, b.name+" in cache-s1's list", func() (bool, string) {
 		l, _ := seeds[0].members(t)
 		return l.member(b.name) != nil, l.String()
 	})
@@ -122,7 +122,7 @@ func TestSeed000NewName(t *testing.T) {
 	timing := TimingOf(seeds[0].cfg, 5)
 	first := map[string]time.Duration{}
 	var shared *MemberList
-	poll.UntilNoted(t, timing.SuspectMax+timing.DeadMax+5*time.Second, a.name+" forgotten by cache-s1", func() (bool, string) {
+	poll.UntilNoted(t, poll.Patience, a.name+" forgotten by cache-s1", func() (bool, string) {
 		l, _ := seeds[0].members(t)
 		// Listed all along: never shunned. (On a busy machine a live
 		// member may turn suspect for a moment, and refute it.)
@@ -150,6 +150,11 @@ func TestSeed000NewName(t *testing.T) {
 		a.name, first[StateSuspect], first[StateDead], first["forgotten"], timing)
 	if _, ok := first[StateDead]; !ok {
 		t.Fatalf("cache-s1 never listed %s dead: %v", a.name, first)
+	}
+	// A lower bound, which no load breaks: a member dies after its crash,
+	// and is kept dead GossipToTheDeadTime at least.
+	if first["forgotten"] < seeds[0].cfg.GossipToTheDeadTime {
+		t.Errorf("cache-s1 forgot %s %v after the crash, sooner than GossipToTheDeadTime (%v)", a.name, first["forgotten"], seeds[0].cfg.GossipToTheDeadTime)
 	}
 	if _, ok := first[StateLeft]; ok {
 		t.Errorf("cache-s1 listed %s left: it crashed", a.name)
@@ -197,7 +202,7 @@ func TestSeed000NewNameFindings(t *testing.T) {
 	crash(t, a)
 	b := startNode(t, "cache-7f3c9e1a", addr, port, testLabel, nil)
 	joinAndWait(t, b, seeds)
-	poll.UntilNoted(t, 10*time.Second, a.name+" dead in cache-s1's list", stateOf(t, seeds[0], a.name, StateDead))
+	poll.UntilNoted(t, poll.Patience, a.name+" dead in cache-s1's list", stateOf(t, seeds[0], a.name, StateDead))
 
 	var ghost, ipID *finding.Finding
 	fs := ghostFindings(t, seeds[0], append(seeds, b)...)
@@ -235,7 +240,7 @@ func TestSeed000SameName(t *testing.T) {
 	joinAndWait(t, a, seeds)
 	port := a.port()
 	crash(t, a)
-	poll.UntilNoted(t, 10*time.Second, a.name+" dead in cache-s1's list", stateOf(t, seeds[0], a.name, StateDead))
+	poll.UntilNoted(t, poll.Patience, a.name+" dead in cache-s1's list", stateOf(t, seeds[0], a.name, StateDead))
 	dead, _ := seeds[0].members(t)
 	incA := dead.member(a.name).Incarnation
 
@@ -244,7 +249,7 @@ func TestSeed000SameName(t *testing.T) {
 	if _, err := b.ml.Join([]string{seeds[0].address()}); err != nil {
 		t.Fatalf("the new member's join: %v", err)
 	}
-	took := poll.UntilNoted(t, 10*time.Second, a.name+" alive again in cache-s1's list", stateOf(t, seeds[0], a.name, StateAlive))
+	took := poll.UntilNoted(t, poll.Patience, a.name+" alive again in cache-s1's list", stateOf(t, seeds[0], a.name, StateAlive))
 	l, _ := seeds[0].members(t)
 	m := l.member(a.name)
 	if m.Incarnation <= incA || m.Addr != addr || int(m.Port) != port {
@@ -291,9 +296,8 @@ func TestSeed000NameMoved(t *testing.T) {
 	if _, err := b.ml.Join([]string{seeds[0].address()}); err != nil {
 		t.Fatalf("the new member's join: %v", err)
 	}
-	timing := TimingOf(seeds[0].cfg, 5)
 	var sawOld bool
-	poll.UntilNoted(t, timing.SuspectMax+timing.DeadMax+seeds[0].cfg.PushPullInterval+5*time.Second, "cache-0 at "+newAddr+" in cache-s1's list", func() (bool, string) {
+	poll.UntilNoted(t, poll.Patience, "cache-0 at "+newAddr+" in cache-s1's list", func() (bool, string) {
 		l, _ := seeds[0].members(t)
 		m := l.member("cache-0")
 		if m != nil && m.Addr == oldAddr {
@@ -346,7 +350,7 @@ func TestSeed000Prevented(t *testing.T) {
 	// before it has ended: a probe lasts at most ProbeInterval
 	// (state.go:339). The test lets twice that pass.
 	for _, s := range seeds {
-		poll.UntilNoted(t, 5*time.Second, a.name+" left in "+s.name+"'s list", stateOf(t, s, a.name, StateLeft))
+		poll.UntilNoted(t, poll.Patience, a.name+" left in "+s.name+"'s list", stateOf(t, s, a.name, StateLeft))
 	}
 	time.Sleep(2 * seeds[0].cfg.ProbeInterval)
 	b := startNode(t, nameOf("9e8d7c6b-5a4f-4e3d-8c2b-1a0f9e8d7c6b"), addr, port, testLabel, nil)
@@ -364,8 +368,7 @@ func TestSeed000Prevented(t *testing.T) {
 			}
 		}
 	}
-	timing := TimingOf(seeds[0].cfg, 5)
-	poll.UntilNoted(t, timing.DeadMax+5*time.Second, a.name+" forgotten by every member", func() (bool, string) {
+	poll.UntilNoted(t, poll.Patience, a.name+" forgotten by every member", func() (bool, string) {
 		var all []string
 		gone := true
 		for _, s := range seeds {
@@ -421,8 +424,7 @@ func TestForeignLabel(t *testing.T) {
 	if _, err := seeds[1].ml.Join([]string{f.address()}); err == nil {
 		t.Error("a member of the cluster joined the foreign member at the reused address")
 	}
-	timing := TimingOf(seeds[0].cfg, 4)
-	poll.UntilNoted(t, timing.SuspectMax+timing.DeadMax+5*time.Second, a.name+" forgotten by every member", func() (bool, string) {
+	poll.UntilNoted(t, poll.Patience, a.name+" forgotten by every member", func() (bool, string) {
 		var all []string
 		gone := true
 		for _, s := range seeds {
@@ -475,9 +477,9 @@ func TestForeignNoLabel(t *testing.T) {
 		t.Fatalf("the foreign member's join: %v", err)
 	}
 	for _, s := range seeds {
-		poll.UntilNoted(t, 10*time.Second, "the foreign member alive in "+s.name+"'s list", stateOf(t, s, f.name, StateAlive))
+		poll.UntilNoted(t, poll.Patience, "the foreign member alive in "+s.name+"'s list", stateOf(t, s, f.name, StateAlive))
 	}
-	poll.UntilNoted(t, 10*time.Second, "the cluster in the foreign member's list", func() (bool, string) {
+	poll.UntilNoted(t, poll.Patience, "the cluster in the foreign member's list", func() (bool, string) {
 		l, _ := f.members(t)
 		return l.member("cache-s1") != nil && l.member("cache-s3") != nil, l.String()
 	})

@@ -5,6 +5,15 @@ import (
 	"time"
 )
 
+// Patience is the one ceiling of the suite's waits: how long a test waits
+// for a condition that holds within seconds on an idle machine before it
+// calls it a hang. It is long because a loaded machine (go test ./... on
+// two cores beside a kube-apiserver, a shared CI runner) stretches every
+// wait, and a wait that fails there tells nothing about the code: only a
+// hang should reach it. A test whose point is how soon a thing happens
+// asserts the order of events, or a lower bound, not a shorter ceiling.
+const Patience = 2 * time.Minute
+
 // minPause and maxPause bound the pause between two checks, which is a
 // tenth of the time waited so far: a wait overshoots the moment its
 // condition holds by about a tenth, and a long one does not spin on a
