@@ -1,0 +1,90 @@
+package agent
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/ghostwatch/ghostwatch/internal/poll"
+)
+
+// An API server that stops answering without failing anything (its
+// process stopped: the watches stay open and silent) makes the agent
+// degraded and not ready, saying why, within two pulses; it deletes
+// nothing meanwhile, and is ready again once the server answers. (Its
+// /readyz said ok throughout: a silent watch reads as a quiet cluster
+// for the informers' silence, minutes.)
+func TestHungAPIServerIsNotReady(t *testing.T) {
+	client := fake.NewClientset(cluster()...)
+	var mu sync.Mutex
+	var hung chan struct{}
+	client.PrependReactor("*", "*", func(clienttesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		c := hung
+		mu.Unlock()
+		if c != nil {
+			<-c
+		}
+		return false, nil, nil
+	})
+	client.Discovery().(interface {
+		PrependReactor(string, string, clienttesting.ReactionFunc)
+	}).PrependReactor("*", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		c := hung
+		mu.Unlock()
+		if c != nil {
+			<-c
+		}
+		return false, nil, nil
+	})
+	resume := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if hung != nil {
+			close(hung)
+			hung = nil
+		}
+	}
+	t.Cleanup(resume)
+	h := start(t, client, reportOnly)
+	h.settle(t, 2)
+	readyz := func() (int, string) {
+		rec := httptest.NewRecorder()
+		h.agent.Handler(h.reg).ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+		return rec.Code, rec.Body.String()
+	}
+	if code, body := readyz(); code != http.StatusOK {
+		t.Fatalf("/readyz before = %d %q", code, body)
+	}
+
+	mu.Lock()
+	hung = make(chan struct{})
+	mu.Unlock()
+	var body string
+	poll.Until(t, time.Minute, "/readyz to say the API server does not answer", func() bool {
+		// The harness's clock moves only when told: the silence is
+		// measured on it, the pulse's own waits on the machine's.
+		h.clock.Advance(time.Second)
+		var code int
+		code, body = readyz()
+		return code == http.StatusServiceUnavailable
+	})
+	if !strings.Contains(body, "the API server has not answered for") {
+		t.Errorf("/readyz while the API server hangs: %q", body)
+	}
+
+	resume()
+	poll.Until(t, time.Minute, "the agent ready again", func() bool {
+		h.clock.Advance(time.Second)
+		code, _ := readyz()
+		return code == http.StatusOK
+	})
+}
