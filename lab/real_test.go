@@ -321,11 +321,14 @@ func (e *realEnv) gone(t *testing.T, ns, name string) {
 	})
 }
 
-// eventually waits with poll.Until for cond to hold within deadline, and
-// fails fast when a control-plane or node process dies meanwhile.
+// eventually waits with poll.Until for cond to hold, and fails fast when a
+// control-plane or node process dies meanwhile. It waits poll.Patience, or
+// deadline when that is longer: deadline is how long the condition may
+// take by design on an idle machine (a grace period and more), never a
+// bound a busy one would have to keep.
 func (e *realEnv) eventually(t *testing.T, deadline time.Duration, what string, cond func() bool) {
 	t.Helper()
-	poll.Until(t, deadline, what, func() bool {
+	poll.Until(t, max(deadline, poll.Patience), what, func() bool {
 		if cond() {
 			return true
 		}
@@ -408,9 +411,9 @@ func startUntilCleanup(t *testing.T, what string, cmd *exec.Cmd, start func() er
 			if err != nil {
 				t.Errorf("%s exited with %v after SIGINT; its log:\n%s", what, err, logs.String())
 			}
-		case <-time.After(30 * time.Second):
+		case <-time.After(poll.Patience):
 			cmd.Process.Kill()
-			t.Errorf("%s did not stop within 30s of SIGINT", what)
+			t.Errorf("%s did not stop within %v of SIGINT", what, poll.Patience)
 		}
 	})
 	return logs, done

@@ -145,7 +145,7 @@ func TestBuildCanceled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 10*time.Second, "the script's child to end", func() bool {
+	poll.Until(t, poll.Patience, "the script's child to end", func() bool {
 		// Gone, or a zombie about to be reaped: /proc says which.
 		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 		return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) || (err == nil && strings.Contains(string(stat), ") Z "))

@@ -548,7 +548,7 @@ func whileLocked(t *testing.T, store Store, call func() error, held func(*Locked
 	done := make(chan error, 1)
 	go func() { done <- call() }()
 	lockFile := filepath.Join(store.Dir, LockFile)
-	poll.Until(t, time.Minute, "a process blocked on the lock", func() bool {
+	poll.Until(t, poll.Patience, "a process blocked on the lock", func() bool {
 		select {
 		case err := <-done:
 			t.Fatalf("the call returned while the lock was held: %v", err)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/finding"
 	"github.com/ghostwatch/ghostwatch/internal/cmdline"
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/lab"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
@@ -236,8 +237,8 @@ func (p *labProcess) wait(t *testing.T, want string) {
 	go func() { done <- p.cmd.Wait() }()
 	select {
 	case <-done:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("the lab did not stop; stderr:\n%s", p.stderr.String())
+	case <-time.After(poll.Patience):
+		t.Fatalf("the lab did not stop within %v; stderr:\n%s", poll.Patience, p.stderr.String())
 	}
 	ws := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if ws.Signaled() || ws.ExitStatus() != cmdline.ExitError {

@@ -149,7 +149,7 @@ func TestLiveLedgerIsTheSavedOne(t *testing.T) {
 	// Until the collector has freed the misbooked address, and reported
 	// what it runs with.
 	var got *snapshot.Calico
-	poll.UntilNoted(t, 3*grace+time.Minute, "the collector to free "+misbooked.String(), func() (bool, string) {
+	poll.UntilNoted(t, poll.Patience, "the collector to free "+misbooked.String(), func() (bool, string) {
 		s := &snapshot.Snapshot{}
 		if err := live.Collect(ctx, s); err != nil {
 			t.Fatal(err)

@@ -36,11 +36,11 @@ var (
 )
 
 // waitView reads the agent's members through its RPC until ok holds, and
-// fails the test at the deadline with the last view.
-func waitView(t *testing.T, agent *gossip.Serf, within time.Duration, what string, ok func(*snapshot.GossipView) bool) *snapshot.GossipView {
+// fails the test after poll.Patience with the last view.
+func waitView(t *testing.T, agent *gossip.Serf, what string, ok func(*snapshot.GossipView) bool) *snapshot.GossipView {
 	t.Helper()
 	var v *snapshot.GossipView
-	poll.UntilNoted(t, within, what, func() (bool, string) {
+	poll.UntilNoted(t, poll.Patience, what, func() (bool, string) {
 		var err error
 		v, err = agent.Members(context.Background())
 		return err == nil && ok(v), fmt.Sprintf("members %s, error %v", show(v), err)
@@ -50,10 +50,10 @@ func waitView(t *testing.T, agent *gossip.Serf, within time.Duration, what strin
 
 // waitLog waits until the log holds at least n lines with s after the
 // mark, and returns them.
-func waitLog(t *testing.T, a *serftest.Agent, from, n int, within time.Duration, s string) []string {
+func waitLog(t *testing.T, a *serftest.Agent, from, n int, s string) []string {
 	t.Helper()
 	var lines []string
-	poll.UntilNoted(t, within, fmt.Sprintf("%s to log %q %d times", a.Name, s, n), func() (bool, string) {
+	poll.UntilNoted(t, poll.Patience, fmt.Sprintf("%s to log %q %d times", a.Name, s, n), func() (bool, string) {
 		lines = a.Log.Lines(from, s)
 		return len(lines) >= n, fmt.Sprintf("logged %d times", len(lines))
 	})
@@ -118,8 +118,8 @@ func playSeed(t *testing.T, newcomer string, tune func(*serf.Config)) *seed {
 	s.survivor = serftest.Start(t, serftest.Config{Name: survivorName, Gossip: netip.AddrPortFrom(survivorAddr, 0), RPC: netip.AddrPortFrom(survivorAddr, 0), Tune: tune})
 	s.a = serftest.Start(t, serftest.Config{Name: ghostName, Gossip: netip.AddrPortFrom(podAddr, 0)})
 	s.a.Join(t, s.survivor.Gossip)
-	s.rpc = &gossip.Serf{Addr: s.survivor.RPC, Timeout: 5 * time.Second}
-	waitView(t, s.rpc, 5*time.Second, "A alive", func(v *snapshot.GossipView) bool {
+	s.rpc = &gossip.Serf{Addr: s.survivor.RPC, Timeout: poll.Patience}
+	waitView(t, s.rpc, "A alive", func(v *snapshot.GossipView) bool {
 		m, ok := status(v, ghostName)
 		return ok && m.Status == snapshot.MemberAlive
 	})
@@ -129,16 +129,16 @@ func playSeed(t *testing.T, newcomer string, tune func(*serf.Config)) *seed {
 	mark := s.survivor.Log.Len()
 	s.died = time.Now()
 	s.a.Kill()
-	waitView(t, s.rpc, 10*time.Second, "A failed", func(v *snapshot.GossipView) bool {
+	waitView(t, s.rpc, "A failed", func(v *snapshot.GossipView) bool {
 		m, ok := status(v, ghostName)
 		return ok && m.Status == snapshot.MemberFailed
 	})
 	s.failed = time.Now()
 	t.Logf("A failed %s after it died", s.failed.Sub(s.died).Round(time.Millisecond))
-	waitLog(t, s.survivor, mark, 1, 5*time.Second, "serf: EventMemberFailed: "+ghostName+" 127.0.0.2")
+	waitLog(t, s.survivor, mark, 1, "serf: EventMemberFailed: "+ghostName+" 127.0.0.2")
 	// Nobody answers at A's address yet: the reconnects are refused.
 	addr := s.a.Gossip.String()
-	waitLog(t, s.survivor, mark, 1, 10*time.Second, "memberlist: failed to join "+addr+": dial tcp "+addr+": connect: connection refused")
+	waitLog(t, s.survivor, mark, 1, "memberlist: failed to join "+addr+": dial tcp "+addr+": connect: connection refused")
 
 	// A new pod gets A's IP; its member binds A's address and port and
 	// joins.
@@ -168,7 +168,7 @@ func TestSerfSeed000(t *testing.T) {
 	ctx := context.Background()
 	s := playSeed(t, newName, nil)
 	survivor, a, b, rpc, joined := s.survivor, s.a, s.b, s.rpc, s.joined
-	v := waitView(t, rpc, 10*time.Second, "the newcomer alive beside failed A", func(v *snapshot.GossipView) bool {
+	v := waitView(t, rpc, "the newcomer alive beside failed A", func(v *snapshot.GossipView) bool {
 		m, ok := status(v, newName)
 		return ok && m.Status == snapshot.MemberAlive
 	})
@@ -193,7 +193,7 @@ func TestSerfSeed000(t *testing.T) {
 	// The survivor keeps reconnecting to A, and every reconnect now
 	// reaches the newcomer at A's address: a push/pull with it succeeds,
 	// and A stays failed (for ReconnectTimeout, 24 h by default).
-	pushPulls := waitLog(t, survivor, joined, 3, 15*time.Second, "memberlist: Initiating push/pull sync with: "+ghostName+" "+a.Gossip.String())
+	pushPulls := waitLog(t, survivor, joined, 3, "memberlist: Initiating push/pull sync with: "+ghostName+" "+a.Gossip.String())
 	if refused := survivor.Log.Lines(joined, "memberlist: failed to join "+a.Gossip.String()); len(refused) > 0 {
 		t.Errorf("reconnects to %s refused after the newcomer bound it: %q", a.Gossip, refused)
 	}
@@ -252,7 +252,7 @@ func TestSerfSeed000(t *testing.T) {
 		t.Fatal(err)
 	}
 	plain.Close()
-	v = waitView(t, rpc, 5*time.Second, "A left", func(v *snapshot.GossipView) bool {
+	v = waitView(t, rpc, "A left", func(v *snapshot.GossipView) bool {
 		m, ok := status(v, ghostName)
 		return ok && m.Status == snapshot.MemberLeft
 	})
@@ -264,7 +264,7 @@ func TestSerfSeed000(t *testing.T) {
 
 	// Two push/pulls with the newcomer later (the reconnector ran ten
 	// times meanwhile), none went to A.
-	waitLog(t, survivor, left, 2, 10*time.Second, "memberlist: Initiating push/pull sync with: "+newName)
+	waitLog(t, survivor, left, 2, "memberlist: Initiating push/pull sync with: "+newName)
 	if again := survivor.Log.Lines(left, "attempting reconnect to "+ghostName); len(again) > 0 {
 		t.Errorf("reconnects to %s after it left: %q", ghostName, again)
 	}
@@ -281,7 +281,7 @@ func TestSerfSeed000(t *testing.T) {
 	if _, ok := status(v, ghostName); ok || len(v.Members) != 2 {
 		t.Errorf("after force-leave with prune: %s", show(v))
 	}
-	waitLog(t, survivor, pruned, 1, 5*time.Second, "serf: EventMemberReap (forced): "+ghostName)
+	waitLog(t, survivor, pruned, 1, "serf: EventMemberReap (forced): "+ghostName)
 	if fs := scan(t, rpc, kube); len(fs) != 0 {
 		t.Errorf("after force-leave with prune: findings %+v", fs)
 	}
@@ -293,7 +293,7 @@ func TestSerfSeed000(t *testing.T) {
 func TestSerfReapsAfterReconnectTimeout(t *testing.T) {
 	const reconnectTimeout = 2 * time.Second
 	s := playSeed(t, newName, func(c *serf.Config) { c.ReconnectTimeout = reconnectTimeout })
-	waitView(t, s.rpc, 10*time.Second, "the newcomer alive", func(v *snapshot.GossipView) bool {
+	waitView(t, s.rpc, "the newcomer alive", func(v *snapshot.GossipView) bool {
 		m, ok := status(v, newName)
 		return ok && m.Status == snapshot.MemberAlive
 	})
@@ -302,20 +302,21 @@ func TestSerfReapsAfterReconnectTimeout(t *testing.T) {
 	}) {
 		t.Fatalf("before the reap: findings %+v, want the ghost", fs)
 	}
-	waitView(t, s.rpc, reconnectTimeout+10*time.Second, "A reaped", func(v *snapshot.GossipView) bool {
+	waitView(t, s.rpc, "A reaped", func(v *snapshot.GossipView) bool {
 		_, ok := status(v, ghostName)
 		return !ok
 	})
-	// A failed before it was seen failed, and was seen gone after it was
-	// reaped: the reap came at least ReconnectTimeout after A failed,
-	// less the polling's 20 ms and an RPC; at most a reap interval
-	// (100 ms) after it, and a busy machine's second.
-	took := time.Since(s.failed)
-	t.Logf("A reaped %s after it was seen failed (ReconnectTimeout %s)", took.Round(time.Millisecond), reconnectTimeout)
-	if took < reconnectTimeout-200*time.Millisecond || took > reconnectTimeout+1500*time.Millisecond {
-		t.Errorf("A reaped %s after it failed, want ReconnectTimeout (%s) and a reap interval", took, reconnectTimeout)
+	// A failed after it died, and was seen gone after it was reaped: the
+	// reap came at least ReconnectTimeout after A died. How much later
+	// (a reap interval, 100 ms, on an idle machine) is logged, not held
+	// to a bound that a busy machine breaks.
+	took := time.Since(s.died)
+	t.Logf("A reaped %s after it died, %s after it was seen failed (ReconnectTimeout %s)",
+		took.Round(time.Millisecond), time.Since(s.failed).Round(time.Millisecond), reconnectTimeout)
+	if took < reconnectTimeout {
+		t.Errorf("A reaped %s after it died, sooner than ReconnectTimeout (%s)", took, reconnectTimeout)
 	}
-	waitLog(t, s.survivor, 0, 1, time.Second, "serf: EventMemberReap: "+ghostName)
+	waitLog(t, s.survivor, 0, 1, "serf: EventMemberReap: "+ghostName)
 	if fs := scan(t, s.rpc, s.pods()); slices.ContainsFunc(fs, func(f finding.Finding) bool { return f.Rule == rule.GossipGhostMemberID }) {
 		t.Errorf("after the reap: findings %+v", fs)
 	}
@@ -329,7 +330,7 @@ func TestSerfReapsAfterReconnectTimeout(t *testing.T) {
 // gossip-ip-identity warns of.
 func TestSerfSameNameTakesOver(t *testing.T) {
 	s := playSeed(t, ghostName, nil)
-	v := waitView(t, s.rpc, 10*time.Second, "A alive again", func(v *snapshot.GossipView) bool {
+	v := waitView(t, s.rpc, "A alive again", func(v *snapshot.GossipView) bool {
 		m, ok := status(v, ghostName)
 		return ok && m.Status == snapshot.MemberAlive
 	})
@@ -340,7 +341,7 @@ func TestSerfSameNameTakesOver(t *testing.T) {
 	// The newcomer learns that its name is dead from the survivor's
 	// state (a suspect message, from itself) or from its gossip (a dead
 	// message, from the survivor), and refutes.
-	refuted := waitLog(t, s.b, 0, 1, 5*time.Second, "memberlist: Refuting a ")
+	refuted := waitLog(t, s.b, 0, 1, "memberlist: Refuting a ")
 	t.Logf("the newcomer: %s", refuted[0])
 	fs := scan(t, s.rpc, s.pods())
 	if len(fs) != 1 || fs[0].Rule != rule.GossipIPIdentityID {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/nodefs"
@@ -331,7 +332,7 @@ func TestCollectHostRootHazards(t *testing.T) {
 			}()
 			select {
 			case <-done:
-			case <-time.After(nodefs.ReadTimeout + 5*time.Second):
+			case <-time.After(poll.Patience):
 				t.Fatal("Collect hangs")
 			}
 			if d, ok := strings.CutPrefix(c.want, "describe:"); ok {

@@ -56,7 +56,7 @@ func TestReadiness(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go i.Run(ctx)
-	poll.Until(t, 30*time.Second, "the refused watch seen", func() bool {
+	poll.Until(t, poll.Patience, "the refused watch seen", func() bool {
 		err := i.Ready(c.Now())
 		return err != nil && strings.Contains(err.Error(), "connection refused")
 	})
@@ -75,7 +75,7 @@ func TestReadiness(t *testing.T) {
 		t.Errorf("an error's age: %v", err)
 	}
 	refuse.Store(false)
-	poll.Until(t, 30*time.Second, "the watch running", func() bool { return i.Ready(c.Now()) == nil })
+	poll.Until(t, poll.Patience, "the watch running", func() bool { return i.Ready(c.Now()) == nil })
 	if i.Err() != nil {
 		t.Errorf("the error outlived the watch: %v", i.Err())
 	}
@@ -101,7 +101,7 @@ func TestListFailureAndHarmlessEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go i.Run(ctx)
-	poll.Until(t, 30*time.Second, "the refused list", func() bool { return i.Err() != nil })
+	poll.Until(t, poll.Patience, "the refused list", func() bool { return i.Err() != nil })
 	err := i.Ready(c.Now())
 	if err == nil || !strings.HasPrefix(err.Error(), "nodes: not listed yet: ") || !apierrors.IsForbidden(err) {
 		t.Errorf("a refused list reads %v", err)
@@ -114,7 +114,7 @@ func TestListFailureAndHarmlessEnds(t *testing.T) {
 		}
 	}
 	fail.Store(false)
-	poll.Until(t, 30*time.Second, "the list", func() bool { return i.Ready(c.Now()) == nil })
+	poll.Until(t, poll.Patience, "the list", func() bool { return i.Ready(c.Now()) == nil })
 	for _, end := range []error{
 		apierrors.NewResourceExpired("too old resource version"),
 		apierrors.NewGone("gone"),
@@ -140,7 +140,7 @@ func TestOptionalUnserved(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go i.Run(ctx)
-	poll.Until(t, 30*time.Second, "the list", i.HasSynced)
+	poll.Until(t, poll.Patience, "the list", i.HasSynced)
 	if !i.Unserved() {
 		t.Error("not unserved")
 	}

@@ -44,7 +44,7 @@ func TestWatchRecordsThePodsOfAnAddress(t *testing.T) {
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 10*time.Second, "the first list in the book", func() bool { return w.Ready() == nil })
+	poll.Until(t, poll.Patience, "the first list in the book", func() bool { return w.Ready() == nil })
 	pods := client.CoreV1().Pods("shop")
 	if err := pods.Delete(ctx, "web-a", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func TestWatchRecordsThePodsOfAnAddress(t *testing.T) {
 		"shop/web-b uid-b node-1 from 11:10 until 11:00 failed (Evicted)",
 		"shop/web-c uid-c node-1 from 11:20",
 	}
-	poll.Until(t, 10*time.Second, "three tenures", func() bool { return fmt.Sprint(summary(w.Book().Of(ip))) == fmt.Sprint(want) })
+	poll.Until(t, poll.Patience, "three tenures", func() bool { return fmt.Sprint(summary(w.Book().Of(ip))) == fmt.Sprint(want) })
 
 	srv := httptest.NewServer(Handler(w, "replica-a"))
 	defer srv.Close()
@@ -134,7 +134,7 @@ func TestWatchBytesPerPod(t *testing.T) {
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 2*time.Minute, "150,000 pods recorded", func() bool { return w.Ready() == nil })
+	poll.Until(t, poll.Patience, "150,000 pods recorded", func() bool { return w.Ready() == nil })
 	perPod := float64(heapInUse()-before) / n
 	addresses, tenures, _ := w.Book().Len()
 	t.Logf("%d addresses, %d tenures: %.0f bytes per pod (informer and book)", addresses, tenures, perPod)

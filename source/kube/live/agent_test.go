@@ -58,7 +58,7 @@ func TestStaleOnErrorsByTheInjectedClock(t *testing.T) {
 		t.Fatalf("before start: %v, want not listed yet", err)
 	}
 	startSynced(t, inf)
-	poll.Until(t, 10*time.Second, "the pods' watch", func() bool { mu.Lock(); defer mu.Unlock(); return current != nil })
+	poll.Until(t, poll.Patience, "the pods' watch", func() bool { mu.Lock(); defer mu.Unlock(); return current != nil })
 	if err := inf.Stale(clk.Now()); err != nil {
 		t.Fatalf("after sync: %v", err)
 	}
@@ -67,7 +67,7 @@ func TestStaleOnErrorsByTheInjectedClock(t *testing.T) {
 	refuse = true
 	current.Stop()
 	mu.Unlock()
-	poll.Until(t, 10*time.Second, "the refused watch", func() bool { return inf.watched[0].Err() != nil })
+	poll.Until(t, poll.Patience, "the refused watch", func() bool { return inf.watched[0].Err() != nil })
 	clk.Advance(30 * time.Second)
 	if err := inf.Stale(clk.Now()); err == nil || !strings.Contains(err.Error(), "pods: dial tcp 127.0.0.1:6443: connect: connection refused (30s ago)") {
 		t.Fatalf("after a refused watch: %v", err)
@@ -75,7 +75,7 @@ func TestStaleOnErrorsByTheInjectedClock(t *testing.T) {
 	mu.Lock()
 	refuse = false
 	mu.Unlock()
-	poll.Until(t, 10*time.Second, "a watch again", func() bool { return inf.Stale(clk.Now()) == nil })
+	poll.Until(t, poll.Patience, "a watch again", func() bool { return inf.Stale(clk.Now()) == nil })
 }
 
 // Before the first list succeeds, Stale says why it has not: the error of
@@ -89,7 +89,7 @@ func TestStaleSaysWhyNotListed(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	inf.Start(ctx)
-	poll.Until(t, 10*time.Second, "the list error", func() bool { return inf.watched[0].Err() != nil })
+	poll.Until(t, poll.Patience, "the list error", func() bool { return inf.watched[0].Err() != nil })
 	err := inf.Stale(time.Now())
 	// The other watches may or may not have listed by now: only the pods'
 	// part is certain.
@@ -115,7 +115,7 @@ func TestStaleWhenTheWatchFallsSilent(t *testing.T) {
 	})
 	inf := NewInformers(client, InformerOptions{Now: clk.Now, Silence: 2 * time.Minute})
 	startSynced(t, inf)
-	poll.Until(t, 10*time.Second, "five watches", func() bool { mu.Lock(); defer mu.Unlock(); return len(watches) == 5 })
+	poll.Until(t, poll.Patience, "five watches", func() bool { mu.Lock(); defer mu.Unlock(); return len(watches) == 5 })
 	clk.Advance(90 * time.Second)
 	if err := inf.Stale(clk.Now()); err != nil {
 		t.Fatalf("90s of quiet is normal: %v", err)
@@ -128,7 +128,7 @@ func TestStaleWhenTheWatchFallsSilent(t *testing.T) {
 	watches["endpointslices"].Action(watch.Bookmark, &discoveryv1.EndpointSlice{ObjectMeta: bookmark})
 	watches["servicecidrs"].Action(watch.Bookmark, &networkingv1.ServiceCIDR{ObjectMeta: bookmark})
 	mu.Unlock()
-	poll.Until(t, 10*time.Second, "the bookmarks", func() bool {
+	poll.Until(t, poll.Patience, "the bookmarks", func() bool {
 		for _, w := range inf.watched {
 			if w.Resource != "nodes" && !w.Heard().Equal(clk.Now()) {
 				return false
@@ -161,7 +161,7 @@ func TestChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	startSynced(t, inf)
-	poll.Until(t, 10*time.Second, "the initial pod", func() bool { return len(inf.TakeChanges().Addrs) > 0 })
+	poll.Until(t, poll.Patience, "the initial pod", func() bool { return len(inf.TakeChanges().Addrs) > 0 })
 	inf.TakeChanges()
 
 	ctx := context.Background()
@@ -180,7 +180,7 @@ func TestChanges(t *testing.T) {
 		want[netip.MustParseAddr(a)] = struct{}{}
 	}
 	got := map[netip.Addr]struct{}{}
-	poll.Until(t, 10*time.Second, "both changes", func() bool {
+	poll.Until(t, poll.Patience, "both changes", func() bool {
 		for a := range inf.TakeChanges().Addrs {
 			got[a] = struct{}{}
 		}
@@ -195,7 +195,7 @@ func TestChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	frontends := false
-	poll.Until(t, 10*time.Second, "the service change", func() bool { frontends = frontends || inf.TakeChanges().Frontends; return frontends })
+	poll.Until(t, poll.Patience, "the service change", func() bool { frontends = frontends || inf.TakeChanges().Frontends; return frontends })
 	select {
 	case <-changed:
 	default:

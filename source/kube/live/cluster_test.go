@@ -76,7 +76,7 @@ func startCluster(t *testing.T, w *ClusterWatch) context.CancelFunc {
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 10*time.Second, "pods and nodes listed", w.Settled)
+	poll.Until(t, poll.Patience, "pods and nodes listed", w.Settled)
 	return cancel
 }
 
@@ -129,7 +129,7 @@ func TestClusterWatchHoldsEveryPodAndNode(t *testing.T) {
 	if err := client.CoreV1().Pods("ns").Delete(context.Background(), "b", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 10*time.Second, "the deletion seen", func() bool { return events.has("b deleted") })
+	poll.Until(t, poll.Patience, "the deletion seen", func() bool { return events.has("b deleted") })
 	if got := w.Reporting(netip.MustParseAddr("10.244.1.5")); got != 1 {
 		t.Errorf("Reporting after the deletion = %d, want 1", got)
 	}
@@ -152,7 +152,7 @@ func TestClusterWatchLendsUntilReturn(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The informer has the new pod; its handler waits for the loan.
-	poll.Until(t, 10*time.Second, "the informer to hold pod b", func() bool {
+	poll.Until(t, poll.Patience, "the informer to hold pod b", func() bool {
 		_, ok, _ := w.current().pods.Store().GetByKey("ns/b")
 		return ok
 	})
@@ -160,7 +160,7 @@ func TestClusterWatchLendsUntilReturn(t *testing.T) {
 		t.Fatalf("the lent pods changed: %+v, handler saw %q", lent, events.seen)
 	}
 	w.Return()
-	poll.Until(t, 10*time.Second, "pod b indexed after the loan", func() bool { return events.has("b") && w.Reporting(netip.MustParseAddr("10.244.1.6")) == 1 })
+	poll.Until(t, poll.Patience, "pod b indexed after the loan", func() bool { return events.has("b") && w.Reporting(netip.MustParseAddr("10.244.1.6")) == 1 })
 	w.Return() // a second Return is harmless
 }
 
@@ -200,7 +200,7 @@ func TestClusterWatchNotReadyWhenRefused(t *testing.T) {
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 10*time.Second, "the refusal seen", func() bool {
+	poll.Until(t, poll.Patience, "the refusal seen", func() bool {
 		err := w.Ready(time.Now())
 		return err != nil && strings.Contains(err.Error(), "nodes: not listed yet: ") && apierrors.IsForbidden(err)
 	})

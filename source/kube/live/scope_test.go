@@ -170,7 +170,7 @@ func TestEndpointSinceFollowsThePod(t *testing.T) {
 	if _, err := client.DiscoveryV1().EndpointSlices("web").Update(context.Background(), es, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 10*time.Second, "the new pod's endpoint", func() bool { return sinceOf("10.244.2.7").Equal(clk.Now()) })
+	poll.Until(t, poll.Patience, "the new pod's endpoint", func() bool { return sinceOf("10.244.2.7").Equal(clk.Now()) })
 	if got := sinceOf("10.244.1.5"); !got.Equal(first) {
 		t.Errorf("the unchanged endpoint's since moved to %v", got)
 	}
@@ -200,7 +200,7 @@ func TestSnapshotsShareEndpointsUntilASliceChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	var now []snapshot.Endpoint
-	poll.Until(t, 10*time.Second, "the new pod's endpoint", func() bool {
+	poll.Until(t, poll.Patience, "the new pod's endpoint", func() bool {
 		now = inf.Snapshot().Endpoints
 		return slices.ContainsFunc(now, func(e snapshot.Endpoint) bool { return e.PodUID == "uid-c" && e.Since.Equal(clk.Now()) })
 	})
