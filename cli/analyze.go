@@ -18,15 +18,48 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/ghostwatch/ghostwatch/internal/cmdline"
-	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source/gossip"
+	"github.com/ghostwatch/ghostwatch/source/nodefs"
 )
 
-// Bounds of what analyze unpacks: a table of millions of flows as text is
-// hundreds of megabytes; every other file is small.
+// Bounds of what analyze unpacks, by what each entry decompresses to: a
+// bundle is gzipped, and 1.4 MB of one held an annotation of 300 MB. A
+// table of millions of flows as text is hundreds of megabytes, and so are
+// the objects of a large cluster: both are read as streams (an object at a
+// time, bounded by kubectl.MaxObject). What is decoded whole is bounded by
+// what collect writes for the largest cluster.
 const (
-	maxBundleFile  = 2 << 30
-	maxBundleTotal = 4 << 30
+	maxBundleFile    = 2 << 30 // the conntrack table, the objects
+	maxBundleTotal   = 4 << 30
+	maxBundleEntries = 1_000_000
 )
+
+// bundleEntryBound bounds the entries decoded whole, and those of the
+// node's files, which collect copies at most nodefs.MaxFile each (a JSON
+// configuration it redacts is indented, which may double it).
+var bundleEntryBound = map[string]int64{
+	// A file of the node's is a line of the manifest: a host-local store
+	// of tens of thousands of reservations is a few MiB of it.
+	bundleManifest:  16 << 20,
+	bundleAddresses: 1 << 20,
+	bundleProxy:     1 << 20,
+	bundleSysctls:   1 << 20,
+	// The gossip clusters' views, bounded as member lists are
+	// (gossip.ReadViews): four views of 100,000 members.
+	bundleGossip:  256 << 20,
+	bundleHistory: 256 << 20,
+}
+
+// entryBound is what the bundle's entry name may decompress to.
+func entryBound(name string) int64 {
+	if b, ok := bundleEntryBound[name]; ok {
+		return b
+	}
+	if strings.HasPrefix(name, bundleHost+"/") {
+		return 2 * nodefs.MaxFile
+	}
+	return maxBundleFile
+}
 
 func newAnalyzeCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	o := &scanOptions{}
@@ -97,9 +130,8 @@ func (o *scanOptions) fromBundle(dir string, m manifest) error {
 		if err != nil {
 			return err
 		}
-		o.savedGossip = &snapshot.Gossip{}
-		if err := json.Unmarshal(b, o.savedGossip); err != nil {
-			return fmt.Errorf("%s: %w", bundleGossip, err)
+		if o.savedGossip, err = gossip.ReadViews(bundleGossip, b); err != nil {
+			return err
 		}
 	}
 	if has(bundleProxy) {
@@ -114,6 +146,9 @@ func (o *scanOptions) fromBundle(dir string, m manifest) error {
 	}
 	return nil
 }
+
+// mib says a bound in MiB.
+func mib(n int64) string { return fmt.Sprintf("%d MiB", n>>20) }
 
 // unpackBundle unpacks the bundle at file into dir and returns its
 // manifest. Only regular files and directories are unpacked, each under
@@ -132,7 +167,10 @@ func unpackBundle(file, dir string) (manifest, error) {
 	tr := tar.NewReader(gz)
 	var total int64
 	seen := false
-	for {
+	for entries := 0; ; entries++ {
+		if entries == maxBundleEntries {
+			return m, fmt.Errorf("%s: more than %d entries: more than collect writes", file, maxBundleEntries)
+		}
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			break
@@ -155,8 +193,13 @@ func unpackBundle(file, dir string) (manifest, error) {
 		default:
 			return m, fmt.Errorf("%s: %s is not a regular file (type %q): a bundle holds none", file, h.Name, h.Typeflag)
 		}
-		if h.Size > maxBundleFile || total+h.Size > maxBundleTotal {
-			return m, fmt.Errorf("%s: %s is %d bytes: more than a bundle holds", file, h.Name, h.Size)
+		// The header says how much the entry decompresses to, and the
+		// reader gives that much, no more.
+		if bound := entryBound(name); h.Size > bound {
+			return m, fmt.Errorf("%s: bundle entry %s: decompresses to more than %s (%d bytes), more than collect writes", file, h.Name, mib(bound), h.Size)
+		}
+		if total+h.Size > maxBundleTotal {
+			return m, fmt.Errorf("%s: bundle entry %s: the bundle decompresses to more than %s, more than collect writes", file, h.Name, mib(maxBundleTotal))
 		}
 		total += h.Size
 		dst := filepath.Join(dir, filepath.FromSlash(name))

@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -13,9 +15,43 @@ import (
 func TestMain(m *testing.M) {
 	if os.Getenv("GHOSTWATCH_RUN_MAIN") == "1" {
 		os.Args = append([]string{"ghostwatch"}, os.Args[1:]...)
-		os.Exit(Main())
+		code := Main()
+		if os.Getenv(peakEnv) == "1" {
+			printPeak()
+		}
+		os.Exit(code)
 	}
 	os.Exit(m.Run())
+}
+
+// peakEnv asks the command run as GHOSTWATCH_RUN_MAIN to print, last on
+// stderr, the peak of its memory (the kernel's VmHWM): a child's rusage
+// would count its parent's before exec.
+const peakEnv = "GHOSTWATCH_PEAK_RSS"
+
+func printPeak() {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			fmt.Fprintln(os.Stderr, line)
+		}
+	}
+}
+
+// peakRSS reads the line printPeak wrote, in bytes.
+func peakRSS(t *testing.T, stderr string) int64 {
+	t.Helper()
+	for _, line := range strings.Split(stderr, "\n") {
+		var kb int64
+		if _, err := fmt.Sscanf(line, "VmHWM: %d kB", &kb); err == nil {
+			return kb << 10
+		}
+	}
+	t.Fatalf("no VmHWM in %s", stderr)
+	return 0
 }
 
 // selfBinary copies the test binary where any user may run it.

@@ -87,85 +87,94 @@ func (c *Consul) base() (*url.URL, error) {
 	return u, nil
 }
 
-func (c *Consul) do(ctx context.Context, method, path string, query url.Values) ([]byte, error) {
+// do sends one request to the agent and hands the body of a 2xx answer to
+// read (nil reads nothing), at most maxFile bytes of it.
+func (c *Consul) do(ctx context.Context, method, path string, query url.Values, read func(body io.Reader) error) error {
 	u, err := c.base()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	u = u.JoinPath(path)
 	u.RawQuery = query.Encode()
 	var header http.Header
 	if c.Token != "" {
 		if u.Scheme != "https" && !c.AllowPlaintext {
-			return nil, fmt.Errorf("consul %s %s: the ACL token would travel in clear text over http: use https (or allow it: allowPlaintextCredentials in the controller's --gossip-clusters, --allow-plaintext-token for scan)", method, redact.URL(u))
+			return fmt.Errorf("consul %s %s: the ACL token would travel in clear text over http: use https (or allow it: allowPlaintextCredentials in the controller's --gossip-clusters, --allow-plaintext-token for scan)", method, redact.URL(u))
 		}
 		header = http.Header{"X-Consul-Token": {c.Token}}
 	}
-	resp, body, err := request(ctx, c.Client, method, u, header, "consul "+method)
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusUnauthorized:
-		hint := "set CONSUL_HTTP_TOKEN (or CONSUL_HTTP_TOKEN_FILE) to a token"
-		if c.Token != "" {
-			hint = "the token given lacks the permission"
+	return request(ctx, c.Client, method, u, header, "consul "+method, func(resp *http.Response, body io.Reader) error {
+		switch {
+		case resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusUnauthorized:
+			hint := "set CONSUL_HTTP_TOKEN (or CONSUL_HTTP_TOKEN_FILE) to a token"
+			if c.Token != "" {
+				hint = "the token given lacks the permission"
+			}
+			return fmt.Errorf("consul %s %s: %s (ACL denied: %s; %s)", method, redact.URL(u), resp.Status, message(body), hint)
+		case resp.StatusCode/100 != 2:
+			return fmt.Errorf("consul %s %s: %s: %s", method, redact.URL(u), resp.Status, message(body))
+		case read == nil:
+			return nil
 		}
-		return nil, fmt.Errorf("consul %s %s: %s (ACL denied: %s; %s)", method, redact.URL(u), resp.Status, strings.TrimSpace(string(body)), hint)
-	case resp.StatusCode/100 != 2:
-		return nil, fmt.Errorf("consul %s %s: %s: %s", method, redact.URL(u), resp.Status, strings.TrimSpace(string(body)))
-	}
-	return body, nil
+		return read(body)
+	})
 }
 
 // Members returns the agent's view of its LAN members
-// (GET /v1/agent/members). Reading it needs node:read on every member
-// (agent:read for the agent's own).
+// (GET /v1/agent/members), decoded as it is read. Reading it needs
+// node:read on every member (agent:read for the agent's own).
 func (c *Consul) Members(ctx context.Context) (*snapshot.GossipView, error) {
-	body, err := c.do(ctx, http.MethodGet, "/v1/agent/members", nil)
+	var v *snapshot.GossipView
+	err := c.do(ctx, http.MethodGet, "/v1/agent/members", nil, func(body io.Reader) (err error) {
+		if v, err = parseConsulAPI(body); err != nil {
+			return fmt.Errorf("consul %s/v1/agent/members:%w", redact.Addr(c.Addr), err)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	v, err := parseConsulAPI(body)
-	if err != nil {
-		return nil, fmt.Errorf("consul %s/v1/agent/members:%w", redact.Addr(c.Addr), err)
 	}
 	if err := checkNames(v); err != nil {
 		return nil, fmt.Errorf("consul %s/v1/agent/members: %w", redact.Addr(c.Addr), err)
 	}
 	v.From = redact.Addr(c.Addr)
-	if self, err := c.do(ctx, http.MethodGet, "/v1/agent/self", nil); err == nil {
-		v.Local = selfName(self)
-	}
+	_ = c.do(ctx, http.MethodGet, "/v1/agent/self", nil, func(body io.Reader) error {
+		v.Local = selfName(io.LimitReader(body, maxSelf))
+		return nil
+	})
 	return v, nil
 }
+
+// maxSelf bounds what is read of /v1/agent/self's answer (tens of KB) for
+// the agent's name.
+const maxSelf = 4 << 20
 
 // ForceLeave forces node out of the cluster, pruning it from the member
 // list at once (PUT /v1/agent/force-leave/<node>?prune=1). It needs
 // operator:write.
 func (c *Consul) ForceLeave(ctx context.Context, node string) error {
-	_, err := c.do(ctx, http.MethodPut, "/v1/agent/force-leave/"+url.PathEscape(node), url.Values{"prune": {"1"}})
-	return err
+	return c.do(ctx, http.MethodPut, "/v1/agent/force-leave/"+url.PathEscape(node), url.Values{"prune": {"1"}}, nil)
 }
 
 // selfName is the agent's node name in /v1/agent/self's answer, or "".
-func selfName(body []byte) string {
+func selfName(body io.Reader) string {
 	var self struct {
 		Config struct{ NodeName string }
 	}
-	if json.Unmarshal(body, &self) != nil {
+	if json.NewDecoder(body).Decode(&self) != nil {
 		return ""
 	}
 	return self.Config.NodeName
 }
 
 // request does one HTTP request with client (nil: one with a 10 s
-// timeout) and reads the answer, at most maxFile bytes. Its errors start
-// with what and the address.
-func request(ctx context.Context, client *http.Client, method string, u *url.URL, header http.Header, what string) (*http.Response, []byte, error) {
+// timeout) and hands the answer to read, its body bounded to maxFile bytes
+// (reading past them is an error that says so), then closes it. Its errors
+// start with what and the address.
+func request(ctx context.Context, client *http.Client, method string, u *url.URL, header http.Header, what string, read func(resp *http.Response, body io.Reader) error) error {
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
 	if err != nil {
-		return nil, nil, err
+		return redact.Error(err, u.String())
 	}
 	for k, v := range header {
 		req.Header[k] = v
@@ -185,7 +194,7 @@ func request(ctx context.Context, client *http.Client, method string, u *url.URL
 		if errors.As(err, &uerr) {
 			err = uerr.Err
 		}
-		return nil, nil, redact.Error(fmt.Errorf("%s %s: %w", what, redact.URL(u), err), u.String())
+		return redact.Error(fmt.Errorf("%s %s: %w", what, redact.URL(u), err), u.String())
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 == 3 {
@@ -193,14 +202,42 @@ func request(ctx context.Context, client *http.Client, method string, u *url.URL
 		if l, err := url.Parse(loc); err == nil {
 			loc = redact.URL(l)
 		}
-		return nil, nil, fmt.Errorf("%s %s: %s to %q: not followed: the request goes to the address given, and its credential with it, nowhere else", what, redact.URL(u), resp.Status, loc)
+		return fmt.Errorf("%s %s: %s to %q: not followed: the request goes to the address given, and its credential with it, nowhere else", what, redact.URL(u), resp.Status, loc)
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxFile+1))
-	switch {
-	case err != nil:
-		return nil, nil, fmt.Errorf("%s %s: reading the answer: %w", what, redact.URL(u), err)
-	case len(body) > maxFile:
-		return nil, nil, fmt.Errorf("%s %s: more than %d MiB", what, redact.URL(u), maxFile>>20)
+	body := &bounded{r: resp.Body, left: maxFile, what: "the answer"}
+	if err := read(resp, body); err != nil {
+		return redact.Error(err, u.String())
 	}
-	return resp, body, nil
+	return nil
+}
+
+// bounded reads at most left bytes of r; reading past them is an error
+// that says what is more than maxFile.
+type bounded struct {
+	r    io.Reader
+	left int64
+	what string
+}
+
+func (b *bounded) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		// One byte more says whether anything is past the bound.
+		var one [1]byte
+		if n, _ := io.ReadFull(b.r, one[:]); n == 0 {
+			return 0, io.EOF
+		}
+		return 0, fmt.Errorf("%s is more than %d MiB: more than a member list of %d members", b.what, maxFile>>20, MaxMembers)
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
+// message is the start of an error answer's body, to quote in an error.
+func message(body io.Reader) string {
+	b, _ := io.ReadAll(io.LimitReader(body, 4<<10))
+	return strings.TrimSpace(string(b))
 }

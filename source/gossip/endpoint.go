@@ -1,9 +1,11 @@
 package gossip
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -29,20 +31,22 @@ func (e *Endpoint) Members(ctx context.Context) (*snapshot.GossipView, error) {
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("member list address %q: want http://host:port/path", redact.Addr(e.URL))
 	}
-	resp, body, err := request(ctx, e.Client, http.MethodGet, u, nil, "member list")
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case resp.StatusCode == http.StatusNotFound:
-		return nil, fmt.Errorf("member list %s: %s: nothing is served there (is the ghostwatch/gossip package's handler mounted at that path, on the port the ghostwatch.io/gossip-port annotation gives?)", redact.URL(u), resp.Status)
-	case resp.StatusCode != http.StatusOK:
-		return nil, fmt.Errorf("member list %s: %s: %s", redact.URL(u), resp.Status, firstLine(body))
-	}
-	if t := bytes.TrimLeft(body, " \t\r\n\ufeff"); len(t) > 0 && t[0] != '{' {
-		return nil, fmt.Errorf("member list %s: the answer is not the ghostwatch/gossip package's member list (a JSON object): %s", redact.URL(u), firstLine(t))
-	}
-	v, err := Parse(redact.URL(u), body)
+	var v *snapshot.GossipView
+	err = request(ctx, e.Client, http.MethodGet, u, nil, "member list", func(resp *http.Response, body io.Reader) error {
+		switch {
+		case resp.StatusCode == http.StatusNotFound:
+			return fmt.Errorf("member list %s: %s: nothing is served there (is the ghostwatch/gossip package's handler mounted at that path, on the port the ghostwatch.io/gossip-port annotation gives?)", redact.URL(u), resp.Status)
+		case resp.StatusCode != http.StatusOK:
+			return fmt.Errorf("member list %s: %s: %s", redact.URL(u), resp.Status, firstLine([]byte(message(body))))
+		}
+		br := bufio.NewReaderSize(body, 64<<10)
+		if first, _ := firstNonSpace(br); first != '{' && first != 0 {
+			head, _ := br.Peek(256)
+			return fmt.Errorf("member list %s: the answer is not the ghostwatch/gossip package's member list (a JSON object): %s", redact.URL(u), firstLine(bytes.TrimLeft(head, " \t\r\n")))
+		}
+		v, err = ParseReader(redact.URL(u), br)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -34,11 +34,7 @@ func (*FileSource) Name() string { return Name }
 func (f *FileSource) Collect(_ context.Context, s *snapshot.Snapshot) error {
 	g := &snapshot.Gossip{}
 	for _, p := range f.Paths {
-		data, err := f.read(p)
-		if err != nil {
-			return err
-		}
-		v, err := Parse(p, data)
+		v, err := f.parse(p)
 		if err != nil {
 			return err
 		}
@@ -48,7 +44,9 @@ func (f *FileSource) Collect(_ context.Context, s *snapshot.Snapshot) error {
 	return nil
 }
 
-func (f *FileSource) read(p string) ([]byte, error) {
+// parse reads the member list p, decoded as it is read, at most maxFile
+// bytes of it.
+func (f *FileSource) parse(p string) (*snapshot.GossipView, error) {
 	var r io.Reader
 	if p == "-" {
 		if f.Stdin == nil {
@@ -63,14 +61,7 @@ func (f *FileSource) read(p string) ([]byte, error) {
 		defer fh.Close()
 		r = fh
 	}
-	data, err := io.ReadAll(io.LimitReader(r, maxFile+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", p, err)
-	}
-	if len(data) > maxFile {
-		return nil, fmt.Errorf("%s: more than %d MiB: not a member list", p, maxFile>>20)
-	}
-	return data, nil
+	return ParseReader(p, &bounded{r: r, left: maxFile, what: "the file"})
 }
 
 // Describe says what was read.

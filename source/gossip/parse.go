@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"strconv"
@@ -34,19 +35,32 @@ const MemberlistPath = "/ghostwatch/members"
 // members -format=json (a "members" array); text is consul members, with
 // or without -detailed. Errors name the file and line.
 func Parse(name string, data []byte) (*snapshot.GossipView, error) {
-	trimmed := bytes.TrimLeft(data, " \t\r\n\ufeff")
-	if len(trimmed) == 0 {
-		return nil, fmt.Errorf("%s: empty: want consul members -detailed, the Consul API's /v1/agent/members, serf members -format=json, or the ghostwatch/gossip package's member list", name)
+	return ParseReader(name, bytes.NewReader(data))
+}
+
+// ParseReader is Parse of what r reads, decoded as it is read, a member at
+// a time, within the bounds of a member list (MaxMembers): what is held
+// is the members, not the text.
+func ParseReader(name string, r io.Reader) (*snapshot.GossipView, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	// A byte-order mark (what some editors save) is no part of the list.
+	if b, _ := br.Peek(3); bytes.Equal(b, []byte("\ufeff")) {
+		br.Discard(3)
+	}
+	first, err := firstNonSpace(br)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	var v *snapshot.GossipView
-	var err error
-	switch trimmed[0] {
+	switch first {
+	case 0:
+		return nil, fmt.Errorf("%s: empty: want consul members -detailed, the Consul API's /v1/agent/members, serf members -format=json, or the ghostwatch/gossip package's member list", name)
 	case '[':
-		v, err = parseConsulAPI(data)
+		v, err = parseConsulAPI(br)
 	case '{':
-		v, err = parseObject(data)
+		v, err = parseObject(br)
 	default:
-		v, err = parseConsulText(data)
+		v, err = parseConsulText(br)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s:%w", name, err)
@@ -58,11 +72,41 @@ func Parse(name string, data []byte) (*snapshot.GossipView, error) {
 	return v, nil
 }
 
+// firstNonSpace returns the first byte that is not white space, without
+// consuming it; 0 at the end of the input, or when the buffer holds only
+// white space.
+func firstNonSpace(br *bufio.Reader) (byte, error) {
+	for n := 1; n <= br.Size(); n++ {
+		b, err := br.Peek(n)
+		if len(b) == n {
+			if c := b[n-1]; c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+				return c, nil
+			}
+			continue
+		}
+		if err == io.EOF {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	return 0, nil
+}
+
 // lineError is an error at a line of the input: its text is "N: ...", to
 // follow the file's name and a colon.
 func lineError(line int, format string, args ...any) error {
-	return fmt.Errorf("%d: %s", line, fmt.Sprintf(format, args...))
+	return &atLine{line: line, msg: fmt.Sprintf(format, args...)}
 }
+
+// atLine is an error at a line of the input.
+type atLine struct {
+	line int
+	msg  string
+}
+
+func (e *atLine) Error() string { return fmt.Sprintf("%d: %s", e.line, e.msg) }
 
 // jsonError places a JSON decoding error at its line.
 func jsonError(data []byte, err error) error {
@@ -92,74 +136,159 @@ var consulWords = map[string]string{"alive": snapshot.MemberAlive, "leaving": sn
 var memberlistWords = map[string]string{"alive": snapshot.MemberAlive, "suspect": snapshot.MemberSuspect,
 	"dead": snapshot.MemberDead, "left": snapshot.MemberLeft}
 
-func parseConsulAPI(data []byte) (*snapshot.GossipView, error) {
-	var ms []struct {
-		Name   *string
-		Addr   *string
-		Port   uint16
-		Tags   map[string]string
-		Status *int
-	}
-	if err := json.Unmarshal(data, &ms); err != nil {
-		return nil, jsonError(data, err)
-	}
+// consulMember is a member as /v1/agent/members gives it.
+type consulMember struct {
+	Name   *string
+	Addr   *string
+	Port   uint16
+	Tags   tags
+	Status *int
+}
+
+func parseConsulAPI(r io.Reader) (*snapshot.GossipView, error) {
+	s := newJSONStream(r)
 	v := &snapshot.GossipView{System: "consul"}
-	for i, m := range ms {
+	err := arrayOf(s, func(i int) string { return fmt.Sprintf(" member %d", i) }, func(i int, m *consulMember) error {
 		where := fmt.Sprintf(" member %d", i)
 		if m.Name == nil || m.Addr == nil || m.Status == nil {
-			return nil, fmt.Errorf("%s: want Name, Addr and Status, as /v1/agent/members gives them", where)
+			return fmt.Errorf("%s: want Name, Addr and Status, as /v1/agent/members gives them", where)
+		}
+		if err := checkMember(*m.Name, *m.Addr, ""); err != nil {
+			return fmt.Errorf("%s: %w", where, err)
 		}
 		st, ok := consulStatus[*m.Status]
 		if !ok {
-			return nil, fmt.Errorf("%s (%s): Status %d is none of Consul's 1 alive, 2 leaving, 3 left, 4 failed", where, *m.Name, *m.Status)
+			return fmt.Errorf("%s (%s): Status %d is none of Consul's 1 alive, 2 leaving, 3 left, 4 failed", where, *m.Name, *m.Status)
 		}
 		a, err := netip.ParseAddr(*m.Addr)
 		if err != nil {
-			return nil, fmt.Errorf("%s (%s): Addr %q is not an IP address", where, *m.Name, *m.Addr)
+			return fmt.Errorf("%s (%s): Addr %q is not an IP address", where, *m.Name, *m.Addr)
 		}
 		v.Members = append(v.Members, snapshot.GossipMember{Name: *m.Name, Addr: a.Unmap(), Port: m.Port,
 			Status: st, RawStatus: strconv.Itoa(*m.Status), Tags: m.Tags})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.end(); err != nil {
+		return nil, err
 	}
 	return v, nil
 }
 
-func parseObject(data []byte) (*snapshot.GossipView, error) {
-	var head struct {
-		Kind    string          `json:"kind"`
-		Members json.RawMessage `json:"members"`
+// checkMember refuses a member's name, address or status longer than
+// maxField; what is refused is not quoted whole.
+func checkMember(name, addr, status string) error {
+	if err := checkField("name", name); err != nil {
+		return fmt.Errorf("%s: %w", short(name), err)
 	}
-	if err := json.Unmarshal(data, &head); err != nil {
-		return nil, jsonError(data, err)
+	if err := checkField("address", addr); err != nil {
+		return fmt.Errorf("%s: %w", short(name), err)
+	}
+	if err := checkField("status", status); err != nil {
+		return fmt.Errorf("%s: %w", short(name), err)
+	}
+	return nil
+}
+
+// objectMember is a member of serf members -format=json or of the
+// ghostwatch/gossip package's member list: which one is known once the
+// list's kind is read, which may follow the members.
+type objectMember struct {
+	Name *string `json:"name"`
+	Addr *string `json:"addr"`
+	Port uint16  `json:"port"`
+	// Serf's.
+	Tags   tags    `json:"tags"`
+	Status *string `json:"status"`
+	// memberlist's.
+	State       *string `json:"state"`
+	Incarnation uint32  `json:"incarnation"`
+	Meta        []byte  `json:"meta"`
+	Since       string  `json:"since"`
+}
+
+// parseObject reads a JSON object: the ghostwatch/gossip package's member
+// list (its kind says so) or serf members -format=json (a "members"
+// array), a field at a time and its members one at a time.
+func parseObject(r io.Reader) (*snapshot.GossipView, error) {
+	s := newJSONStream(r)
+	if _, err := s.token(); err != nil { // {
+		return nil, err
+	}
+	var (
+		kind, label, local string
+		version            int
+		rejections         map[string]uint64
+		members            []objectMember
+		hasMembers         bool
+	)
+	for s.dec.More() {
+		t, err := s.token()
+		if err != nil {
+			return nil, err
+		}
+		switch key, _ := t.(string); key {
+		case "kind":
+			err = s.decode(&kind)
+		case "version":
+			err = s.decode(&version)
+		case "label":
+			err = s.decode(&label)
+		case "local":
+			err = s.decode(&local)
+		case "rejections":
+			err = s.decode(&rejections)
+			if err == nil && len(rejections) > maxTags {
+				err = fmt.Errorf(" rejections: more than %d reasons", maxTags)
+			}
+		case "members":
+			hasMembers = true
+			err = arrayOf(s, func(i int) string { return fmt.Sprintf(" members[%d]", i) }, func(_ int, m *objectMember) error {
+				members = append(members, *m)
+				return nil
+			})
+		default:
+			var skip json.RawMessage
+			err = s.decode(&skip)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if _, err := s.token(); err != nil { // }
+		return nil, err
+	}
+	if err := s.end(); err != nil {
+		return nil, err
+	}
+	for _, f := range []struct{ what, v string }{{"kind", kind}, {"label", label}, {"local", local}} {
+		if err := checkField(f.what, f.v); err != nil {
+			return nil, fmt.Errorf(" %w", err)
+		}
 	}
 	switch {
-	case head.Kind == MemberlistKind:
-		return parseMemberlist(data)
-	case head.Kind != "":
-		return nil, fmt.Errorf(" kind %q is not %s", head.Kind, MemberlistKind)
-	case head.Members != nil:
-		return parseSerf(data)
+	case kind == MemberlistKind:
+		return memberlistView(version, label, local, rejections, members)
+	case kind != "":
+		return nil, fmt.Errorf(" kind %q is not %s", kind, MemberlistKind)
+	case hasMembers:
+		return serfJSONView(members)
 	}
 	return nil, errors.New(` a JSON object with neither "kind": "` + MemberlistKind + `" nor "members": not serf members -format=json, nor the ghostwatch/gossip package's member list`)
 }
 
-func parseSerf(data []byte) (*snapshot.GossipView, error) {
-	var c struct {
-		Members []struct {
-			Name   *string           `json:"name"`
-			Addr   *string           `json:"addr"`
-			Port   uint16            `json:"port"`
-			Tags   map[string]string `json:"tags"`
-			Status *string           `json:"status"`
-		} `json:"members"`
-	}
-	if err := json.Unmarshal(data, &c); err != nil {
-		return nil, jsonError(data, err)
-	}
+// serfJSONView maps the members of serf members -format=json.
+func serfJSONView(ms []objectMember) (*snapshot.GossipView, error) {
 	v := &snapshot.GossipView{System: "serf"}
-	for i, m := range c.Members {
+	for i, m := range ms {
 		where := fmt.Sprintf(" members[%d]", i)
 		if m.Name == nil || m.Addr == nil || m.Status == nil {
 			return nil, fmt.Errorf("%s: want name, addr and status, as serf members -format=json gives them", where)
+		}
+		if err := checkMember(*m.Name, *m.Addr, *m.Status); err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
 		}
 		st, err := serfStatus(*m.Status)
 		if err != nil {
@@ -187,41 +316,33 @@ func serfStatus(status string) (string, error) {
 	return st, nil
 }
 
-func parseMemberlist(data []byte) (*snapshot.GossipView, error) {
-	var l struct {
-		Version int    `json:"version"`
-		Label   string `json:"label"`
-		Local   string `json:"local"`
-		Members []struct {
-			Name        *string `json:"name"`
-			Addr        *string `json:"addr"`
-			Port        uint16  `json:"port"`
-			State       *string `json:"state"`
-			Incarnation uint32  `json:"incarnation"`
-			Meta        []byte  `json:"meta"`
-			Since       string  `json:"since"`
-		} `json:"members"`
-		Rejections map[string]uint64 `json:"rejections"`
+// memberlistView maps the ghostwatch/gossip package's member list.
+func memberlistView(version int, label, local string, rejections map[string]uint64, ms []objectMember) (*snapshot.GossipView, error) {
+	if version != 1 {
+		return nil, fmt.Errorf(" version %d of %s; this ghostwatch reads version 1", version, MemberlistKind)
 	}
-	if err := json.Unmarshal(data, &l); err != nil {
-		return nil, jsonError(data, err)
-	}
-	if l.Version != 1 {
-		return nil, fmt.Errorf(" version %d of %s; this ghostwatch reads version 1", l.Version, MemberlistKind)
-	}
-	v := &snapshot.GossipView{System: "memberlist", Label: l.Label, Local: l.Local}
-	for reason := range l.Rejections {
+	v := &snapshot.GossipView{System: "memberlist", Label: label, Local: local}
+	for reason := range rejections {
 		if reason == "" {
 			return nil, fmt.Errorf(" rejections: a count without a reason")
 		}
+		if err := checkField("rejection reason", reason); err != nil {
+			return nil, fmt.Errorf(" rejections: %w", err)
+		}
 	}
-	if len(l.Rejections) > 0 {
-		v.Rejections = l.Rejections
+	if len(rejections) > 0 {
+		v.Rejections = rejections
 	}
-	for i, m := range l.Members {
+	for i, m := range ms {
 		where := fmt.Sprintf(" members[%d]", i)
 		if m.Name == nil || m.Addr == nil || m.State == nil {
 			return nil, fmt.Errorf("%s: want name, addr and state", where)
+		}
+		if err := checkMember(*m.Name, *m.Addr, *m.State); err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
+		if len(m.Meta) > maxField {
+			return nil, fmt.Errorf("%s (%s): meta of %d bytes: more than %d, which memberlist carries at most 512", where, *m.Name, len(m.Meta), maxField)
 		}
 		st, ok := memberlistWords[*m.State]
 		if !ok {
@@ -235,7 +356,7 @@ func parseMemberlist(data []byte) (*snapshot.GossipView, error) {
 		if m.Since != "" {
 			t, err := time.Parse(time.RFC3339, m.Since)
 			if err != nil {
-				return nil, fmt.Errorf("%s (%s): since %q is not an RFC 3339 time", where, *m.Name, m.Since)
+				return nil, fmt.Errorf("%s (%s): since %q is not an RFC 3339 time", where, *m.Name, short(m.Since))
 			}
 			mem.Since = t
 		}
@@ -248,8 +369,8 @@ func parseMemberlist(data []byte) (*snapshot.GossipView, error) {
 // the Node, Address and Status columns (Tags with -detailed), then a
 // member per line, its columns separated by blanks. Tags are k=v pairs
 // separated by commas.
-func parseConsulText(data []byte) (*snapshot.GossipView, error) {
-	sc := bufio.NewScanner(bytes.NewReader(data))
+func parseConsulText(r io.Reader) (*snapshot.GossipView, error) {
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1<<20)
 	v := &snapshot.GossipView{System: "consul"}
 	var cols map[string]int
@@ -268,7 +389,7 @@ func parseConsulText(data []byte) (*snapshot.GossipView, error) {
 			}
 			for _, want := range []string{"Node", "Address", "Status"} {
 				if _, ok := cols[want]; !ok {
-					return nil, lineError(n, "want consul members' header (Node, Address, Status[, Tags]); got %q", line)
+					return nil, lineError(n, "want consul members' header (Node, Address, Status[, Tags]); got %q", short(line))
 				}
 			}
 			continue
@@ -281,7 +402,13 @@ func parseConsulText(data []byte) (*snapshot.GossipView, error) {
 		}
 		name, addr, status := get("Node"), get("Address"), get("Status")
 		if name == "" || addr == "" || status == "" {
-			return nil, lineError(n, "want a node, its address and status; got %q", line)
+			return nil, lineError(n, "want a node, its address and status; got %q", short(line))
+		}
+		if len(v.Members) == MaxMembers {
+			return nil, lineError(n, "%v", errTooManyMembers)
+		}
+		if err := checkMember(name, addr, status); err != nil {
+			return nil, lineError(n, "%v", err)
 		}
 		st, ok := consulWords[status]
 		if !ok {
@@ -294,8 +421,18 @@ func parseConsulText(data []byte) (*snapshot.GossipView, error) {
 		m := snapshot.GossipMember{Name: name, Addr: a, Port: port, Status: st, RawStatus: status}
 		if t := get("Tags"); t != "" {
 			m.Tags = map[string]string{}
-			for _, kv := range strings.Split(t, ",") {
+			pairs := 0
+			for kv := range strings.SplitSeq(t, ",") {
+				if pairs++; pairs > maxTags {
+					return nil, lineError(n, "%s: tags: more than %d, which no member's %d bytes of meta hold", name, maxTags, 512)
+				}
 				k, val, _ := strings.Cut(kv, "=")
+				if err := checkField("tag key", k); err != nil {
+					return nil, lineError(n, "%s: tags: %v", name, err)
+				}
+				if err := checkField("tag value", val); err != nil {
+					return nil, lineError(n, "%s: tags: %s: %v", name, short(k), err)
+				}
 				m.Tags[k] = val
 			}
 		}

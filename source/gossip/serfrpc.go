@@ -150,10 +150,14 @@ func (w *serfWire) Read(p []byte) (int, error) {
 type serfRPC struct {
 	conn io.Writer
 	in   *serfWire
-	dec  *codec.Decoder
-	enc  *codec.Encoder
-	out  bytes.Buffer
-	seq  uint64
+	// br buffers what in reads; dec decodes the replies' headers from
+	// it, and a reply's body is read from it whole (skimSerfValue), then
+	// decoded.
+	br  *bufio.Reader
+	dec *codec.Decoder
+	enc *codec.Encoder
+	out bytes.Buffer
+	seq uint64
 	// maxReply bounds the bytes of one reply, maxSerfReply.
 	maxReply int64
 	// broken is the error that left the stream unusable.
@@ -167,7 +171,8 @@ type serfRPC struct {
 func newSerfRPC(conn io.ReadWriter) *serfRPC {
 	c := &serfRPC{conn: conn, in: &serfWire{r: conn}, maxReply: maxSerfReply}
 	h := serfMsgpack()
-	c.dec = codec.NewDecoder(bufio.NewReader(c.in), h)
+	c.br = bufio.NewReader(c.in)
+	c.dec = codec.NewDecoder(c.br, h)
 	c.enc = codec.NewEncoder(&c.out, h)
 	return c
 }
@@ -248,7 +253,17 @@ func (c *serfRPC) call(command string, req, resp any) error {
 		return serfRefusal(h.Error)
 	}
 	if resp != nil {
-		if err := c.dec.Decode(resp); err != nil {
+		// The body is read whole and checked against the bounds of a
+		// member list before anything of it is decoded.
+		raw, err := skimSerfValue(c.br)
+		if errors.Is(err, errSerfBound) || errors.Is(err, errNotSerfRPC) {
+			c.broken = fmt.Errorf("the %s reply: %w", command, err)
+			return c.broken
+		}
+		if err == nil {
+			err = codec.NewDecoderBytes(raw, serfMsgpack()).Decode(resp)
+		}
+		if err != nil {
 			c.broken = c.readError(err, start, "the "+command+" reply")
 			return c.broken
 		}

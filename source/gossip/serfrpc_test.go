@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -241,7 +242,11 @@ func TestSerfRPCMalformedReplies(t *testing.T) {
 // into memory whole.
 func TestSerfRPCReplyTooLarge(t *testing.T) {
 	h := serfMsgpack()
-	big := map[string]any{"Members": []map[string]any{{"Name": strings.Repeat("x", 1<<20)}}}
+	var members []map[string]any
+	for i := range 100 {
+		members = append(members, map[string]any{"Name": fmt.Sprintf("%04d", i) + strings.Repeat("x", 1000)})
+	}
+	big := map[string]any{"Members": members}
 	data := append(frames(t, h, header(1, "")), frames(t, h, header(2, ""), big)...)
 	c := newSerfRPC(struct {
 		io.Reader
@@ -430,4 +435,41 @@ func FuzzSerfReplies(f *testing.F) {
 			named(s.forceLeave(c, "n2"))
 		}
 	})
+}
+
+// A members reply beyond the bounds of a member list is refused before
+// anything of it is decoded: an array that announces more than MaxMembers
+// members (whose bytes never come), a member whose tags are more than a
+// member holds, a name longer than any.
+func TestSerfRPCReplyBeyondBounds(t *testing.T) {
+	h := serfMsgpack()
+	tooMany := []byte{0x81, 0xa7, 'M', 'e', 'm', 'b', 'e', 'r', 's', 0xdd, 0x00, 0x0f, 0x42, 0x40} // {"Members": [1,000,000 members...
+	manyTags := map[string]string{}
+	for i := range 300 {
+		manyTags[fmt.Sprint(i)] = "v"
+	}
+	for _, tc := range []struct {
+		name  string
+		reply []byte
+		want  string
+	}{
+		{"a million members announced", tooMany, "the members reply: beyond the bounds of a member list: more than 100000 members"},
+		{"300 tags", frames(t, h, map[string]any{"Members": []map[string]any{{"Name": "a", "Tags": manyTags}}}), "a map of 300 entries, more than the 256 tags a member holds"},
+		{"a long name", frames(t, h, map[string]any{"Members": []map[string]any{{"Name": strings.Repeat("x", 2000)}}}), "a string of 2000 bytes, more than the 1024"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data := append(frames(t, h, header(1, "")), frames(t, h, header(2, ""))...)
+			data = append(data, tc.reply...)
+			c := newSerfRPC(struct {
+				io.Reader
+				io.Writer
+			}{bytes.NewReader(data), io.Discard})
+			if err := c.handshake(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.members(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%v, want %q", err, tc.want)
+			}
+		})
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"sort"
@@ -263,12 +264,15 @@ func (rd *reader) readJSON(sr *apiyaml.StreamReader) (err error, again bool) {
 	rd.at = lines.lastLine
 	first := true
 	jr := &jsonReader{rd: rd, dec: json.NewDecoder(lines), pos: lines}
+	lines.limit = MaxObject
 	jr.read = func(start int64) {
 		// What was read so far reads as JSON: the stream reader need not
-		// keep it, nor the line counter place it.
+		// keep it, nor the line counter place it; the next object is
+		// bounded from where this one ended.
 		first = false
 		sr.Consume(math.MaxInt)
 		lines.forget(start)
+		lines.mark = jr.dec.InputOffset()
 	}
 	for {
 		err := jr.object(header{}, 0, nil, nil)
@@ -283,16 +287,43 @@ func (rd *reader) readJSON(sr *apiyaml.StreamReader) (err error, again bool) {
 }
 
 // lineCounter counts the lines of what is read through it, to place
-// offsets in the input.
+// offsets in the input, and bounds what is read past mark.
 type lineCounter struct {
 	r        io.Reader
 	n        int64   // bytes read
 	newlines []int64 // offsets of the newlines read since the last forget
 	before   int     // newlines before newlines[0]
 	last     int     // line of the last byte that is not white space
+	// limit, when set, bounds the bytes read past mark, where the
+	// object being read starts: the decoder holds a value whole before
+	// it hands it over, so one object larger than any the API server
+	// stores (an annotation of 300 MB, gzipped to a few hundred KB in a
+	// bundle) is refused rather than held, and decoded, whole.
+	limit, mark int64
 }
 
+// ErrObjectTooLarge is wrapped by the error for an object of the input
+// larger than MaxObject.
+var ErrObjectTooLarge = fmt.Errorf("an object larger than %d MiB, which no API server stores (etcd takes at most 1.5 MiB a request by default): not a saved object", MaxObject>>20)
+
+// MaxObject bounds, in bytes, one object of a JSON input: an item of a
+// list, or a value that is no list. The API server takes no request body
+// larger than 3 MiB and stores none larger than etcd's request limit (1.5
+// MiB by default; some clusters raise it to 10 MiB). Reading one object
+// holds it about four times over (the decoder's buffer, what keeps it for
+// a YAML reading, what decodes it).
+const MaxObject = 16 << 20
+
 func (c *lineCounter) Read(p []byte) (int, error) {
+	if c.limit > 0 {
+		room := c.mark + c.limit - c.n
+		if room <= 0 {
+			return 0, ErrObjectTooLarge
+		}
+		if int64(len(p)) > room {
+			p = p[:room]
+		}
+	}
 	n, err := c.r.Read(p)
 	for i := 0; i < n; {
 		j := bytes.IndexByte(p[i:n], '\n')
