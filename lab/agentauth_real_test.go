@@ -23,8 +23,10 @@ import (
 	"github.com/ghostwatch/ghostwatch/deploy/chart"
 	"github.com/ghostwatch/ghostwatch/internal/kubeauth"
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
+	"github.com/ghostwatch/ghostwatch/sink"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
+	"github.com/ghostwatch/ghostwatch/source/hostlocal"
 )
 
 // installIPReader applies the chart's ipReader, bound to user alice: the
@@ -103,6 +105,10 @@ func TestRealAgentAnswersOnlyWhomTheClusterAllows(t *testing.T) {
 	mux.Handle(conntrack.AddressPath, guard.Protect(kubeauth.Flows, conntrack.AddressHandler("node-1", func() (conntrack.Table, func(), error) {
 		return oneFlow{}, func() {}, nil
 	}, time.Now)))
+	mux.Handle(hostlocal.AddressPath, guard.Protect(kubeauth.HostLocal, hostlocal.AddressHandler("node-1", t.TempDir())))
+	mux.Handle(sink.FindingsPath, guard.Protect(kubeauth.Findings, sink.FindingsHandler(func(ip netip.Addr) sink.FindingsAt {
+		return sink.NewFindingsAt("node-1", true, nil, nil, ip)
+	})))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 
