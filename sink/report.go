@@ -256,7 +256,10 @@ func normalize(r *finding.Report) *finding.Report {
 // Table writes one group per rule: a header with the rule's why and fix,
 // then one row per ghost IP of a Service (its flows counted, a sample and
 // the clients named when there are several; JSON keeps every finding);
-// then one line per source.
+// then one line per source. Every string it did not write (names,
+// messages, details, commands, causes, sources' details) passes through
+// text.Escape: the table's own layout is the only line break and column
+// gap in it, whatever a cluster, a gossip member or a bundle holds.
 func Table(w io.Writer, r *finding.Report, catalog []rule.Rule) error {
 	infos := map[string]rule.Info{}
 	var order []string
@@ -307,7 +310,7 @@ func Table(w io.Writer, r *finding.Report, catalog []rule.Rule) error {
 			continue
 		}
 		info := infos[id]
-		ew.printf("%s: %s\n", id, countFindings(fs))
+		ew.printf("%s: %s\n", text.Escape(id), countFindings(fs))
 		if info.Summary != "" {
 			ew.printf("  why: %s\n", info.Summary)
 		}
@@ -336,7 +339,7 @@ func Table(w io.Writer, r *finding.Report, catalog []rule.Rule) error {
 				if c == "flow" && len(g) > 1 {
 					v = summarizeFlows(g)
 				}
-				row = append(row, dash(v))
+				row = append(row, dash(text.Escape(v)))
 			}
 			d := f.Message
 			if info.Detail != nil {
@@ -345,7 +348,7 @@ func Table(w io.Writer, r *finding.Report, catalog []rule.Rule) error {
 			if len(g) > 1 || entries(f) > 1 {
 				d += "; e.g. " + sampleFlow(f) + clients(g)
 			}
-			fmt.Fprintln(tw, "  "+strings.Join(append(row, d), "\t"))
+			fmt.Fprintln(tw, "  "+strings.Join(append(row, text.Escape(d)), "\t"))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -378,19 +381,19 @@ func Table(w io.Writer, r *finding.Report, catalog []rule.Rule) error {
 			}
 		}
 		for _, c := range causes {
-			ew.printf("  %s\n    %s\n", strings.Join(rules[c], ", ")+":", c)
+			ew.printf("  %s\n    %s\n", text.Escape(strings.Join(rules[c], ", ")+":"), text.Escape(c))
 		}
 		ew.printf("\n")
 	}
 	ew.printf("Sources:\n")
 	width := 10
 	for _, s := range r.Sources {
-		width = max(width, len(s.Name))
+		width = max(width, len(text.Escape(s.Name)))
 	}
 	for _, s := range r.Sources {
-		line := fmt.Sprintf("  %-*s %s", width, s.Name, s.Status)
+		line := fmt.Sprintf("  %-*s %s", width, text.Escape(s.Name), text.Escape(string(s.Status)))
 		if s.Detail != "" {
-			line += "  " + s.Detail
+			line += "  " + text.Escape(s.Detail)
 		}
 		ew.printf("%s\n", line)
 	}
@@ -457,11 +460,11 @@ func writeRemove(ew *errWriter, fs []finding.Finding) {
 	switch {
 	case len(cmds) == 0:
 	case more || len(cmds) > maxRemoveLines:
-		ew.printf("\n  to remove one by hand: the \"remove\" of each %s in -o json, e.g.\n    %s\n", noun, cmds[0])
+		ew.printf("\n  to remove one by hand: the \"remove\" of each %s in -o json, e.g.\n    %s\n", noun, text.Escape(cmds[0]))
 	default:
 		ew.printf("\n  to remove by hand, exactly these entries:\n")
 		for _, c := range cmds {
-			ew.printf("    %s\n", c)
+			ew.printf("    %s\n", text.Escape(c))
 		}
 	}
 }

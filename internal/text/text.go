@@ -1,4 +1,6 @@
-// Package text holds the small wording helpers the reports share.
+// Package text holds the small wording helpers the reports share, and
+// Escape, through which every human-readable output passes the strings it
+// did not write itself. It formats; it never decides what is shown.
 package text
 
 import (
