@@ -228,3 +228,58 @@ func waitForWaiter(t *testing.T, path string) {
 		return false
 	})
 }
+
+// A directory above the store linked out of the host root (run -> an
+// absolute path of this machine's) is resolved inside the root, as the
+// node resolves it: the write lands in the node's tree, never in this
+// machine's, and an entry named by the address that is a link is not
+// written through either.
+func TestReservationsStayInsideTheRoot(t *testing.T) {
+	root := t.TempDir()
+	outside := t.TempDir()
+	// On this machine, outside/cni-ipam-state/kindnet is a store too.
+	if err := os.MkdirAll(filepath.Join(outside, "cni-ipam-state/kindnet"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// On the node, /run is a link to /node-run, which holds the store.
+	if err := os.MkdirAll(filepath.Join(root, "node-run/cni-ipam-state/kindnet"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(root, "run")); err != nil {
+		t.Fatal(err)
+	}
+	r := &Reservations{Root: root}
+	err := r.Act(context.Background(), reservation("10.244.2.3"))
+	if entries, _ := os.ReadDir(filepath.Join(outside, "cni-ipam-state/kindnet")); len(entries) != 0 {
+		t.Fatalf("written out of the host root, through %s: %v (Act: %v)", outside, entries, err)
+	}
+	// The link's target, read inside the root, is not there: no store to
+	// write in, and nothing is made above it.
+	if err == nil || !strings.Contains(err.Error(), "cannot be read here") {
+		t.Errorf("Act through a parent linked out of the root: %v", err)
+	}
+	// A link inside the root is followed as the node follows it.
+	if err := os.Remove(filepath.Join(root, "run")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/node-run", filepath.Join(root, "run")); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Act(context.Background(), reservation("10.244.2.3")); err != nil {
+		t.Fatalf("Act through a parent linked inside the root: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "node-run/cni-ipam-state/kindnet/10.244.2.3")); err != nil || string(b) != "5f1b2c3d\r\neth0" {
+		t.Errorf("the reservation inside the root: %q, %v", b, err)
+	}
+	// An entry named by the address that is a link is not written
+	// through.
+	if err := os.Symlink(filepath.Join(outside, "x"), filepath.Join(root, "node-run/cni-ipam-state/kindnet/10.244.2.4")); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Act(context.Background(), reservation("10.244.2.4")); err == nil || !strings.Contains(err.Error(), "is a symbolic link") {
+		t.Errorf("Act over a linked entry: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "x")); err == nil {
+		t.Error("written through the entry's link")
+	}
+}

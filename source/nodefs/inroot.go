@@ -305,3 +305,11 @@ func readBounded(f *os.File) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// OpenDirIn opens the directory at nodePath under root, every component
+// (the last included) resolved inside root, for a writer that then acts
+// relative to it (openat, mkdirat) and so cannot be led out of the root by
+// a link anywhere on the path.
+func OpenDirIn(root, nodePath string) (*os.File, error) {
+	return bounded(func() (*os.File, error) { return openIn(root, nodePath, unix.O_RDONLY|unix.O_DIRECTORY, true) })
+}
