@@ -14,6 +14,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/ghostwatch/ghostwatch/internal/redact"
+	"github.com/ghostwatch/ghostwatch/internal/text"
 )
 
 // Exit codes shared by all commands.
@@ -61,8 +62,10 @@ func Execute(ctx context.Context, cmd *cobra.Command, args []string, streams gen
 		return ExitFindings
 	}
 	// Whatever the error quotes, the user information of a URL (a token
-	// given as its user name) is not printed.
-	fmt.Fprintf(streams.ErrOut, "ghostwatch: %s\n", redact.Text(err.Error()))
+	// given as its user name) is not printed, and what it quotes of a
+	// server's answer or a file (a newline, a terminal's escape sequence)
+	// is shown escaped, on the one line.
+	fmt.Fprintf(streams.ErrOut, "ghostwatch: %s\n", text.Escape(redact.Text(err.Error())))
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code
