@@ -9,6 +9,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -216,7 +217,17 @@ func (o *scanOptions) plan(cmd *cobra.Command, streams genericiooptions.IOStream
 		// A bundle's table, which no rule of this analysis reads.
 		o.conntrackFile, o.capturedAt = "", ""
 	}
-	var ctSrc source.Source = &conntrack.KernelSource{}
+	// This host's own ledgers are judged only as a node the cluster
+	// knows (onNode).
+	from := nodeNameFrom(o.nodeName)
+	local := sync.OnceValue(func() []netip.Addr {
+		as, _ := host.Local()
+		return as
+	})
+	onThisNode := func(src source.Source) source.Source {
+		return onNode{Source: src, node: node, from: from, local: local}
+	}
+	var ctSrc source.Source = onThisNode(liveTable{&conntrack.KernelSource{}})
 	if !readLive {
 		ctSrc = source.Absent{Source: conntrack.Name, Why: "no conntrack listing: pass --conntrack-file FILE (on the node: sudo conntrack -L -o extended,id > conntrack.txt), or --live to read this host's table"}
 	}
@@ -286,7 +297,7 @@ func (o *scanOptions) plan(cmd *cobra.Command, streams genericiooptions.IOStream
 		return nil, cmdline.WithCode(ExitError, fmt.Errorf("%s: no rule of this scan reads gossip members (%s)", strings.Join(memberFlags, ", "), strings.Join(rule.IDs(rules), ", ")))
 	}
 	if readsTable && o.conntrackFile == "" && readLive && len(npa) == 0 {
-		sources = append(sources, &host.Addresses{})
+		sources = append(sources, onThisNode(&host.Addresses{}))
 	}
 	if readsTable && o.savedAddresses != nil && len(npa) == 0 {
 		saved := o.savedAddresses
@@ -301,20 +312,29 @@ func (o *scanOptions) plan(cmd *cobra.Command, streams genericiooptions.IOStream
 			// Who translates Services on this host: kube-proxy's mode
 			// decides which addresses are NodePort frontends, and an eBPF
 			// load balancer leaves no flow to judge.
-			sources = append(sources, &proxy.Source{})
+			sources = append(sources, onThisNode(&proxy.Source{}))
 		}
 	}
 	nodeFiles := fmt.Sprintf("no copy of the node's files: pass --host-root DIR, a copy of the node's %s, %s and %s, or --live to read this host's", hostlocal.ConfDir, hostlocal.DefaultDataDir, path.Dir(caliconode.DefaultNodename))
+	// A copy of a node's files (--host-root with saved evidence, a
+	// bundle's) is judged as the node it is given for; this host's are
+	// judged only as a node the cluster knows.
+	nodeFilesSource := func(src source.Source) source.Source {
+		if !readLive || o.hostRootSet {
+			return src
+		}
+		return onThisNode(src)
+	}
 	if len(rule.ReadersOf(rules, hostlocal.Name)) > 0 {
 		if readStore {
-			sources = append(sources, &hostlocal.Source{Root: o.hostRoot})
+			sources = append(sources, nodeFilesSource(&hostlocal.Source{Root: o.hostRoot}))
 		} else {
 			sources = append(sources, source.Absent{Source: hostlocal.Name, Why: nodeFiles})
 		}
 	}
 	if len(rule.ReadersOf(rules, caliconode.Name)) > 0 {
 		if readStore {
-			sources = append(sources, &caliconode.Source{Root: o.hostRoot})
+			sources = append(sources, nodeFilesSource(&caliconode.Source{Root: o.hostRoot}))
 		} else {
 			sources = append(sources, source.Absent{Source: caliconode.Name, Why: nodeFiles})
 		}
@@ -426,12 +446,15 @@ func checkNodeForHostLocal(res *audit.Result, node string) error {
 	return fmt.Errorf("node %q is not in the cluster objects, so no pod can be tied to its IPAM files: pass --node-name (the Node's name, not the hostname), and save nodes with the objects (%s)", node, saved.SaveCommand)
 }
 
-// checkNode refuses a scan whose node is unknown while a Service has a
-// NodePort: the node's addresses are the NodePort frontends, and without
-// them every NodePort flow would silently be missed.
+// checkNode refuses a scan whose conntrack table was judged for a node
+// that is unknown while a Service has a NodePort: the node's addresses are
+// the NodePort frontends, and without them every NodePort flow would
+// silently be missed.
 func checkNode(res *audit.Result, node string, npa []netip.Prefix) error {
 	k := res.Snapshot.Kube
-	if k == nil || len(npa) > 0 || len(res.Snapshot.LocalAddresses) > 0 {
+	if k == nil || res.Snapshot.Conntrack == nil || len(npa) > 0 || len(res.Snapshot.LocalAddresses) > 0 {
+		// No table judged (none read, or the node is not the
+		// cluster's), or its frontends known.
 		return nil
 	}
 	if _, ok := kube.LookupNode(k, node); ok {
