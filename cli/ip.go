@@ -35,6 +35,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/internal/cmdline"
 	"github.com/ghostwatch/ghostwatch/internal/kubeauth"
 	"github.com/ghostwatch/ghostwatch/internal/redact"
+	"github.com/ghostwatch/ghostwatch/internal/text"
 	"github.com/ghostwatch/ghostwatch/sink"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
@@ -603,9 +604,12 @@ func printIP(w io.Writer, format string, rep ipReport) error {
 		_, err = w.Write(b)
 		return err
 	}
+	// What agents, replicas, the API server and gossip members said is
+	// printed escaped (text.Fprintf): a name or an error holding a newline
+	// or a terminal's escape sequence shows on its own line, as it is.
 	// Milliseconds: a rollout replaces a pod within the second.
 	const stamp = "2006-01-02T15:04:05.000Z07:00"
-	fmt.Fprintf(w, "%s: %d %s, oldest first\n\n", rep.IP, len(rep.Tenures), map[bool]string{true: "pod", false: "pods"}[len(rep.Tenures) == 1])
+	text.Fprintf(w, "%s: %d %s, oldest first\n\n", rep.IP, len(rep.Tenures), map[bool]string{true: "pod", false: "pods"}[len(rep.Tenures) == 1])
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "FROM\tUNTIL\tPOD\tUID\tNODE\tENDED")
 	for _, t := range rep.Tenures {
@@ -619,24 +623,24 @@ func printIP(w io.Writer, format string, rep ipReport) error {
 				until = "?"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s\t%s\t%s\n", t.From.Format(stamp), until, t.Namespace, t.Pod, t.UID, cmpOr(t.Node, "-"), ended)
+		text.Fprintf(tw, "%s\t%s\t%s/%s\t%s\t%s\t%s\n", t.From.Format(stamp), until, t.Namespace, t.Pod, t.UID, cmpOr(t.Node, "-"), ended)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\nConntrack flows at %s:\n", rep.IP)
+	text.Fprintf(w, "\nConntrack flows at %s:\n", rep.IP)
 	for _, n := range rep.Flows {
-		fmt.Fprintf(w, "  %s (%d entries read at %s): ", n.Node, n.Read, n.CapturedAt.Format(stamp))
+		text.Fprintf(w, "  %s (%d entries read at %s): ", n.Node, n.Read, n.CapturedAt.Format(stamp))
 		if n.Total == 0 {
 			fmt.Fprintln(w, "none")
 			continue
 		}
-		fmt.Fprintf(w, "%d %s\n", n.Total, map[bool]string{true: "flow", false: "flows"}[n.Total == 1])
+		text.Fprintf(w, "%d %s\n", n.Total, map[bool]string{true: "flow", false: "flows"}[n.Total == 1])
 		for _, f := range n.Flows {
 			state := cmpOr(f.State, "-")
-			fmt.Fprintf(w, "    %-11s %s  backend %s  %s, expires in %s\n", f.Role, f.Flow, f.Backend, state, time.Duration(f.Timeout)*time.Second)
-			fmt.Fprintf(w, "                to remove exactly it: %s\n", f.Remove)
+			text.Fprintf(w, "    %-11s %s  backend %s  %s, expires in %s\n", f.Role, f.Flow, f.Backend, state, time.Duration(f.Timeout)*time.Second)
+			text.Fprintf(w, "                to remove exactly it: %s\n", f.Remove)
 		}
 		if len(n.Flows) < n.Total {
-			fmt.Fprintf(w, "    ... and %d more (-o json lists %d)\n", n.Total-len(n.Flows), len(n.Flows))
+			text.Fprintf(w, "    ... and %d more (-o json lists %d)\n", n.Total-len(n.Flows), len(n.Flows))
 		}
 	}
 	if len(rep.Flows) == 0 {
@@ -651,11 +655,11 @@ func printIP(w io.Writer, format string, rep ipReport) error {
 			}
 			switch {
 			case r.Reserved:
-				fmt.Fprintf(w, "  %s: network %s (%s): reserved for container %s (%s) since %s\n", n.Node, r.Network, r.Dir, r.ContainerID, cmpOr(r.IfName, "-"), r.Since.Format(stamp))
+				text.Fprintf(w, "  %s: network %s (%s): reserved for container %s (%s) since %s\n", n.Node, r.Network, r.Dir, r.ContainerID, cmpOr(r.IfName, "-"), r.Since.Format(stamp))
 			case r.Missing:
-				fmt.Fprintf(w, "  %s: network %s: its store %s is missing (never made, or wiped): not reserved\n", n.Node, r.Network, r.Dir)
+				text.Fprintf(w, "  %s: network %s: its store %s is missing (never made, or wiped): not reserved\n", n.Node, r.Network, r.Dir)
 			default:
-				fmt.Fprintf(w, "  %s: network %s (%s): in its ranges, not reserved\n", n.Node, r.Network, r.Dir)
+				text.Fprintf(w, "  %s: network %s (%s): in its ranges, not reserved\n", n.Node, r.Network, r.Dir)
 			}
 		}
 	}
@@ -663,30 +667,30 @@ func printIP(w io.Writer, format string, rep ipReport) error {
 		fmt.Fprintln(w, "\nIPAM record:")
 		switch {
 		case r.Ledger == "":
-			fmt.Fprintf(w, "  %s\n", r.NotServed)
+			text.Fprintf(w, "  %s\n", r.NotServed)
 		case r.Block == "":
-			fmt.Fprintf(w, "  calico: no block holds %s\n", rep.IP)
+			text.Fprintf(w, "  calico: no block holds %s\n", rep.IP)
 		case !r.Allocated:
-			fmt.Fprintf(w, "  calico: block %s (%s, affinity %s): free\n", r.Block, r.CIDR, cmpOr(r.Affinity, "none"))
+			text.Fprintf(w, "  calico: block %s (%s, affinity %s): free\n", r.Block, r.CIDR, cmpOr(r.Affinity, "none"))
 		default:
 			at := ""
 			if !r.BookedAt.IsZero() {
 				at = " at " + r.BookedAt.UTC().Format(stamp)
 			}
-			fmt.Fprintf(w, "  calico: block %s (%s, affinity %s), ordinal %d, handle %s, booked under node %s for %s%s\n",
+			text.Fprintf(w, "  calico: block %s (%s, affinity %s), ordinal %d, handle %s, booked under node %s for %s%s\n",
 				r.Block, r.CIDR, cmpOr(r.Affinity, "none"), r.Ordinal, r.Handle, cmpOr(r.BookedNode, "-"), cmpOr(r.BookedPod, "-"), at)
 		}
 		if r.Ledger != "" {
-			fmt.Fprintf(w, "  %s\n", r.Verdict)
+			text.Fprintf(w, "  %s\n", r.Verdict)
 		}
 	}
-	fmt.Fprintf(w, "\nGossip members at %s:\n", rep.IP)
+	text.Fprintf(w, "\nGossip members at %s:\n", rep.IP)
 	for _, m := range rep.Members {
 		since := ""
 		if !m.Since.IsZero() {
 			since = " since " + m.Since.UTC().Format(stamp)
 		}
-		fmt.Fprintf(w, "  %s %s: %s (port %d) %s%s\n", m.System, cmpOr(m.Cluster, "-"), m.Name, m.Port, m.Status, since)
+		text.Fprintf(w, "  %s %s: %s (port %d) %s%s\n", m.System, cmpOr(m.Cluster, "-"), m.Name, m.Port, m.Status, since)
 	}
 	switch {
 	case !rep.Judged:
@@ -694,11 +698,11 @@ func printIP(w io.Writer, format string, rep ipReport) error {
 	case len(rep.Members) == 0:
 		fmt.Fprintln(w, "  none in the clusters the controller reads")
 	}
-	fmt.Fprintf(w, "\nFindings naming %s:\n", rep.IP)
+	text.Fprintf(w, "\nFindings naming %s:\n", rep.IP)
 	for _, f := range rep.Findings {
-		fmt.Fprintf(w, "  [%s] %s %s: %s\n", f.From, f.Severity, f.Rule, f.Message)
+		text.Fprintf(w, "  [%s] %s %s: %s\n", f.From, f.Severity, f.Rule, f.Message)
 		if f.Runbook != "" {
-			fmt.Fprintf(w, "    runbook: %s\n", f.Runbook)
+			text.Fprintf(w, "    runbook: %s\n", f.Runbook)
 		}
 	}
 	if len(rep.Findings) == 0 {
@@ -709,9 +713,9 @@ func printIP(w io.Writer, format string, rep ipReport) error {
 	}
 	fmt.Fprintln(w, "\nAddress histories:")
 	for _, h := range rep.Histories {
-		s := fmt.Sprintf("  %s: since %s", h.Replica, h.Since.Format(time.RFC3339))
+		s := fmt.Sprintf("  %s: since %s", text.Escape(h.Replica), h.Since.Format(time.RFC3339))
 		if h.NotReady != "" {
-			s += " (incomplete: " + h.NotReady + ")"
+			s += " (incomplete: " + text.Escape(h.NotReady) + ")"
 		}
 		fmt.Fprintln(w, s)
 	}
@@ -721,13 +725,13 @@ func printIP(w io.Writer, format string, rep ipReport) error {
 	if len(rep.Unanswered) > 0 {
 		fmt.Fprintln(w, "\nDid not answer (what they hold is not above):")
 		for _, u := range rep.Unanswered {
-			fmt.Fprintf(w, "  %s: %s\n", u.Replica, u.Error)
+			text.Fprintf(w, "  %s: %s\n", u.Replica, u.Error)
 		}
 	}
 	if len(rep.NotRead) > 0 {
 		fmt.Fprintln(w, "\nNot read here:")
 		for _, n := range rep.NotRead {
-			fmt.Fprintf(w, "  %s\n", n)
+			text.Fprintf(w, "  %s\n", n)
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package text
 import (
 	"fmt"
 	"io"
+	"reflect"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -67,10 +68,12 @@ func printable(r rune, size int) bool {
 }
 
 // Fprintf is fmt.Fprintf with every string and error among args passed
-// through Escape first (an error as its message): the format is the
-// caller's own layout, newlines and tabs included, and the values are what
-// it did not write. Other values are formatted as they are: numbers,
-// times and addresses print nothing a terminal acts on.
+// through Escape first (an error as its message, a value of a string type
+// of its own as its string): the format is the caller's own layout,
+// newlines and tabs included, and the values are what it did not write.
+// Other values, and values whose type has a String method, are formatted
+// as they are: numbers, times, addresses and ghostwatch's own types print
+// nothing a terminal acts on.
 func Fprintf(w io.Writer, format string, args ...any) (int, error) {
 	escaped := make([]any, len(args))
 	for i, a := range args {
@@ -79,8 +82,14 @@ func Fprintf(w io.Writer, format string, args ...any) (int, error) {
 			escaped[i] = Escape(v)
 		case error:
 			escaped[i] = Escape(v.Error())
-		default:
+		case fmt.Stringer:
 			escaped[i] = a
+		default:
+			if rv := reflect.ValueOf(a); rv.Kind() == reflect.String {
+				escaped[i] = Escape(rv.String())
+			} else {
+				escaped[i] = a
+			}
 		}
 	}
 	return fmt.Fprintf(w, format, escaped...)

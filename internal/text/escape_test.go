@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
@@ -29,10 +30,13 @@ func TestEscape(t *testing.T) {
 	}
 }
 
+// A string type of its own, without a String method.
+type state string
+
 func TestFprintf(t *testing.T) {
 	var b strings.Builder
-	Fprintf(&b, "%s\t%v %d %s\n", "pod\nx", errors.New("no\x1b[2J"), 7, strconv.Itoa(8))
-	if got, want := b.String(), "pod\\nx\tno\\x1b[2J 7 8\n"; got != want {
+	Fprintf(&b, "%s\t%v %d %s %s %s\n", "pod\nx", errors.New("no\x1b[2J"), 7, strconv.Itoa(8), state("up\r"), time.Second)
+	if got, want := b.String(), "pod\\nx\tno\\x1b[2J 7 8 up\\r 1s\n"; got != want {
 		t.Errorf("Fprintf wrote %q, want %q", got, want)
 	}
 }
