@@ -58,7 +58,7 @@ func TestControllerWithoutAnAPIServer(t *testing.T) {
 			"--lease-namespace=x", "--identity=me", "--request-timeout=2s", "--log-format=text"}, streams)
 	}()
 	var body string
-	poll.Until(t, 20*time.Second, "/readyz to say the API server cannot be reached", func() bool {
+	poll.Until(t, poll.Patience, "/readyz to say the API server cannot be reached", func() bool {
 		resp, err := http.Get("http://" + addr + "/readyz")
 		if err != nil {
 			return false
@@ -79,8 +79,8 @@ func TestControllerWithoutAnAPIServer(t *testing.T) {
 		if code != 0 {
 			t.Errorf("exit %d after being told to stop", code)
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the controller did not stop")
+	case <-time.After(poll.Patience):
+		t.Fatalf("the controller did not stop within %v", poll.Patience)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,7 +52,7 @@ func start(t *testing.T, w *Watch) {
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 10*time.Second, "the pools listed", w.Settled)
+	poll.Until(t, poll.Patience, "the pools listed", w.Settled)
 }
 
 // The example ledger and rule run through the audit as the controller
@@ -85,7 +84,7 @@ func TestLeakedThroughTheAudit(t *testing.T) {
 	if _, err := dyn.Resource(IPPools).Namespace("kube-system").Update(context.Background(), fixed, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 10*time.Second, "the update seen", func() bool { return w.Changes().All })
+	poll.Until(t, poll.Patience, "the update seen", func() bool { return w.Changes().All })
 	if res := run(); len(res.Findings) != 0 {
 		t.Errorf("findings after the allocation was freed: %+v", res.Findings)
 	}
