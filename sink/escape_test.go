@@ -128,3 +128,16 @@ func layoutBreaks(s string) string {
 	}
 	return ""
 }
+
+// An Event's message is read by people too (kubectl describe): a member's
+// name in it is escaped, on the one line.
+func TestEventMessagesAreEscaped(t *testing.T) {
+	rec := &fakeRecorder{}
+	f := hostile(forged).Findings[0]
+	f.Concerns = []finding.ObjectRef{{Kind: "Pod", Namespace: "shop", Name: "cache-4"}}
+	(&Events{Recorder: rec, Node: "node-a"}).Finding(f)
+	want := `Pod shop/cache-4 Warning GossipGhostMember node node-a: consul member x\x1b[31m\ncritical  forged is failed at 10.244.2.7, which pod shop/cache-4 now holds`
+	if len(rec.events) != 1 || rec.events[0] != want {
+		t.Errorf("events %q, want %q", rec.events, want)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/internal/text"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
 )
@@ -26,7 +27,9 @@ const (
 
 // Events records a Kubernetes Event for every remedy action taken or
 // refused, on each object the finding concerns. Pending and gone targets
-// make none: nothing happened.
+// make none: nothing happened. A message is for people (kubectl describe
+// prints it as it is): what it quotes of a name or an error is escaped
+// (text.Escape).
 type Events struct {
 	Recorder record.EventRecorder
 	// Node is where the actions are taken; every message starts with it.
@@ -48,6 +51,7 @@ func (e *Events) Action(info rule.Info, a remedy.Action) {
 	if e.Node != "" {
 		msg = fmt.Sprintf("node %s: %s", e.Node, a.Reason)
 	}
+	msg = text.Escape(msg)
 	for _, o := range a.Finding.Concerns {
 		ref := &corev1.ObjectReference{Kind: o.Kind, APIVersion: "v1", Namespace: o.Namespace, Name: o.Name, UID: types.UID(o.UID)}
 		e.Recorder.Event(ref, typ, reason, msg)
@@ -70,6 +74,7 @@ func (e *Events) Finding(f finding.Finding) {
 	if e.Node != "" {
 		msg = fmt.Sprintf("node %s: %s", e.Node, f.Message)
 	}
+	msg = text.Escape(msg)
 	reason := EventReason(f.Rule)
 	for _, o := range f.Concerns {
 		ref := &corev1.ObjectReference{Kind: o.Kind, APIVersion: "v1", Namespace: o.Namespace, Name: o.Name, UID: types.UID(o.UID)}
