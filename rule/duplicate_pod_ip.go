@@ -21,7 +21,9 @@ const DuplicatePodIPID = "duplicate-pod-ip"
 // it to another. Only pods that hold an IP of the pod network count: not
 // hostNetwork pods (which report the node's address) and not pods that
 // finished (Succeeded or Failed: their sandbox, and its IP, are gone).
-// Every IP of every family (status.podIPs) is compared.
+// Every IP of every family (status.podIPs) is compared; an IPv4-mapped
+// IPv6 address is the IPv4 address it maps, and the finding names the
+// pods that wrote it mapped (snapshot.Pod.WrittenAs).
 //
 // A pod that is terminating still holds its IP until its sandbox is torn
 // down, which the API does not show: a duplicate only with terminating
@@ -44,7 +46,11 @@ func (*DuplicatePodIP) Info() Info {
 		Scope:   ScopeCluster,
 		Columns: []string{"ip", "pod", "node"},
 		Detail: func(f finding.Finding) string {
-			return fmt.Sprintf("the newest holder; also held by %v", f.Evidence["others"])
+			d := fmt.Sprintf("the newest holder; also held by %v", f.Evidence["others"])
+			if w, ok := f.Evidence["written_as"]; ok {
+				d += "; " + fmt.Sprint(w)
+			}
+			return d
 		},
 		Summary: "two pods hold one IP: the IPAM ledger forgot the first and gave its IP to the second, and traffic for either may reach the other",
 		Fix:     "delete the newer pod so it gets a fresh IP, then repair the ledger that forgot the older one (see the runbook)",
@@ -175,7 +181,7 @@ func duplicate(ip netip.Addr, ps []*snapshot.Pod) finding.Finding {
 	})
 	newest := ps[len(ps)-1]
 	live := 0
-	var described, others []string
+	var described, others, written []string
 	var holders []Holder
 	var concerns []finding.ObjectRef
 	nodes := map[string]bool{}
@@ -187,6 +193,13 @@ func duplicate(ip netip.Addr, ps []*snapshot.Pod) finding.Finding {
 		h := Holder{Pod: p.Ref().String(), UID: p.UID, Node: p.Node, Terminating: p.Deleting, Newest: p == newest}
 		if t := p.Since(); !t.IsZero() {
 			h.Started = t.UTC().Format(time.RFC3339)
+		}
+		// An IPv4-mapped podIP (::ffff:10.0.0.5) is the IPv4 address it
+		// maps, as Kubernetes reads it: said, so that pods whose podIPs
+		// read differently are seen to hold one address.
+		if w := p.WrittenAs(ip); w != ip.String() {
+			h.WrittenAs = w
+			written = append(written, fmt.Sprintf("pod %s reports it as %s", p.Ref(), w))
 		}
 		holders = append(holders, h)
 		if p != newest {
@@ -221,11 +234,16 @@ func duplicate(ip netip.Addr, ps []*snapshot.Pod) finding.Finding {
 	if t := newest.Since(); !t.IsZero() {
 		ev["newest_since"] = t.UTC().Format(time.RFC3339)
 	}
+	addr := ip.String()
+	if len(written) > 0 {
+		ev["written_as"] = strings.Join(written, ", ")
+		addr += " (" + strings.Join(written, ", ") + ")"
+	}
 	return finding.Finding{
 		Rule:     DuplicatePodIPID,
 		Severity: sev,
 		Message: fmt.Sprintf("IP %s is held by %d pods %s: %s; %s",
-			ip, len(ps), where, strings.Join(described, ", "), why),
+			addr, len(ps), where, strings.Join(described, ", "), why),
 		Subject: finding.Subject{
 			IP:        ip.String(),
 			Namespace: newest.Namespace,
@@ -245,6 +263,9 @@ type Holder struct {
 	Node        string `json:"node,omitempty"`
 	Started     string `json:"started,omitempty"`
 	Terminating bool   `json:"terminating,omitempty"`
+	// WrittenAs is the address as the pod's status wrote it, when that is
+	// another form of it: "::ffff:10.0.0.5" for 10.0.0.5.
+	WrittenAs string `json:"written_as,omitempty"`
 	// Newest is true for the pod that got the IP last: the finding's
 	// subject, the one to delete.
 	Newest bool `json:"newest,omitempty"`

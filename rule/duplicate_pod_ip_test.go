@@ -3,6 +3,7 @@ package rule
 import (
 	"net/netip"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -166,6 +167,42 @@ func BenchmarkDuplicatePodIP(b *testing.B) {
 	for b.Loop() {
 		if got := r.Evaluate(s); len(got) != 10 {
 			b.Fatalf("%d findings", len(got))
+		}
+	}
+}
+
+// Two pods whose podIPs read differently, 10.0.0.5 and ::ffff:10.0.0.5,
+// hold one address, as Kubernetes reads them: the finding is on 10.0.0.5
+// and says which pod wrote it mapped, whether the pod's record keeps the
+// mark (Mapped, as the kube source converts it) or the mapped address, and
+// whether the rule reads the pods or the controller's index.
+func TestDuplicatePodIPSaysWhichPodWroteItMapped(t *testing.T) {
+	a := on(pod("ns", "a", "u1", "10.0.0.5", t0), "node-1")
+	b := on(pod("ns", "b", "u2", "10.0.0.5", t0.Add(time.Minute)), "node-2")
+	b.Mapped = 0b1
+	kept := b
+	kept.Mapped, kept.IPs = 0, ips("::ffff:10.0.0.5")
+	for name, pods := range map[string][]snapshot.Pod{"marked": {a, b}, "kept mapped": {a, kept}} {
+		index := snapshot.NewPodIndex()
+		for i := range pods {
+			index.Set(&pods[i])
+		}
+		for from, k := range map[string]*snapshot.Kube{"pods": {Pods: pods}, "index": {Index: index}} {
+			got := NewDuplicatePodIP().Evaluate(&snapshot.Snapshot{Kube: k})
+			if len(got) != 1 {
+				t.Fatalf("%s, %s: %d findings, want one", name, from, len(got))
+			}
+			f := got[0]
+			if want := "IP 10.0.0.5 (pod ns/b reports it as ::ffff:10.0.0.5) is held by 2 pods on 2 nodes: "; f.Subject.IP != "10.0.0.5" || !strings.HasPrefix(f.Message, want) {
+				t.Errorf("%s, %s: subject %s, message %q; want it to start %q", name, from, f.Subject.IP, f.Message, want)
+			}
+			hs := f.Evidence["holders"].([]Holder)
+			if hs[0].WrittenAs != "" || hs[1].WrittenAs != "::ffff:10.0.0.5" {
+				t.Errorf("%s, %s: holders %+v", name, from, hs)
+			}
+			if d := NewDuplicatePodIP().Info().Detail(f); !strings.HasSuffix(d, "; pod ns/b reports it as ::ffff:10.0.0.5") {
+				t.Errorf("%s, %s: detail %q", name, from, d)
+			}
 		}
 	}
 }

@@ -116,6 +116,15 @@ type Pod struct {
 	Phase       string
 	IPs         []netip.Addr
 	HostNetwork bool
+	// Mapped marks the IPs the pod's status wrote IPv4-mapped
+	// (::ffff:10.0.0.5), bit i for IPs[i]. Such an IP is kept as the IPv4
+	// address it maps (10.0.0.5) on purpose: Kubernetes reads it so, and
+	// the kernel, the IPAM ledgers and every other pod's record write it
+	// so; the mark lets a finding say how the pod wrote it (WrittenAs), so
+	// that two pods whose podIPs read differently are seen to hold one
+	// address. A byte in the record's padding, not a slice per pod; an IP
+	// beyond the eighth is not marked.
+	Mapped uint8
 	// Created is metadata.creationTimestamp; StartTime is status.startTime
 	// (zero when the kubelet has not acknowledged the pod yet).
 	Created   time.Time
@@ -144,6 +153,22 @@ func (p *Pod) Since() time.Time {
 // network: it is not hostNetwork (which reports the node's address) and
 // has not finished (its sandbox, and its IP, are gone).
 func (p *Pod) HoldsPodIP() bool { return !p.HostNetwork && !p.Terminal() }
+
+// WrittenAs returns the pod's IP ip as the pod's status wrote it:
+// "::ffff:10.0.0.5" for an address written IPv4-mapped (Mapped, or an IP
+// kept mapped), its own form otherwise.
+func (p *Pod) WrittenAs(ip netip.Addr) string {
+	for i, a := range p.IPs {
+		if a.Unmap() != ip.Unmap() {
+			continue
+		}
+		if a.Is4In6() || (i < 8 && p.Mapped&(1<<i) != 0) {
+			return netip.AddrFrom16(a.As16()).String()
+		}
+		return a.String()
+	}
+	return ip.String()
+}
 
 // HasIP reports whether ip is one of the pod's IPs.
 func (p *Pod) HasIP(ip netip.Addr) bool {

@@ -20,7 +20,9 @@ import (
 const Name = "kube"
 
 // Pod converts a Pod. Its IPs are status.podIPs, or status.podIP when podIPs
-// is empty; addresses that do not parse are skipped.
+// is empty; addresses that do not parse are skipped. An IPv4-mapped IPv6
+// address (::ffff:10.0.0.5) is kept as the IPv4 address it maps, as
+// ParseIP unmaps every address, and marked in Mapped.
 func Pod(p *corev1.Pod) snapshot.Pod {
 	out := snapshot.Pod{
 		UID:         string(p.UID),
@@ -36,12 +38,23 @@ func Pod(p *corev1.Pod) snapshot.Pod {
 		out.StartTime = utc(p.Status.StartTime.Time)
 	}
 	for _, pip := range p.Status.PodIPs {
-		out.IPs = appendIP(out.IPs, pip.IP)
+		out.IPs, out.Mapped = appendPodIP(out.IPs, out.Mapped, pip.IP)
 	}
 	if len(p.Status.PodIPs) == 0 {
-		out.IPs = appendIP(out.IPs, p.Status.PodIP)
+		out.IPs, out.Mapped = appendPodIP(out.IPs, out.Mapped, p.Status.PodIP)
 	}
 	return out
+}
+
+// appendPodIP is appendIP for a pod's IPs: it also marks in mapped the IP
+// it appends when s writes it IPv4-mapped (snapshot.Pod.Mapped).
+func appendPodIP(ips []netip.Addr, mapped uint8, s string) ([]netip.Addr, uint8) {
+	n := len(ips)
+	ips = appendIP(ips, s)
+	if a, err := netip.ParseAddr(s); err == nil && a.Is4In6() && len(ips) > n && n < 8 {
+		mapped |= 1 << n
+	}
+	return ips, mapped
 }
 
 // Service converts a Service. ClusterIPs come from spec.clusterIPs, or

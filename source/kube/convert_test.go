@@ -65,6 +65,21 @@ func TestPod(t *testing.T) {
 				PodIPs: []corev1.PodIP{{IP: "not-an-ip"}, {IP: ""}, {IP: "fe80::1%eth0"}, {IP: "010.001.002.003"}, {IP: "::ffff:10.1.2.3"}}},
 		},
 		want: snapshot.Pod{Namespace: "a", Name: "b", Phase: "Pending", IPs: addrs("10.1.2.3")},
+	}, {
+		name: "an IPv4-mapped podIP is kept as the IPv4 address, marked",
+		in: corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "b"},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "fd00::5",
+				PodIPs: []corev1.PodIP{{IP: "fd00::5"}, {IP: "::ffff:10.0.0.5"}}},
+		},
+		want: snapshot.Pod{Namespace: "ns", Name: "b", Phase: "Running", IPs: addrs("fd00::5", "10.0.0.5"), Mapped: 0b10},
+	}, {
+		name: "status.podIP alone, IPv4-mapped",
+		in: corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c"},
+			Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "::ffff:10.0.0.6"},
+		},
+		want: snapshot.Pod{Namespace: "ns", Name: "c", Phase: "Running", IPs: addrs("10.0.0.6"), Mapped: 0b1},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := Pod(&tc.in)
@@ -72,6 +87,20 @@ func TestPod(t *testing.T) {
 				t.Errorf("Pod():\n got %+v\nwant %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// A pod's IP is said as its status wrote it: IPv4-mapped when it was.
+func TestPodWrittenAs(t *testing.T) {
+	p := Pod(&corev1.Pod{Status: corev1.PodStatus{PodIPs: []corev1.PodIP{{IP: "fd00::5"}, {IP: "::ffff:10.0.0.5"}}}})
+	for ip, want := range map[string]string{"10.0.0.5": "::ffff:10.0.0.5", "fd00::5": "fd00::5", "::ffff:10.0.0.5": "::ffff:10.0.0.5"} {
+		if got := p.WrittenAs(netip.MustParseAddr(ip)); got != want {
+			t.Errorf("WrittenAs(%s) = %q, want %q", ip, got, want)
+		}
+	}
+	plain := Pod(&corev1.Pod{Status: corev1.PodStatus{PodIP: "10.0.0.5"}})
+	if got := plain.WrittenAs(netip.MustParseAddr("10.0.0.5")); got != "10.0.0.5" {
+		t.Errorf("a pod that wrote 10.0.0.5: WrittenAs = %q", got)
 	}
 }
 
