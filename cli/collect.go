@@ -339,19 +339,21 @@ func (o *collectOptions) run(ctx context.Context, streams genericiooptions.IOStr
 	if err := os.Rename(tmp.Name(), out); err != nil {
 		return cmdline.WithCode(ExitError, fmt.Errorf("writing the bundle: %w", err))
 	}
-	fmt.Fprintf(streams.ErrOut, "wrote %s: %d files, captured at %s\n", out, len(b.m.Collected), captured.Format(time.RFC3339))
+	// A file's name and an error are the node's and the API server's:
+	// printed escaped (text.Fprintf), each on its own line.
+	text.Fprintf(streams.ErrOut, "wrote %s: %d files, captured at %s\n", out, len(b.m.Collected), captured.Format(time.RFC3339))
 	missed := 0
 	for _, n := range b.m.NotCollected {
 		switch {
 		case n.Absent:
-			fmt.Fprintf(streams.ErrOut, "  not here: %s: %s\n", n.What, n.Why)
+			text.Fprintf(streams.ErrOut, "  not here: %s: %s\n", n.What, n.Why)
 			continue
 		case n.Withheld:
-			fmt.Fprintf(streams.ErrOut, "  left out: %s: %s\n", n.What, n.Why)
+			text.Fprintf(streams.ErrOut, "  left out: %s: %s\n", n.What, n.Why)
 			continue
 		}
 		missed++
-		fmt.Fprintf(streams.ErrOut, "  not collected: %s: %s\n", n.What, n.Why)
+		text.Fprintf(streams.ErrOut, "  not collected: %s: %s\n", n.What, n.Why)
 	}
 	if missed > 0 {
 		return cmdline.WithCode(ExitError, fmt.Errorf("%d items not collected (the manifest in %s lists them, and why)", missed, out))
