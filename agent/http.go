@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ghostwatch/ghostwatch/internal/text"
 )
 
 // Handler serves /metrics from g, /healthz (the loop is running and has
@@ -32,7 +34,7 @@ func (a *Agent) Handler(g prometheus.Gatherer) http.Handler {
 		case st.LastAudit.IsZero():
 			http.Error(w, "no audit yet", http.StatusServiceUnavailable)
 		case st.Degraded != "":
-			http.Error(w, "degraded: "+st.Degraded, http.StatusServiceUnavailable)
+			http.Error(w, "degraded: "+text.Escape(st.Degraded), http.StatusServiceUnavailable)
 		default:
 			// Ready: the rest is judged; what is not is said.
 			msg := fmt.Sprintf("ok: %d findings in the last audit", st.Findings)
@@ -42,7 +44,8 @@ func (a *Agent) Handler(g prometheus.Gatherer) http.Handler {
 			if st.Unread != "" {
 				msg += "; not judged, a ledger unread: " + st.Unread
 			}
-			fmt.Fprintln(w, msg)
+			// What a source said is escaped: people read this too.
+			fmt.Fprintln(w, text.Escape(msg))
 		}
 	})
 	return mux
