@@ -168,9 +168,8 @@ func selfName(body io.Reader) string {
 }
 
 // request does one HTTP request with client (nil: one with a 10 s
-// timeout) and hands the answer to read, its body bounded to maxFile bytes
-// (reading past them is an error that says so), then closes it. Its errors
-// start with what and the address.
+// timeout), reads the answer's body, at most maxFile bytes, and hands the
+// answer to read. Its errors start with what and the address.
 func request(ctx context.Context, client *http.Client, method string, u *url.URL, header http.Header, what string, read func(resp *http.Response, body io.Reader) error) error {
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
 	if err != nil {
@@ -204,11 +203,60 @@ func request(ctx context.Context, client *http.Client, method string, u *url.URL
 		}
 		return fmt.Errorf("%s %s: %s to %q: not followed: the request goes to the address given, and its credential with it, nowhere else", what, redact.URL(u), resp.Status, loc)
 	}
-	body := &bounded{r: resp.Body, left: maxFile, what: "the answer"}
+	// The answer is read whole, within the client's timeout, before it is
+	// decoded: decoding a list of 100,000 members takes seconds of CPU,
+	// which a throttled process must not spend against the timeout. It
+	// is held in chunks, each let go once decoded.
+	body, err := slurp(&bounded{r: resp.Body, left: maxFile, what: "the answer"})
+	if err != nil {
+		return redact.Error(fmt.Errorf("%s %s: reading the answer: %w", what, redact.URL(u), err), u.String())
+	}
 	if err := read(resp, body); err != nil {
 		return redact.Error(err, u.String())
 	}
 	return nil
+}
+
+// chunks is a text held in pieces of at most chunkSize bytes, read once:
+// each piece is let go once read, so that what decodes it can grow as
+// the text shrinks.
+type chunks struct {
+	pieces [][]byte
+}
+
+// chunkSize is the size of the pieces slurp reads into.
+const chunkSize = 1 << 20
+
+// slurp reads r to its end into chunks: no buffer is grown and copied,
+// as io.ReadAll's is, to hold it.
+func slurp(r io.Reader) (*chunks, error) {
+	c := &chunks{}
+	for {
+		piece := make([]byte, chunkSize)
+		n, err := io.ReadFull(r, piece)
+		if n > 0 {
+			c.pieces = append(c.pieces, piece[:n])
+		}
+		switch {
+		case err == io.EOF || err == io.ErrUnexpectedEOF:
+			return c, nil
+		case err != nil:
+			return nil, err
+		}
+	}
+}
+
+func (c *chunks) Read(p []byte) (int, error) {
+	for len(c.pieces) > 0 && len(c.pieces[0]) == 0 {
+		c.pieces[0] = nil
+		c.pieces = c.pieces[1:]
+	}
+	if len(c.pieces) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, c.pieces[0])
+	c.pieces[0] = c.pieces[0][n:]
+	return n, nil
 }
 
 // bounded reads at most left bytes of r; reading past them is an error

@@ -26,6 +26,11 @@ const (
 	maxField = 1024
 	// maxTags bounds a member's tags: 512 bytes of meta hold fewer.
 	maxTags = 256
+	// maxValue bounds, in bytes, the text of one member, or of one field
+	// of a list beside its members, as it is read: a member at the
+	// bounds above is a few KiB of it. The decoder holds a value whole
+	// before it decodes it.
+	maxValue = 1 << 20
 )
 
 // errTooManyMembers is a list of more than MaxMembers members.
@@ -51,50 +56,62 @@ func short(s string) string {
 // each key and value at most maxField bytes. A JSON null is none.
 type tags map[string]string
 
-// UnmarshalJSON decodes an object of strings, within the bounds.
+// UnmarshalJSON decodes an object of strings, within the bounds: its
+// pairs are counted on the text before any is decoded.
 func (t *tags) UnmarshalJSON(b []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	tok, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	if tok == nil {
+	if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
 		*t = nil
 		return nil
 	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return fmt.Errorf("tags: want an object of strings, got %s", jsonWord(tok))
+	if n := pairs(b); n > maxTags {
+		// Pairs, not keys: a key given a million times is a million
+		// pairs to read.
+		return fmt.Errorf("tags: more than %d, which no member's %d bytes of meta hold", maxTags, 512)
 	}
-	m := tags{}
-	for n := 0; dec.More(); n++ {
-		// Pairs are counted, not keys: a key given a million times is a
-		// million pairs to read.
-		if n == maxTags {
-			return fmt.Errorf("tags: more than %d, which no member's %d bytes of meta hold", maxTags, 512)
+	var m map[string]string
+	if err := json.Unmarshal(b, &m); err != nil {
+		var typ *json.UnmarshalTypeError
+		if errors.As(err, &typ) {
+			return fmt.Errorf("tags: want an object of strings, got %s", typ.Value)
 		}
-		k, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		v, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		key, _ := k.(string)
-		val, ok := v.(string)
-		if !ok {
-			return fmt.Errorf("tags: %q is %s, not a string", short(key), jsonWord(v))
-		}
-		if err := checkField("tag key", key); err != nil {
+		return err
+	}
+	for k, v := range m {
+		if err := checkField("tag key", k); err != nil {
 			return fmt.Errorf("tags: %w", err)
 		}
-		if err := checkField("tag value", val); err != nil {
-			return fmt.Errorf("tags: %s: %w", short(key), err)
+		if err := checkField("tag value", v); err != nil {
+			return fmt.Errorf("tags: %s: %w", short(k), err)
 		}
-		m[key] = val
 	}
 	*t = m
 	return nil
+}
+
+// pairs counts the pairs of the JSON object b (its colons outside strings
+// and nested values), reading its text alone.
+func pairs(b []byte) int {
+	n, depth := 0, 0
+	inString, escaped := false, false
+	for _, c := range b {
+		switch {
+		case inString && escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case inString:
+			inString = c != '"'
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			depth++
+		case c == '}' || c == ']':
+			depth--
+		case c == ':' && depth == 1:
+			n++
+		}
+	}
+	return n
 }
 
 // jsonWord names the kind of a JSON token, for an error.
@@ -148,9 +165,10 @@ func (s *jsonStream) start() int64 {
 	}
 }
 
-// decode decodes the next value into v.
+// decode decodes the next value into v, at most maxValue bytes of it.
 func (s *jsonStream) decode(v any) error {
 	start := s.start()
+	s.lines.mark, s.lines.limit = start, maxValue
 	if err := s.dec.Decode(v); err != nil {
 		return s.placed(err, start)
 	}
@@ -239,9 +257,24 @@ type lineCounter struct {
 	n        int64   // bytes read
 	newlines []int64 // offsets of the newlines read since the last forget
 	before   int     // newlines before newlines[0]
+	// limit, when set, bounds the bytes read past mark, where the value
+	// being decoded starts.
+	limit, mark int64
 }
 
+// errValueTooLarge is a member, or a field, longer than maxValue.
+var errValueTooLarge = fmt.Errorf("more than %d MiB of text, which no member holds", maxValue>>20)
+
 func (c *lineCounter) Read(p []byte) (int, error) {
+	if c.limit > 0 {
+		room := c.mark + c.limit - c.n
+		if room <= 0 {
+			return 0, errValueTooLarge
+		}
+		if int64(len(p)) > room {
+			p = p[:room]
+		}
+	}
 	n, err := c.r.Read(p)
 	for i := 0; i < n; {
 		j := bytes.IndexByte(p[i:n], '\n')

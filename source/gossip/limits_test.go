@@ -120,3 +120,19 @@ func TestReadViewsBounds(t *testing.T) {
 		t.Errorf("%+v, %v", g, err)
 	}
 }
+
+// One member, or one field beside the members, longer than maxValue of
+// text is refused before it is held whole.
+func TestParseBoundsAValue(t *testing.T) {
+	big := strings.Repeat(" ", maxValue)
+	for _, tc := range []struct {
+		name, in, want string
+	}{
+		{"a member", `[{"Name":"a","Addr":"10.0.0.1","Status":1` + big + `}]`, "x: member 0: more than 1 MiB of text"},
+		{"a field", `{"kind": "ghostwatch.io/memberlist-members", "label": "` + strings.Repeat("x", maxValue) + `"}`, "x: more than 1 MiB of text"},
+	} {
+		if _, err := Parse("x", []byte(tc.in)); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%s: %.200v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
