@@ -315,7 +315,7 @@ func (h *harness) waitDegraded(t *testing.T, n float64) {
 
 // patience is how long a test waits for the agent's goroutines to do what
 // it expects of them: milliseconds, unless the machine is very busy.
-const patience = 10 * time.Second
+const patience = poll.Patience
 
 func TestDeletesAStaleFlowAndReportsIt(t *testing.T) {
 	h := start(t, fake.NewClientset(cluster()...), nil, staleFlow())

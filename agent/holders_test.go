@@ -50,14 +50,19 @@ func TestAHolderElsewhereIsFoundWithoutAWatchedChange(t *testing.T) {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "newcomer", UID: "u9"},
 		Spec:   corev1.PodSpec{NodeName: "node-b"},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.0.9", PodIPs: []corev1.PodIP{{IP: "10.244.0.9"}}}}
-	created := time.Now()
+	created, asked := time.Now(), holders.Lookups()
 	if _, err := client.CoreV1().Pods("other").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, patience, "the misdelivered flow's finding", func() bool { return findings(rule.MisdeliveredFlowID, "critical") == 1 })
-	if took := time.Since(created); took > time.Second {
-		t.Errorf("found after %s: want within the longest answer time (300ms) and an audit", took)
+	// Found by asking again once the answer "no holder" was too old, not
+	// by waiting for something else: how soon (the longest answer time,
+	// 300ms, and an audit) is logged, not held to a bound a busy machine
+	// breaks.
+	if holders.Lookups() <= asked {
+		t.Errorf("found without asking again who holds the backend")
 	}
+	t.Logf("found %s after the pod was created", time.Since(created).Round(time.Millisecond))
 	if findings(rule.StaleNATFlowID, "warning") != 0 {
 		t.Error("the flow is still reported stale")
 	}

@@ -69,7 +69,7 @@ func TestHungAPIServerIsNotReady(t *testing.T) {
 	hung = make(chan struct{})
 	mu.Unlock()
 	var body string
-	poll.Until(t, time.Minute, "/readyz to say the API server does not answer", func() bool {
+	poll.Until(t, poll.Patience, "/readyz to say the API server does not answer", func() bool {
 		// The harness's clock moves only when told: the silence is
 		// measured on it, the pulse's own waits on the machine's.
 		h.clock.Advance(time.Second)
@@ -82,7 +82,7 @@ func TestHungAPIServerIsNotReady(t *testing.T) {
 	}
 
 	resume()
-	poll.Until(t, time.Minute, "the agent ready again", func() bool {
+	poll.Until(t, poll.Patience, "the agent ready again", func() bool {
 		h.clock.Advance(time.Second)
 		code, _ := readyz()
 		return code == http.StatusOK

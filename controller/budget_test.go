@@ -88,7 +88,7 @@ func TestBudgetSurvivesFailover(t *testing.T) {
 	// proven another identity than the ghosts.
 	wave := func(read func() bool, ns ...int) {
 		cluster.ghosts(ns...)
-		poll.Until(t, 20*time.Second, "the ghosts read listed", read)
+		poll.Until(t, poll.Patience, "the ghosts read listed", read)
 		for _, n := range ns {
 			p := appPod("shop", fmt.Sprintf("new-%d", n), fmt.Sprintf("n%d", n), fmt.Sprintf("10.244.2.%d", n), time.Now().Add(time.Second), time.Now().Add(time.Second))
 			if _, err := client.CoreV1().Pods("shop").Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -103,17 +103,17 @@ func TestBudgetSurvivesFailover(t *testing.T) {
 	}
 
 	a := start("replica-a")
-	poll.Until(t, 20*time.Second, "replica-a to lead", func() bool { return a.c.Status().Leading && !a.c.Status().LastPass.IsZero() })
+	poll.Until(t, poll.Patience, "replica-a to lead", func() bool { return a.c.Status().Leading && !a.c.Status().LastPass.IsZero() })
 	b := start("replica-b")
-	poll.Until(t, 20*time.Second, "replica-b to stand by", func() bool { return b.c.Status().Leader == "replica-a" })
+	poll.Until(t, poll.Patience, "replica-b to stand by", func() bool { return b.c.Status().Leader == "replica-a" })
 	wave(ghostsFound(a, 2), 1, 2)
-	poll.Until(t, 20*time.Second, "two ghosts forced out", func() bool { return a.forceLeaves(remedy.Done) == 2 })
+	poll.Until(t, poll.Patience, "two ghosts forced out", func() bool { return a.forceLeaves(remedy.Done) == 2 })
 
 	// The leader is killed mid-budget; the standby takes over.
 	a.cancel()
-	poll.Until(t, 20*time.Second, "replica-b to lead", func() bool { return b.c.Status().Leading && !b.c.Status().LastPass.IsZero() })
+	poll.Until(t, poll.Patience, "replica-b to lead", func() bool { return b.c.Status().Leading && !b.c.Status().LastPass.IsZero() })
 	wave(ghostsFound(b, 2), 3, 4)
-	poll.Until(t, 20*time.Second, "the next two refused", func() bool { return b.forceLeaves(remedy.Refused) >= 2 })
+	poll.Until(t, poll.Patience, "the next two refused", func() bool { return b.forceLeaves(remedy.Refused) >= 2 })
 	if n := b.forceLeaves(remedy.Done); n != 0 {
 		t.Errorf("the new leader forced %v more out, beyond the budget its predecessor had spent", n)
 	}

@@ -128,8 +128,8 @@ func TestNoCalicoCRDs(t *testing.T) {
 		podWithIP("web-1", "1", "node-a", "10.244.2.2", time.Now()))
 	dyn := noCalico()
 	r := startReplicaWith(t, client, "replica-a", setup{dyn: dyn})
-	poll.Until(t, 20*time.Second, "the duplicate reported", func() bool { return r.duplicates() == 1 })
-	poll.Until(t, 20*time.Second, "a pass that skips the Calico rules", func() bool { return len(r.c.Status().Skipped) > 0 })
+	poll.Until(t, poll.Patience, "the duplicate reported", func() bool { return r.duplicates() == 1 })
+	poll.Until(t, poll.Patience, "a pass that skips the Calico rules", func() bool { return len(r.c.Status().Skipped) > 0 })
 	var got []string
 	for _, sk := range r.c.Status().Skipped {
 		if isGossipRule(sk.Rule) {
@@ -164,7 +164,7 @@ func TestCalicoMisbookingReported(t *testing.T) {
 	servingCalico(client)
 	dyn := calicoClient(handle(), pool())
 	r := startReplicaWith(t, client, "replica-a", setup{dyn: dyn})
-	poll.Until(t, 20*time.Second, "a first pass", func() bool { return !r.c.Status().LastPass.IsZero() })
+	poll.Until(t, poll.Patience, "a first pass", func() bool { return !r.c.Status().LastPass.IsZero() })
 	for _, sk := range r.c.Status().Skipped {
 		if !isGossipRule(sk.Rule) || !sk.NotApplicable || !strings.Contains(sk.Reason, "gossip: unsupported: no running pod is annotated ghostwatch.io/gossip") {
 			t.Errorf("skipped %+v: every cluster rule runs but the gossip ones (no annotated pod)", sk)
@@ -179,7 +179,7 @@ func TestCalicoMisbookingReported(t *testing.T) {
 	if _, err := blocks.Create(ctx, block("web-0", "node-a"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 20*time.Second, "ipam-misbooked reported", func() bool { return r.findings(rule.IPAMMisbookedID, "critical") == 1 })
+	poll.Until(t, poll.Patience, "ipam-misbooked reported", func() bool { return r.findings(rule.IPAMMisbookedID, "critical") == 1 })
 	// When the collector may free it: the booking's time plus its grace.
 	from, to := booked.Add(snapshot.DefaultLeakGracePeriod-time.Second), time.Now().Add(snapshot.DefaultLeakGracePeriod)
 	if v := testutil.ToFloat64(r.m.IPAMNextFree.WithLabelValues()); v < float64(from.Unix()) || v > float64(to.Unix()) {
@@ -208,7 +208,7 @@ func TestCalicoMisbookingReported(t *testing.T) {
 	if _, err := blocks.Update(ctx, fixed, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 20*time.Second, "the misbooking gone", func() bool { return r.findings(rule.IPAMMisbookedID, "critical") == 0 })
+	poll.Until(t, poll.Patience, "the misbooking gone", func() bool { return r.findings(rule.IPAMMisbookedID, "critical") == 0 })
 	if n := testutil.CollectAndCount(r.m.IPAMNextFree); n != 0 {
 		t.Errorf("ghostwatch_ipam_next_free_timestamp_seconds still exported (%d series) with no misbooking", n)
 	}
@@ -230,8 +230,8 @@ func TestCalicoNotListable(t *testing.T) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: calico.Group, Resource: "ipamhandles"}, "", errors.New("no RBAC"))
 	})
 	r := startReplicaWith(t, client, "replica-a", setup{dyn: dyn})
-	poll.Until(t, 20*time.Second, "the duplicate reported", func() bool { return r.duplicates() == 1 })
-	poll.Until(t, 20*time.Second, "the Calico rules skipped", func() bool { _, ok := r.skipped(rule.IPAMMisbookedID); return ok })
+	poll.Until(t, poll.Patience, "the duplicate reported", func() bool { return r.duplicates() == 1 })
+	poll.Until(t, poll.Patience, "the Calico rules skipped", func() bool { _, ok := r.skipped(rule.IPAMMisbookedID); return ok })
 	for _, id := range calicoRules {
 		sk, ok := r.skipped(id)
 		if !ok || sk.NotApplicable || !strings.Contains(sk.Reason, "calico: error: ipamhandles.crd.projectcalico.org: not listed yet:") || !strings.Contains(sk.Reason, "forbidden") {
@@ -268,10 +268,10 @@ func TestCalicoFindingsStandWhileTheLedgerFails(t *testing.T) {
 		return true, w, nil
 	})
 	r := startReplicaWith(t, client, "replica-a", setup{dyn: dyn})
-	poll.Until(t, 20*time.Second, "ipam-misbooked reported", func() bool { return r.findings(rule.IPAMMisbookedID, "critical") == 1 })
+	poll.Until(t, poll.Patience, "ipam-misbooked reported", func() bool { return r.findings(rule.IPAMMisbookedID, "critical") == 1 })
 	failing.Store(true)
 	(<-watchers).Error(&metav1.Status{Status: metav1.StatusFailure, Code: 500, Reason: metav1.StatusReasonInternalError, Message: "etcd is gone"})
-	poll.Until(t, 20*time.Second, "ipam-misbooked skipped", func() bool { sk, ok := r.skipped(rule.IPAMMisbookedID); return ok && !sk.NotApplicable })
+	poll.Until(t, poll.Patience, "ipam-misbooked skipped", func() bool { sk, ok := r.skipped(rule.IPAMMisbookedID); return ok && !sk.NotApplicable })
 	if v := r.findings(rule.IPAMMisbookedID, "critical"); v != 1 {
 		t.Errorf("ipam-misbooked findings while the ledger fails: %v, want the last pass's 1", v)
 	}
@@ -279,7 +279,7 @@ func TestCalicoFindingsStandWhileTheLedgerFails(t *testing.T) {
 		t.Errorf("ghostwatch_source_up{source=calico} = %v while its watch fails", v)
 	}
 	failing.Store(false)
-	poll.Until(t, 20*time.Second, "ipam-misbooked running again", func() bool { _, ok := r.skipped(rule.IPAMMisbookedID); return !ok })
+	poll.Until(t, poll.Patience, "ipam-misbooked running again", func() bool { _, ok := r.skipped(rule.IPAMMisbookedID); return !ok })
 	if v := r.findings(rule.IPAMMisbookedID, "critical"); v != 1 {
 		t.Errorf("ipam-misbooked findings once the ledger is back: %v", v)
 	}

@@ -146,9 +146,9 @@ func TestOneLeaderReportsDuplicates(t *testing.T) {
 		podWithIP("web-1", "1", "node-a", "10.244.2.3", time.Now().Add(-time.Hour)),
 	)
 	a := startReplica(t, client, "replica-a")
-	poll.Until(t, 20*time.Second, "replica-a to lead and pass", func() bool { st := a.c.Status(); return st.Leading && !st.LastPass.IsZero() })
+	poll.Until(t, poll.Patience, "replica-a to lead and pass", func() bool { st := a.c.Status(); return st.Leading && !st.LastPass.IsZero() })
 	b := startReplica(t, client, "replica-b")
-	poll.Until(t, 20*time.Second, "replica-b to see the leader", func() bool { return b.c.Status().Leader == "replica-a" })
+	poll.Until(t, poll.Patience, "replica-b to see the leader", func() bool { return b.c.Status().Leader == "replica-a" })
 	if b.c.Status().Leading {
 		t.Fatal("two leaders")
 	}
@@ -162,7 +162,7 @@ func TestOneLeaderReportsDuplicates(t *testing.T) {
 	if _, err := client.CoreV1().Pods("default").Create(ctx, podWithIP("web-2", "2", "node-b", "10.244.2.2", time.Now()), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 20*time.Second, "the duplicate reported", func() bool { return a.duplicates() == 1 })
+	poll.Until(t, poll.Patience, "the duplicate reported", func() bool { return a.duplicates() == 1 })
 	if v := testutil.ToFloat64(a.m.RuleGauge(rule.DuplicatePodIPID).WithLabelValues("critical")); v != 1 {
 		t.Errorf("ghostwatch_duplicate_pod_ips{severity=critical} = %v", v)
 	}
@@ -170,7 +170,7 @@ func TestOneLeaderReportsDuplicates(t *testing.T) {
 	if _, err := client.CoreV1().Pods("default").Create(ctx, podWithIP("web-9", "9", "node-b", "10.244.2.9", time.Now()), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 20*time.Second, "the next pass", func() bool { return testutil.ToFloat64(a.m.Pods) == 4 })
+	poll.Until(t, poll.Patience, "the next pass", func() bool { return testutil.ToFloat64(a.m.Pods) == 4 })
 	evs := a.ev.All()
 	if len(evs) != 2 || !strings.Contains(evs[0], "Pod Warning default/web-0 DuplicatePodIP IP 10.244.2.2 is held by 2 pods on 2 nodes") ||
 		!strings.HasPrefix(evs[1], "Pod Warning default/web-2 DuplicatePodIP") {
@@ -183,11 +183,11 @@ func TestOneLeaderReportsDuplicates(t *testing.T) {
 	if err := client.CoreV1().Pods("default").Delete(ctx, "web-2", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 20*time.Second, "the finding to go", func() bool { return a.duplicates() == 0 })
+	poll.Until(t, poll.Patience, "the finding to go", func() bool { return a.duplicates() == 0 })
 	if _, err := client.CoreV1().Pods("default").Create(ctx, podWithIP("web-3", "3", "node-b", "10.244.2.3", time.Now()), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 20*time.Second, "the second duplicate", func() bool { return a.duplicates() == 1 })
+	poll.Until(t, poll.Patience, "the second duplicate", func() bool { return a.duplicates() == 1 })
 
 	// The leader stops: it gives the Lease up, and the standby takes over.
 	a.cancel()
@@ -195,8 +195,8 @@ func TestOneLeaderReportsDuplicates(t *testing.T) {
 		t.Fatalf("the leader's Run on cancel: %v", err)
 	}
 	a.done <- nil // for the cleanup
-	poll.Until(t, 20*time.Second, "replica-b to lead", func() bool { return b.c.Status().Leading })
-	poll.Until(t, 20*time.Second, "replica-b to report the duplicate", func() bool { return b.duplicates() == 1 })
+	poll.Until(t, poll.Patience, "replica-b to lead", func() bool { return b.c.Status().Leading })
+	poll.Until(t, poll.Patience, "replica-b to report the duplicate", func() bool { return b.duplicates() == 1 })
 	if v := testutil.ToFloat64(b.m.Leader); v != 1 {
 		t.Errorf("ghostwatch_controller_leader = %v on the new leader", v)
 	}
@@ -240,7 +240,7 @@ func TestUnreachableAPIServerAtStartIsNotReadyThenLeads(t *testing.T) {
 	a := startReplica(t, client, "replica-a")
 	srv := httptest.NewServer(a.c.Handler(prometheus.NewRegistry()))
 	defer srv.Close()
-	poll.Until(t, 10*time.Second, "the replica to say the API server cannot be reached", func() bool {
+	poll.Until(t, poll.Patience, "the replica to say the API server cannot be reached", func() bool {
 		return strings.Contains(a.c.Status().Unreachable, "connection refused")
 	})
 	resp, err := http.Get(srv.URL + "/readyz")
@@ -258,7 +258,7 @@ func TestUnreachableAPIServerAtStartIsNotReadyThenLeads(t *testing.T) {
 	default:
 	}
 	down.Store(false)
-	poll.Until(t, 20*time.Second, "the replica to lead and pass once the server answers", func() bool {
+	poll.Until(t, poll.Patience, "the replica to lead and pass once the server answers", func() bool {
 		st := a.c.Status()
 		return st.Unreachable == "" && st.Leading && !st.LastPass.IsZero()
 	})
@@ -305,7 +305,7 @@ func TestHungAPIServerIsNotReadyThenLeadsAgain(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body)
 	}
-	poll.Until(t, 20*time.Second, "the replica to lead, pass and be ready", func() bool {
+	poll.Until(t, poll.Patience, "the replica to lead, pass and be ready", func() bool {
 		code, _ := readyz()
 		return code == http.StatusOK && a.c.Status().Leading
 	})
@@ -314,7 +314,7 @@ func TestHungAPIServerIsNotReadyThenLeadsAgain(t *testing.T) {
 	hung = make(chan struct{})
 	mu.Unlock()
 	var body string
-	poll.Until(t, time.Minute, "/readyz to say the API server does not answer", func() bool {
+	poll.Until(t, poll.Patience, "/readyz to say the API server does not answer", func() bool {
 		var code int
 		code, body = readyz()
 		return code == http.StatusServiceUnavailable
@@ -329,7 +329,7 @@ func TestHungAPIServerIsNotReadyThenLeadsAgain(t *testing.T) {
 	}
 
 	resume()
-	poll.Until(t, time.Minute, "the replica to lead and be ready again", func() bool {
+	poll.Until(t, poll.Patience, "the replica to lead and be ready again", func() bool {
 		code, _ := readyz()
 		return code == http.StatusOK && a.c.Status().Leading
 	})

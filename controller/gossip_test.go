@@ -85,7 +85,7 @@ func serfCluster(t *testing.T, dryRun bool) (survivor, old *serftest.Agent, clie
 		gossipPodObj("serf-1", "u1", "127.0.0.2", "serf", 0, start.Add(time.Minute)))
 	st := remedy.Settings{Grace: 300 * time.Millisecond, Budget: 5, BudgetInterval: time.Minute, DryRun: dryRun}
 	r = startGossipReplica(t, client, []string{rule.GossipForceLeaveID}, st)
-	poll.Until(t, 20*time.Second, "the controller to read both members alive", func() bool { return r.members("shop/serf", "alive") == 2 })
+	poll.Until(t, poll.Patience, "the controller to read both members alive", func() bool { return r.members("shop/serf", "alive") == 2 })
 	return survivor, old, client, r
 }
 
@@ -103,13 +103,13 @@ func TestSerfGhostForcedOutByTheController(t *testing.T) {
 	}
 	reissued := time.Now()
 	reissue(t, survivor, old, client, reissued)
-	poll.Until(t, 20*time.Second, "the ghost reported", func() bool { return r.ghosts("critical") == 1 })
+	poll.Until(t, poll.Patience, "the ghost reported", func() bool { return r.ghosts("critical") == 1 })
 	reported := time.Since(reissued)
 	evs := r.ev.With("GossipGhostMember")
 	if len(evs) == 0 || !strings.Contains(evs[0], "node-127-0-0-2 (failed) and node-8c1f3e (alive) share 127.0.0.2") || !strings.HasPrefix(evs[0], "Pod Warning shop/serf-2") {
 		t.Errorf("Events of the finding: %q", evs)
 	}
-	poll.Until(t, 20*time.Second, "the ghost forced out", func() bool { return r.actions(remedy.Done) == 1 })
+	poll.Until(t, poll.Patience, "the ghost forced out", func() bool { return r.actions(remedy.Done) == 1 })
 	t.Logf("after the crash and the new pod: ghost reported in %v, forced out in %v (member lists read every 100 ms, grace 300 ms)",
 		reported.Round(time.Millisecond), time.Since(reissued).Round(time.Millisecond))
 	if evs := r.ev.With("GossipMemberForcedOut"); len(evs) != 1 || !strings.Contains(evs[0], "forced out member node-127-0-0-2 (failed, 127.0.0.2:") || !strings.Contains(evs[0], "of serf cluster shop/serf") {
@@ -118,7 +118,7 @@ func TestSerfGhostForcedOutByTheController(t *testing.T) {
 	if slices.ContainsFunc(survivor.Members(), func(m serf.Member) bool { return m.Name == "node-127-0-0-2" }) {
 		t.Errorf("the survivor still lists the ghost: %v", survivor.Members())
 	}
-	poll.Until(t, 20*time.Second, "the finding to clear", func() bool { return r.ghosts("critical") == 0 })
+	poll.Until(t, poll.Patience, "the finding to clear", func() bool { return r.ghosts("critical") == 0 })
 	if v := testutil.ToFloat64(r.m.RemedyCounter(rule.GossipGhostMemberID).WithLabelValues(rule.GossipGhostMemberID)); v != 1 {
 		t.Errorf("gossip_members_forced_out_total = %v", v)
 	}
@@ -154,7 +154,7 @@ func reissue(t *testing.T, survivor, old *serftest.Agent, client *fake.Clientset
 func TestSerfGhostDryRun(t *testing.T) {
 	survivor, old, client, r := serfCluster(t, true)
 	reissue(t, survivor, old, client, time.Now())
-	poll.Until(t, 20*time.Second, "the dry run", func() bool { return r.actions(remedy.DryRun) >= 1 })
+	poll.Until(t, poll.Patience, "the dry run", func() bool { return r.actions(remedy.DryRun) >= 1 })
 	if evs := r.ev.With("GossipForceLeaveDryRun"); len(evs) == 0 || !strings.Contains(evs[0], "would force out member node-127-0-0-2 (failed") {
 		t.Errorf("Events: %q", evs)
 	}
@@ -176,10 +176,10 @@ func TestSerfGhostNotForcedOutWithoutProof(t *testing.T) {
 	old.Kill()
 	newcomer := serftest.Start(t, serftest.Config{Name: "node-8c1f3e", Gossip: netip.MustParseAddrPort("127.0.0.2:0")})
 	newcomer.Join(t, survivor.Gossip)
-	poll.Until(t, 20*time.Second, "the ghost reported", func() bool { return r.ghosts("critical") == 1 })
+	poll.Until(t, poll.Patience, "the ghost reported", func() bool { return r.ghosts("critical") == 1 })
 	// Several passes, each past the grace period.
 	passes := testutil.ToFloat64(r.m.Passes)
-	poll.Until(t, 20*time.Second, "ten more passes", func() bool { return testutil.ToFloat64(r.m.Passes) >= passes+10 })
+	poll.Until(t, poll.Patience, "ten more passes", func() bool { return testutil.ToFloat64(r.m.Passes) >= passes+10 })
 	if n := r.actions(remedy.Done) + r.actions(remedy.Pending) + r.actions(remedy.DryRun); n != 0 {
 		t.Errorf("%v actions on a ghost whose pod may be the one at its address", n)
 	}
@@ -232,14 +232,14 @@ func TestMemberlistGhostReportedByTheController(t *testing.T) {
 	members := func(status string) float64 {
 		return testutil.ToFloat64(r.m.GossipMembers.WithLabelValues("memberlist", "shop/memberlist", status))
 	}
-	poll.Until(t, 20*time.Second, "the controller to read both members alive", func() bool { return members("alive") == 2 })
+	poll.Until(t, poll.Patience, "the controller to read both members alive", func() bool { return members("alive") == 2 })
 
 	_ = old.Stop()
 	ctx := context.Background()
 	if err := client.CoreV1().Pods("shop").Delete(ctx, "cache-1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 20*time.Second, "the old member dead in the survivor's list", func() bool { return members("dead") == 1 })
+	poll.Until(t, poll.Patience, "the old member dead in the survivor's list", func() bool { return members("dead") == 1 })
 	newcomer := start("cache-2-9e8d", "127.0.0.22", old.Port())
 	if _, err := client.CoreV1().Pods("shop").Create(ctx, gossipPodObj("cache-2", "u2", "127.0.0.22", "memberlist", httpPort(newcomer), time.Now()), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -247,7 +247,7 @@ func TestMemberlistGhostReportedByTheController(t *testing.T) {
 	if _, err := newcomer.ML.Join([]string{survivor.Address()}); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 20*time.Second, "the ghost reported", func() bool { return r.ghosts("critical") == 1 })
+	poll.Until(t, poll.Patience, "the ghost reported", func() bool { return r.ghosts("critical") == 1 })
 	evs := r.ev.With("GossipGhostMember")
 	if len(evs) == 0 || !strings.Contains(evs[0], "node-127-0-0-22 (dead) and cache-2-9e8d (alive) share 127.0.0.22") || !strings.HasPrefix(evs[0], "Pod Warning shop/cache-2") {
 		t.Errorf("Events of the finding: %q", evs)
@@ -332,14 +332,14 @@ func TestGossipOneClusterUnread(t *testing.T) {
 	named := func() float64 {
 		return testutil.ToFloat64(m.Findings.WithLabelValues(rule.GossipIPIdentityID, "warning"))
 	}
-	poll.Until(t, 20*time.Second, "both clusters read, the IP-named member found", func() bool {
+	poll.Until(t, poll.Patience, "both clusters read, the IP-named member found", func() bool {
 		return up("consul") == 1 && up("serf") == 1 && source() == 1 && named() == 1
 	})
 
 	down["consul"].Store(true)
 	passes := testutil.ToFloat64(m.Passes)
-	poll.Until(t, 20*time.Second, "consul unread", func() bool { return up("consul") == 0 })
-	poll.Until(t, 20*time.Second, "more passes", func() bool { return testutil.ToFloat64(m.Passes) >= passes+3 })
+	poll.Until(t, poll.Patience, "consul unread", func() bool { return up("consul") == 0 })
+	poll.Until(t, poll.Patience, "more passes", func() bool { return testutil.ToFloat64(m.Passes) >= passes+3 })
 	if source() != 1 || up("serf") != 1 || named() != 1 {
 		t.Errorf("one cluster unread: source_up %v, serf up %v, findings %v; want 1, 1 and the finding on consul's last view", source(), up("serf"), named())
 	}
@@ -354,13 +354,13 @@ func TestGossipOneClusterUnread(t *testing.T) {
 	}
 
 	down["serf"].Store(true)
-	poll.Until(t, 20*time.Second, "no cluster read", func() bool { return source() == 0 && up("serf") == 0 })
+	poll.Until(t, poll.Patience, "no cluster read", func() bool { return source() == 0 && up("serf") == 0 })
 	if named() != 1 {
 		t.Errorf("findings %v after every cluster became unreadable, want the last ones to stand", named())
 	}
 	down["consul"].Store(false)
 	down["serf"].Store(false)
-	poll.Until(t, 20*time.Second, "both read again", func() bool { return up("consul") == 1 && up("serf") == 1 && source() == 1 })
+	poll.Until(t, poll.Patience, "both read again", func() bool { return up("consul") == 1 && up("serf") == 1 && source() == 1 })
 }
 
 // appPod is a running pod of an application, not annotated: ns/name at
@@ -405,14 +405,14 @@ func TestSerfMembersOwnPodNeverForcedOut(t *testing.T) {
 				tc.pod(start.Add(time.Minute)))
 			st := remedy.Settings{Grace: 300 * time.Millisecond, Budget: 5, BudgetInterval: time.Minute}
 			r := startGossipReplica(t, client, []string{rule.GossipForceLeaveID}, st)
-			poll.Until(t, 20*time.Second, "the controller to read the three members alive", func() bool { return r.members("shop/serf", "alive") == 3 })
+			poll.Until(t, poll.Patience, "the controller to read the three members alive", func() bool { return r.members("shop/serf", "alive") == 3 })
 
 			// The member's agent crashes; its pod runs on.
 			member.Kill()
-			poll.Until(t, 20*time.Second, "the member read failed", func() bool { return r.members("shop/serf", "failed") == 1 })
+			poll.Until(t, poll.Patience, "the member read failed", func() bool { return r.members("shop/serf", "failed") == 1 })
 			failed := time.Now()
 			passes := testutil.ToFloat64(r.m.Passes)
-			poll.Until(t, 20*time.Second, "ten more passes, past the grace period", func() bool {
+			poll.Until(t, poll.Patience, "ten more passes, past the grace period", func() bool {
 				return testutil.ToFloat64(r.m.Passes) >= passes+10 && time.Since(failed) > 2*st.Grace
 			})
 			if n := r.actions(remedy.Done) + r.actions(remedy.Pending) + r.actions(remedy.DryRun); n != 0 {

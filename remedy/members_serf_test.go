@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/serf/serf"
 
@@ -46,9 +45,9 @@ func TestMembersActRefusesAMemberThatRejoinedSerf(t *testing.T) {
 		}
 		return survivor.Members()[i].Status
 	}
-	poll.Until(t, 10*time.Second, "serf-1 alive in the survivor's list", func() bool { return statusOf("serf-1") == serf.StatusAlive })
+	poll.Until(t, poll.Patience, "serf-1 alive in the survivor's list", func() bool { return statusOf("serf-1") == serf.StatusAlive })
 	old.Kill()
-	poll.Until(t, 10*time.Second, "serf-1 failed in the survivor's list", func() bool { return statusOf("serf-1") == serf.StatusFailed })
+	poll.Until(t, poll.Patience, "serf-1 failed in the survivor's list", func() bool { return statusOf("serf-1") == serf.StatusFailed })
 
 	m := &remedy.Members{Clusters: serfReader{&gossip.Serf{Addr: survivor.RPC}}}
 	target := &finding.MemberTarget{System: "serf", Cluster: "shop/serf", Name: "serf-1", Addr: old.Gossip.Addr(), Port: old.Gossip.Port(), Status: "failed"}
@@ -64,7 +63,7 @@ func TestMembersActRefusesAMemberThatRejoinedSerf(t *testing.T) {
 	// times running.
 	rpc := &gossip.Serf{Addr: survivor.RPC}
 	running := 0
-	poll.Until(t, 10*time.Second, "serf-1 alive again, settled", func() bool {
+	poll.Until(t, poll.Patience, "serf-1 alive again, settled", func() bool {
 		v, err := rpc.Members(ctx)
 		i := -1
 		if err == nil {

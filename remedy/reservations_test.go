@@ -178,8 +178,8 @@ func TestReservationsWaitForHostLocalsLock(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Act: %v", err)
 		}
-	case <-time.After(time.Minute):
-		t.Fatal("Act did not return after the lock was released")
+	case <-time.After(poll.Patience):
+		t.Fatalf("Act did not return within %v of the lock's release", poll.Patience)
 	}
 
 	// Held again: a context that ends stops the wait, and nothing is written.
@@ -212,7 +212,7 @@ func waitForWaiter(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 	suffix := fmt.Sprintf(":%d", st.Ino)
-	poll.Until(t, time.Minute, "a process blocked on the flock of "+path, func() bool {
+	poll.Until(t, poll.Patience, "a process blocked on the flock of "+path, func() bool {
 		f, err := os.Open("/proc/locks")
 		if err != nil {
 			t.Skipf("no /proc/locks: %v", err)
