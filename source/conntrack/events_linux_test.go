@@ -15,6 +15,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
@@ -22,9 +23,9 @@ import (
 // (see inNewNetns). The kernel queues an event on the subscribers' sockets
 // before Create or Delete returns, so a test can create entries and then
 // read their events; it never sleeps, and waits for an event at most
-// eventWait.
+// eventWait: the suite's patience, which only a hang reaches.
 
-const eventWait = 5 * time.Second
+const eventWait = poll.Patience
 
 func subscribeT(tb testing.TB) *Subscription {
 	tb.Helper()

@@ -21,6 +21,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -699,8 +700,8 @@ func TestDumpAbandonedAfterItsEndWasRead(t *testing.T) {
 				if err != nil {
 					t.Fatalf("get after an abandoned dump: %v", err)
 				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("get after an abandoned dump still waits after 10s")
+			case <-time.After(poll.Patience):
+				t.Fatalf("get after an abandoned dump still waits after %v", poll.Patience)
 			}
 		}
 	}
