@@ -102,7 +102,7 @@ func TestAgentOnlyNetAdminAndSIGTERM(t *testing.T) {
 
 	// Where it serves /metrics and the probes, then what its node holds.
 	var addrs []string
-	deadline := time.After(30 * time.Second)
+	deadline := time.After(poll.Patience)
 	for len(addrs) < 2 {
 		select {
 		case m, ok := <-lines:
@@ -126,7 +126,7 @@ func TestAgentOnlyNetAdminAndSIGTERM(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	poll.UntilNoted(t, 30*time.Second, "/readyz to say degraded", func() (bool, string) {
+	poll.UntilNoted(t, poll.Patience, "/readyz to say degraded", func() (bool, string) {
 		code, body := get("/readyz")
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "degraded") && strings.Contains(body, "not listed yet") &&
 			strings.Contains(body, "connection refused"), fmt.Sprintf("%d %q; logs:\n%s", code, body, logs.String())
@@ -173,8 +173,8 @@ func TestAgentOnlyNetAdminAndSIGTERM(t *testing.T) {
 		if err != nil {
 			t.Fatalf("agent exited with %v after SIGTERM; logs:\n%s", err, logs.String())
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("agent did not stop on SIGTERM")
+	case <-time.After(poll.Patience):
+		t.Fatalf("agent did not stop within %v of SIGTERM", poll.Patience)
 	}
 	if !strings.Contains(logs.String(), "agent stopping") {
 		t.Errorf("no shutdown log line:\n%s", logs.String())
