@@ -34,7 +34,7 @@ func TestRealCollectThenAnalyzeIsTheLiveScan(t *testing.T) {
 	replica := e.controllerReplicaIn(t, "controller-a", e.node)
 	app, fe := e.pooledReplicas(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	k := e.killPinned(t, keepAlive(ctx, app, fe), "db", "pg", 1, metav1.DeleteOptions{})
+	k := e.killPinned(t, keepAlive(ctx, app, fe), "db", "pg", 1, metav1.DeleteOptions{}, realObserve)
 	// The client goes: nothing opens new flows while the evidence is read.
 	cancel()
 	if len(e.flowsTo(t, k.ip)) == 0 {
