@@ -49,7 +49,7 @@ func keepAlive(ctx context.Context, h *netbed.Host, fe netip.AddrPort) *client {
 // answeredBy waits until n requests in a row were answered by pod.
 func answeredBy(t *testing.T, c *client, pod string, n int) {
 	t.Helper()
-	if _, err := c.waitFor(context.Background(), 30*time.Second, func(os []Outcome) bool {
+	if _, err := c.waitFor(context.Background(), poll.Patience, func(os []Outcome) bool {
 		run := 0
 		for _, o := range os {
 			if o.Err == nil && o.Pod == pod {
@@ -162,7 +162,7 @@ type pinnedKill struct {
 func (e *realEnv) killPinned(t *testing.T, c *client, ns, svc string, answers int, opts metav1.DeleteOptions, observe time.Duration) pinnedKill {
 	t.Helper()
 	ctx := context.Background()
-	outs, err := c.waitFor(ctx, 30*time.Second, func(os []Outcome) bool { return len(os) >= answers && os[len(os)-1].Err == nil })
+	outs, err := c.waitFor(ctx, poll.Patience, func(os []Outcome) bool { return len(os) >= answers && os[len(os)-1].Err == nil })
 	if err != nil {
 		t.Fatalf("no answer through %s/%s: %v", ns, svc, err)
 	}
