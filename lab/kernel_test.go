@@ -14,6 +14,7 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/audit"
 	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
@@ -244,7 +245,7 @@ func serveBoth(t *testing.T, h *netbed.Host, name string) {
 }
 
 func roundTrip(c net.Conn) (string, error) {
-	c.SetDeadline(time.Now().Add(2 * time.Second))
+	c.SetDeadline(time.Now().Add(poll.Patience))
 	if _, err := c.Write([]byte("GET\n")); err != nil {
 		return "", err
 	}

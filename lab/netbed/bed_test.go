@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
@@ -93,8 +94,14 @@ func echo(t *testing.T, h *Host, addr, name string) {
 	}()
 }
 
-func ask(c net.Conn) (string, error) {
-	c.SetDeadline(time.Now().Add(time.Second))
+// ask sends a line on c and returns the answer: one is to come, and is
+// waited for until poll.Patience.
+func ask(c net.Conn) (string, error) { return askWithin(c, poll.Patience) }
+
+// askWithin is ask, giving up after d: where no answer is to come, d is
+// how long its absence is watched for.
+func askWithin(c net.Conn, d time.Duration) (string, error) {
+	c.SetDeadline(time.Now().Add(d))
 	if _, err := c.Write([]byte("hi\n")); err != nil {
 		return "", err
 	}
@@ -196,7 +203,7 @@ func TestEstablishedFlowOutlivesItsBackend(t *testing.T) {
 	if err := f.bed.RemoveHost(f.pod1); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := ask(old); err == nil {
+	if got, err := askWithin(old, time.Second); err == nil {
 		t.Errorf("established connection after its pod was removed answered %q; want a failure", got)
 	}
 	if got, err := ask(fresh); got != "pod2" {

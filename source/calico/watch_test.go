@@ -22,16 +22,17 @@ import (
 	"k8s.io/client-go/dynamic"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/informer"
 )
 
 // waitFor polls cond until it holds, and fails the test when it does not
-// within 30s.
+// within poll.Patience.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(poll.Patience)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

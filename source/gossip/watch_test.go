@@ -17,15 +17,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ghostwatch/ghostwatch/internal/gossiptest"
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 )
 
 // waitFor polls cond until it holds, and fails the test when it does not
-// within 30 s.
+// within poll.Patience.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(poll.Patience)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
