@@ -401,40 +401,66 @@ func collectConntrack(ctx context.Context, b *bundleWriter, captured time.Time) 
 }
 
 // copyHostDir copies the regular files under dir of the node's tree, as
-// nodefs reads them: no link followed, nothing but regular files, each
-// bounded; what it skips is said.
+// nodefs reads them: every component resolved inside the host root (a link
+// is followed as the node follows it, never out of root), nothing but
+// regular files, each bounded; what it skips is said.
 func copyHostDir(b *bundleWriter, root, dir string) error {
-	base := filepath.Join(root, dir)
-	if _, err := os.Lstat(base); errors.Is(err, fs.ErrNotExist) {
+	fi, err := nodefs.Stat(root, dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		// No such directory here; that its parent exists is evidence
 		// (host-local reads a wiped store as empty, a missing mount as
 		// unknown): the parent goes in, empty.
-		if fi, err := os.Stat(filepath.Dir(base)); err == nil && fi.IsDir() {
+		if fi, err := nodefs.Stat(root, path.Dir(dir)); err == nil && fi.IsDir() {
 			return b.dir(path.Join(bundleHost, path.Dir(dir)))
 		}
 		return nil
+	case err != nil:
+		b.miss(dir, err.Error())
+		return nil
+	case !fi.IsDir():
+		b.miss(dir, fmt.Sprintf("not a directory (%s): not read", fi.Mode().Type()))
+		return nil
 	}
-	return filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
-		rel, _ := filepath.Rel(root, p)
-		nodePath := "/" + filepath.ToSlash(rel)
-		if err != nil {
-			b.miss(nodePath, err.Error())
-			return nil
+	return copyNodeDir(b, root, dir, 0)
+}
+
+// maxHostDepth bounds how deep copyHostDir descends: the directories it
+// copies are two or three levels deep.
+const maxHostDepth = 8
+
+// copyNodeDir copies what dir holds, depth levels below what was asked.
+func copyNodeDir(b *bundleWriter, root, dir string, depth int) error {
+	if depth > maxHostDepth {
+		b.miss(dir, fmt.Sprintf("more than %d directories deep: not read", maxHostDepth))
+		return nil
+	}
+	entries, err := nodefs.ReadDir(root, dir)
+	if err != nil {
+		b.miss(dir, err.Error())
+		return nil
+	}
+	for _, e := range entries {
+		nodePath := path.Join(dir, e.Name())
+		switch {
+		case e.IsDir():
+			if err := copyNodeDir(b, root, nodePath, depth+1); err != nil {
+				return err
+			}
+		case !e.Type().IsRegular():
+			b.miss(nodePath, fmt.Sprintf("not a regular file (%s): not read", e.Type()))
+		default:
+			data, err := nodefs.ReadFileIn(root, nodePath)
+			if err != nil {
+				b.miss(nodePath, err.Error())
+				continue
+			}
+			if err := b.addNodeFile(path.Join(bundleHost, strings.TrimPrefix(nodePath, "/")), nodePath, data); err != nil {
+				return err
+			}
 		}
-		if d.IsDir() {
-			return nil
-		}
-		if !d.Type().IsRegular() {
-			b.miss(nodePath, fmt.Sprintf("not a regular file (%s): not read", d.Type()))
-			return nil
-		}
-		data, err := nodefs.ReadFile(p)
-		if err != nil {
-			b.miss(nodePath, err.Error())
-			return nil
-		}
-		return b.addNodeFile(path.Join(bundleHost, filepath.ToSlash(rel)), nodePath, data)
-	})
+	}
+	return nil
 }
 
 // objectKinds are the cluster's objects the rules read, each trimmed to
