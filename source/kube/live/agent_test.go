@@ -27,7 +27,7 @@ func startSynced(t *testing.T, inf *Informers) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	inf.Start(ctx)
-	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	wctx, wcancel := context.WithTimeout(ctx, poll.Patience)
 	defer wcancel()
 	if err := inf.WaitForSync(wctx); err != nil {
 		t.Fatal(err)

@@ -73,7 +73,7 @@ func cluster() ([]runtime.Object, *snapshot.Kube) {
 func TestInformersFake(t *testing.T) {
 	objs, want := cluster()
 	inf := NewInformers(fake.NewClientset(objs...), InformerOptions{})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), poll.Patience)
 	defer cancel()
 	if inf.HasSynced() {
 		t.Errorf("HasSynced before Start")
