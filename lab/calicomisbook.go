@@ -461,13 +461,15 @@ func (m *misbook) fix(ctx context.Context) error {
 }
 
 // collect waits for the collector to free the left-alone pod's address,
-// up to well past the window ghostwatch gave.
+// up to labPatience past the window ghostwatch gave and a scan interval:
+// a busy machine delays the collector's scans, and the timeline says
+// whether the free came inside the window.
 func (m *misbook) collect(ctx context.Context) error {
 	tl, e := m.tl, m.alone
 	tl.section("calico-kube-controllers' leak collector (leakGracePeriod %s; Calico's default: 15m)", m.grace)
-	deadline := e.pod.Started.Add(2*m.grace + m.grace/2 + 15*time.Second)
+	deadline := e.pod.Started.Add(2*m.grace + m.grace/2 + labPatience)
 	if !e.by.IsZero() {
-		deadline = e.by.Add(m.grace/2 + 15*time.Second)
+		deadline = e.by.Add(m.grace/2 + labPatience)
 	}
 	for {
 		_, a, err := m.c.Booked(ctx, e.pod.IP)

@@ -193,7 +193,7 @@ func (g *gossipLab) startMember(cfg *memberlist.Config, p snapshot.Pod, port int
 		return nil, err
 	}
 	n := &gossipNode{name: cfg.Name, pod: p, ml: m,
-		reader: &sourcegossip.Endpoint{URL: m.URL + gossip.Path, Client: &http.Client{Timeout: gossipPatience}}}
+		reader: &sourcegossip.Endpoint{URL: m.URL + gossip.Path, Client: &http.Client{Timeout: labPatience}}}
 	if leave {
 		var ctx context.Context
 		ctx, n.sigterm = context.WithCancel(context.Background())
@@ -212,7 +212,7 @@ func (g *gossipLab) startAgent(name string, p snapshot.Pod, gossipAt netip.AddrP
 	if err != nil {
 		return nil, err
 	}
-	n := &gossipNode{name: name, pod: p, serf: a, reader: &sourcegossip.Serf{Addr: a.RPC, Timeout: gossipPatience}}
+	n := &gossipNode{name: name, pod: p, serf: a, reader: &sourcegossip.Serf{Addr: a.RPC, Timeout: labPatience}}
 	g.all = append(g.all, n)
 	g.nodes = append(g.nodes, n)
 	return n, nil
@@ -290,7 +290,7 @@ func (g *gossipLab) showPods() {
 
 // readList reads n's member list as ghostwatch does.
 func (g *gossipLab) readList(n *gossipNode) (*snapshot.GossipView, error) {
-	ctx, cancel := context.WithTimeout(g.ctx, gossipPatience)
+	ctx, cancel := context.WithTimeout(g.ctx, labPatience)
 	defer cancel()
 	v, err := n.reader.Members(ctx)
 	if err != nil {
@@ -330,10 +330,10 @@ func (g *gossipLab) note(viewer *gossipNode, v *snapshot.GossipView, watched []s
 
 // waitLists polls the lists of viewers until cond holds for each, printing
 // what changes for the watched members, and returns how long that took.
-// It gives up only after gossipPatience: a hang, not a slow machine.
+// It gives up only after labPatience: a hang, not a slow machine.
 func (g *gossipLab) waitLists(what string, viewers []*gossipNode, watched []string, cond func(*snapshot.GossipView) bool) (time.Duration, error) {
 	start := time.Now()
-	deadline := start.Add(gossipPatience)
+	deadline := start.Add(labPatience)
 	for {
 		var last string
 		ok := true
@@ -352,7 +352,7 @@ func (g *gossipLab) waitLists(what string, viewers []*gossipNode, watched []stri
 			return time.Since(start), nil
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("%s: not within %s (%s)", what, gossipPatience, last)
+			return 0, fmt.Errorf("%s: not within %s (%s)", what, labPatience, last)
 		}
 		select {
 		case <-g.ctx.Done():
@@ -363,15 +363,15 @@ func (g *gossipLab) waitLists(what string, viewers []*gossipNode, watched []stri
 }
 
 // waitLog polls n's log until it holds a line with every one of words,
-// giving up only after gossipPatience.
+// giving up only after labPatience.
 func (g *gossipLab) waitLog(n *gossipNode, what string, words ...string) ([]string, error) {
-	deadline := time.Now().Add(gossipPatience)
+	deadline := time.Now().Add(labPatience)
 	for {
 		if lines := n.logLines(words...); len(lines) > 0 {
 			return lines, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%s: %s logged no line with %q within %s", what, n.name, words, gossipPatience)
+			return nil, fmt.Errorf("%s: %s logged no line with %q within %s", what, n.name, words, labPatience)
 		}
 		select {
 		case <-g.ctx.Done():

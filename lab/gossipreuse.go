@@ -167,13 +167,13 @@ const (
 	gossipPollGap = 50 * time.Millisecond
 )
 
-// gossipPatience is how long the lab waits for a member's answer or for
-// its lists to show what an act waits for: every such wait ends in
-// seconds, or in a fraction of one, and a busy machine may stretch it
-// tenfold, so only a hang reaches this. How long each wait took is on the
-// timeline and in the result, where the acts' timings are compared with
-// the settings that give them, not held to a bound.
-const gossipPatience = 2 * time.Minute
+// labPatience is how long a lab waits for an answer or for what an act
+// waits for (a member listed, a collector's free) beyond the time the
+// settings give it: every such wait ends in seconds on an idle machine,
+// and a busy one may stretch it tenfold, so only a hang reaches this. How
+// long each wait took is on the timeline and in the result, where it is
+// compared with the settings that give it, not held to a bound.
+const labPatience = 2 * time.Minute
 
 // GossipReuse plays seed 000 with real memberlist members and real Serf
 // agents on addresses of 127.0.0.0/8: a member's pod goes, Kubernetes
@@ -417,7 +417,7 @@ func (g *gossipLab) serfForceLeave() error {
 		g.tl.logf("ghostwatch", "names the command (serf force-leave -prune %s) but would not force it out by itself: %s", a.name, withheld)
 	}
 	g.tl.logf("operator", "%s's pod is gone (the lab killed it): serf force-leave -prune %s through %s's RPC (ghostwatch's Serf.ForceLeave)", a.name, a.name, survivor.pod.Name)
-	if err := g.forceOut(a, (&sourcegossip.Serf{Addr: survivor.serf.RPC, Timeout: gossipPatience}).ForceLeave); err != nil {
+	if err := g.forceOut(a, (&sourcegossip.Serf{Addr: survivor.serf.RPC, Timeout: labPatience}).ForceLeave); err != nil {
 		return err
 	}
 	g.tl.logf("fix", "force-leave -prune removes the ghost at once; without -prune the member is listed left for TombstoneTimeout (%s), still sharing the address", fmtDuration(def.TombstoneTimeout))
@@ -490,7 +490,7 @@ func (g *gossipLab) consulForceLeave() error {
 // long that took, and scans again ("force-left").
 func (g *gossipLab) forceOut(a *gossipNode, leave func(context.Context, string) error) error {
 	forced := time.Now()
-	ctx, cancel := context.WithTimeout(g.ctx, gossipPatience)
+	ctx, cancel := context.WithTimeout(g.ctx, labPatience)
 	err := leave(ctx, a.name)
 	cancel()
 	if err != nil {
