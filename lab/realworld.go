@@ -151,7 +151,7 @@ func (rw *realWorld) startPod(ctx context.Context, sc scenario, name string, ip 
 	if _, err := rw.cp.Admin.CoreV1().Pods(sc.namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	return rw.until(ctx, 30*time.Second, "pod "+name+" ready in an EndpointSlice", func() (bool, error) {
+	return rw.until(ctx, labPatience, "pod "+name+" ready in an EndpointSlice", func() (bool, error) {
 		eps, err := rw.endpoints(ctx, sc)
 		return slices.ContainsFunc(eps, func(ep discoveryv1.Endpoint) bool {
 			return ep.TargetRef != nil && ep.TargetRef.Name == name && ep.Conditions.Ready != nil && *ep.Conditions.Ready
@@ -164,7 +164,7 @@ func (rw *realWorld) terminatePod(ctx context.Context, sc scenario, name string)
 	if err := rw.cp.Admin.CoreV1().Pods(sc.namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		return err
 	}
-	return rw.until(ctx, 30*time.Second, "pod "+name+" terminating in its EndpointSlice", func() (bool, error) {
+	return rw.until(ctx, labPatience, "pod "+name+" terminating in its EndpointSlice", func() (bool, error) {
 		eps, err := rw.endpoints(ctx, sc)
 		return slices.ContainsFunc(eps, func(ep discoveryv1.Endpoint) bool {
 			return ep.TargetRef != nil && ep.TargetRef.Name == name && ep.Conditions.Terminating != nil && *ep.Conditions.Terminating
@@ -179,7 +179,7 @@ func (rw *realWorld) killPod(ctx context.Context, sc scenario, name string) erro
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	return rw.until(ctx, 30*time.Second, "pod "+name+" gone", func() (bool, error) {
+	return rw.until(ctx, labPatience, "pod "+name+" gone", func() (bool, error) {
 		_, err := rw.cp.Admin.CoreV1().Pods(sc.namespace).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return true, nil
@@ -196,7 +196,7 @@ func (rw *realWorld) routed(ctx context.Context, sc scenario, backends []netip.A
 		want = append(want, netip.AddrPortFrom(b, sc.targetPort).String())
 	}
 	slices.Sort(want)
-	return rw.until(ctx, 30*time.Second, fmt.Sprintf("kube-proxy routing to %v", want), func() (bool, error) {
+	return rw.until(ctx, labPatience, fmt.Sprintf("kube-proxy routing to %v", want), func() (bool, error) {
 		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", rw.node.Net.Name(), "iptables-save", "-t", "nat").Output()
 		if err != nil {
 			return false, fmt.Errorf("iptables-save in the node: %w", err)
