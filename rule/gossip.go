@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ghostwatch/ghostwatch/finding"
+	"github.com/ghostwatch/ghostwatch/internal/text"
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
@@ -467,9 +468,9 @@ func ghost(v *snapshot.GossipView, a netip.Addr, sev finding.Severity, m, other 
 	switch {
 	case !m.Gone():
 	case v.System == "consul":
-		ev["force_leave"] = fmt.Sprintf("consul force-leave -prune %s", m.Name)
+		ev["force_leave"] = "consul force-leave -prune " + text.ShellQuote(m.Name)
 	case v.System == "serf":
-		ev["force_leave"] = fmt.Sprintf("serf force-leave -prune %s", m.Name)
+		ev["force_leave"] = "serf force-leave -prune " + text.ShellQuote(m.Name)
 	}
 	return finding.Finding{
 		Rule:     GossipGhostMemberID,

