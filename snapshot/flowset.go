@@ -122,69 +122,263 @@ func JoinFlow(backend [16]byte, route *FlowRoute, src [16]byte, srcPort uint16, 
 	}
 }
 
-// Routes interns the FlowRoutes of one backend: a handful, in practice.
+// Routes interns the FlowRoutes of one backend: a handful, in practice,
+// and most often one, which is kept in place rather than in a list of its
+// own (a node whose workloads all died holds a hundred thousand backends
+// of one route each).
 type Routes struct {
+	first FlowRoute
+	// n is how many routes there are; more holds those after the first.
+	n    uint16
+	more *moreRoutes
+}
+
+// moreRoutes are a backend's routes after its first, and, when there
+// are many, their index.
+type moreRoutes struct {
 	list  []FlowRoute
 	index map[FlowRoute]uint16
 }
 
+// Len returns how many routes there are.
+func (rs *Routes) Len() int { return int(rs.n) }
+
 // Index returns r's index, adding it when new.
 func (rs *Routes) Index(r FlowRoute) uint16 {
-	if rs.index != nil {
-		if i, ok := rs.index[r]; ok {
+	switch {
+	case rs.n == 0:
+		rs.first, rs.n = r, 1
+		return 0
+	case rs.first == r:
+		return 0
+	case rs.more == nil:
+		rs.more = &moreRoutes{}
+	case rs.more.index != nil:
+		if i, ok := rs.more.index[r]; ok {
 			return i
 		}
-	} else {
-		for i := range rs.list {
-			if rs.list[i] == r {
-				return uint16(i)
+	default:
+		for i := range rs.more.list {
+			if rs.more.list[i] == r {
+				return uint16(i + 1)
 			}
 		}
 	}
-	i := uint16(len(rs.list))
-	rs.list = append(rs.list, r)
-	if len(rs.list) > 16 {
-		if rs.index == nil {
-			rs.index = make(map[FlowRoute]uint16, len(rs.list))
-			for j, x := range rs.list {
-				rs.index[x] = uint16(j)
+	m := rs.more
+	i := rs.n
+	m.list = append(m.list, r)
+	rs.n++
+	if rs.n > 16 {
+		if m.index == nil {
+			m.index = make(map[FlowRoute]uint16, rs.n)
+			for j, x := range m.list {
+				m.index[x] = uint16(j + 1)
 			}
 		}
-		rs.index[r] = i
+		m.index[r] = i
 	}
 	return i
 }
 
 // At returns the route of index i.
-func (rs *Routes) At(i uint16) *FlowRoute { return &rs.list[i] }
+func (rs *Routes) At(i uint16) *FlowRoute {
+	if i == 0 {
+		return &rs.first
+	}
+	return &rs.more.list[i-1]
+}
 
 // flowSet holds flows compactly, grouped by backend, in chunks that are
-// never copied as they grow.
+// never copied as they grow. A backend's first chunk holds firstChunk
+// flows, and each next one half as many as the backend holds already, up
+// to maxChunk: at most a third of what a backend's chunks hold is unused,
+// and a node whose table holds a hundred thousand dead backends of a few
+// flows each pays for those flows, not for a chunk of a busy backend's
+// size per backend. A flow from an IPv4 client takes 32 bytes, its
+// client's address in 4 of them; one from an IPv6 client 44.
 type flowSet struct {
-	groups []flowGroup
-	index  map[[16]byte]int
+	// groups are the backends' groups, groupsPer a block, so that they
+	// too are never copied as they grow.
+	groups [][]flowGroup
+	index  map[[16]byte]int32
+	ngroup int32
 	n      int
 	// names are the states the kernel's tables do not name, as a listing
 	// printed them: a flow's state 128+i is names[i].
 	names []string
 }
 
+// flowGroup is one backend's flows: those from IPv4 clients first, then
+// those from IPv6 clients (a backend's flows are of one family in
+// practice), each in the order they were added.
 type flowGroup struct {
 	backend [16]byte
 	routes  Routes
-	chunks  [][]setFlow
-	n       int
+	v4      chunks[setFlow4]
+	v6      *chunks[setFlow6]
 }
 
-type setFlow struct {
-	key  FrontendKey
-	rest FlowRest
+// setFlow4 and setFlow6 are a flow's own part with its client's address
+// and port and its route's index: 32 and 44 bytes.
+type setFlow4 struct {
+	src   [4]byte
+	sport uint16
+	route uint16
+	rest  packedRest
+}
+
+type setFlow6 struct {
+	src   [16]byte
+	sport uint16
+	route uint16
+	rest  packedRest
+}
+
+// packedRest is a FlowRest in 24 bytes, its start in two halves, so that
+// a setFlow4 is not padded to 8 bytes' alignment.
+type packedRest struct {
+	startLo, startHi uint32
+	id, timeout      uint32
+	replyDstPort     uint16
+	status           uint16
+	state            uint8
+	seen             bool
+}
+
+func packRest(r FlowRest) packedRest {
+	return packedRest{startLo: uint32(r.start), startHi: uint32(uint64(r.start) >> 32), id: r.id, timeout: r.timeout,
+		replyDstPort: r.replyDstPort, status: r.status, state: r.state, seen: r.seen}
+}
+
+func (p packedRest) unpack() FlowRest {
+	return FlowRest{start: int64(uint64(p.startHi)<<32 | uint64(p.startLo)), id: p.id, timeout: p.timeout,
+		replyDstPort: p.replyDstPort, status: p.status, state: p.state, seen: p.seen}
+}
+
+// chunks holds a group's flows of one family, in the order added: a
+// first chunk, and the others, when there are more, behind a pointer.
+type chunks[E any] struct {
+	first []E
+	more  *[][]E
+	n     int32
+}
+
+func (c *chunks[E]) len() int {
+	if c == nil {
+		return 0
+	}
+	return int(c.n)
+}
+
+func (c *chunks[E]) last() *[]E {
+	if c.more != nil {
+		return &(*c.more)[len(*c.more)-1]
+	}
+	return &c.first
+}
+
+func (c *chunks[E]) add(e E) {
+	last := c.last()
+	if len(*last) == cap(*last) {
+		next := make([]E, 0, min(max(int(c.n)/2, firstChunk), maxChunk))
+		switch {
+		case c.first == nil:
+			c.first = next
+		case c.more == nil:
+			c.more = &[][]E{next}
+		default:
+			*c.more = append(*c.more, next)
+		}
+		last = c.last()
+	}
+	*last = append(*last, e)
+	c.n++
+}
+
+// fit puts the entries in one chunk of their number, when they are few
+// (a copy of a busy backend's would double it for a while, for little)
+// and their chunks have room for an eighth more.
+func (c *chunks[E]) fit() {
+	if c == nil || c.n > maxChunk {
+		return
+	}
+	room := cap(c.first)
+	if c.more != nil {
+		for _, ch := range *c.more {
+			room += cap(ch)
+		}
+	}
+	if room-int(c.n) <= int(c.n)/8 {
+		return
+	}
+	all := make([]E, 0, c.n)
+	c.each(func(e *E) bool {
+		all = append(all, *e)
+		return true
+	})
+	c.first, c.more = all, nil
+}
+
+// fit fits every group's chunks.
+func (s *flowSet) fit() {
+	for gi := int32(0); gi < s.ngroup; gi++ {
+		g := s.group(gi)
+		g.v4.fit()
+		g.v6.fit()
+	}
+}
+
+// at returns the entry at pos.
+func (c *chunks[E]) at(pos int) *E {
+	if pos < len(c.first) {
+		return &c.first[pos]
+	}
+	pos -= len(c.first)
+	for _, ch := range *c.more {
+		if pos < len(ch) {
+			return &ch[pos]
+		}
+		pos -= len(ch)
+	}
+	return nil
+}
+
+// each calls fn with each entry, in order, until it returns false.
+func (c *chunks[E]) each(fn func(*E) bool) bool {
+	if c == nil {
+		return true
+	}
+	for i := range c.first {
+		if !fn(&c.first[i]) {
+			return false
+		}
+	}
+	if c.more == nil {
+		return true
+	}
+	for _, ch := range *c.more {
+		for i := range ch {
+			if !fn(&ch[i]) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 const (
-	firstChunk = 64
+	firstChunk = 4
 	maxChunk   = 16384
+	groupsPer  = 1024
 )
+
+func (g *flowGroup) len() int { return g.v4.len() + g.v6.len() }
+
+// is4 reports whether the group's backend is an IPv4 address, as its
+// first route says.
+func (g *flowGroup) is4() bool { return g.routes.first.is4 }
+
+func (s *flowSet) group(i int32) *flowGroup { return &s.groups[i/groupsPer][i%groupsPer] }
 
 func (s *flowSet) add(f *Flow) {
 	backend, route, src, sport, rest := SplitFlow(f)
@@ -201,37 +395,49 @@ func (s *flowSet) add(f *Flow) {
 	gi, ok := s.index[backend]
 	if !ok {
 		if s.index == nil {
-			s.index = map[[16]byte]int{}
+			s.index = map[[16]byte]int32{}
 		}
-		gi = len(s.groups)
-		s.groups = append(s.groups, flowGroup{backend: backend})
+		gi = s.ngroup
+		if gi%groupsPer == 0 {
+			s.groups = append(s.groups, make([]flowGroup, 0, groupsPer))
+		}
+		last := &s.groups[len(s.groups)-1]
+		*last = append(*last, flowGroup{backend: backend})
 		s.index[backend] = gi
+		s.ngroup++
 	}
-	g := &s.groups[gi]
-	sf := setFlow{key: FrontendKey{Src: src, SrcPort: sport, Route: g.routes.Index(route)}, rest: rest}
-	last := len(g.chunks) - 1
-	if last < 0 || len(g.chunks[last]) == cap(g.chunks[last]) {
-		g.chunks = append(g.chunks, make([]setFlow, 0, min(max(g.n, firstChunk), maxChunk)))
-		last++
+	g := s.group(gi)
+	ri := g.routes.Index(route)
+	if route.is4 {
+		g.v4.add(setFlow4{src: [4]byte(src[12:]), sport: sport, route: ri, rest: packRest(rest)})
+	} else {
+		if g.v6 == nil {
+			g.v6 = &chunks[setFlow6]{}
+		}
+		g.v6.add(setFlow6{src: src, sport: sport, route: ri, rest: packRest(rest)})
 	}
-	g.chunks[last] = append(g.chunks[last], sf)
-	g.n++
 	s.n++
+}
+
+// each calls fn with each flow of group g, in order, in one reused Flow,
+// until it returns false.
+func (s *flowSet) each(g *flowGroup, f *Flow, fn func(*Flow) bool) bool {
+	return g.v4.each(func(e *setFlow4) bool {
+		s.join4(g, e, f)
+		return fn(f)
+	}) && g.v6.each(func(e *setFlow6) bool {
+		s.join6(g, e, f)
+		return fn(f)
+	})
 }
 
 // all yields every flow, a backend's together, in one reused Flow.
 func (s *flowSet) all() iter.Seq[*Flow] {
 	return func(yield func(*Flow) bool) {
 		var f Flow
-		for gi := range s.groups {
-			g := &s.groups[gi]
-			for _, ch := range g.chunks {
-				for i := range ch {
-					s.join(g, &ch[i], &f)
-					if !yield(&f) {
-						return
-					}
-				}
+		for gi := int32(0); gi < s.ngroup; gi++ {
+			if !s.each(s.group(gi), &f, yield) {
+				return
 			}
 		}
 	}
@@ -240,12 +446,12 @@ func (s *flowSet) all() iter.Seq[*Flow] {
 // backends yields each backend with how many flows go to it.
 func (s *flowSet) backends() iter.Seq2[netip.Addr, int] {
 	return func(yield func(netip.Addr, int) bool) {
-		for gi := range s.groups {
-			g := &s.groups[gi]
-			if len(g.routes.list) == 0 {
+		for gi := int32(0); gi < s.ngroup; gi++ {
+			g := s.group(gi)
+			if g.routes.Len() == 0 {
 				continue
 			}
-			if !yield(unpackAddr(g.backend, g.routes.list[0].is4), g.n) {
+			if !yield(unpackAddr(g.backend, g.is4()), g.len()) {
 				return
 			}
 		}
@@ -267,57 +473,64 @@ func (c *Conntrack) Refs() iter.Seq2[FlowRef, *Flow] {
 		}
 		var f Flow
 		s := &c.kept
-		for gi := range s.groups {
-			g := &s.groups[gi]
+		for gi := int32(0); gi < s.ngroup; gi++ {
 			pos := uint32(0)
-			for _, ch := range g.chunks {
-				for i := range ch {
-					s.join(g, &ch[i], &f)
-					if !yield(FlowRef{group: int32(gi), pos: pos}, &f) {
-						return
-					}
-					pos++
-				}
+			if !s.each(s.group(gi), &f, func(f *Flow) bool {
+				ok := yield(FlowRef{group: gi, pos: pos}, f)
+				pos++
+				return ok
+			}) {
+				return
 			}
 		}
 	}
 }
 
-// join sets *f to the flow sf of group g.
-func (s *flowSet) join(g *flowGroup, sf *setFlow, f *Flow) {
-	r := sf.rest
+// join4 and join6 set *f to the flow e of group g.
+func (s *flowSet) join4(g *flowGroup, e *setFlow4, f *Flow) {
+	var src [16]byte
+	src[10], src[11] = 0xff, 0xff
+	copy(src[12:], e.src[:])
+	s.join(g, src, e.sport, e.route, e.rest, f)
+}
+
+func (s *flowSet) join6(g *flowGroup, e *setFlow6, f *Flow) {
+	s.join(g, e.src, e.sport, e.route, e.rest, f)
+}
+
+func (s *flowSet) join(g *flowGroup, src [16]byte, sport, route uint16, pr packedRest, f *Flow) {
+	r := pr.unpack()
 	odd := r.state >= 128
 	if odd {
 		r.state = 0
 	}
-	JoinFlow(g.backend, g.routes.At(sf.key.Route), sf.key.Src, sf.key.SrcPort, r, f)
+	JoinFlow(g.backend, g.routes.At(route), src, sport, r, f)
 	if odd {
-		f.State = s.names[sf.rest.state-128]
+		f.State = s.names[pr.state-128]
 	}
 }
 
-// at returns the flow at position pos of group g.
-func (s *flowSet) at(g *flowGroup, pos uint32) *setFlow {
-	for _, ch := range g.chunks {
-		if int(pos) < len(ch) {
-			return &ch[pos]
-		}
-		pos -= uint32(len(ch))
+// at sets *f to the flow at position pos of group g.
+func (s *flowSet) at(g *flowGroup, pos uint32, f *Flow) {
+	if n4 := g.v4.len(); int(pos) < n4 {
+		s.join4(g, g.v4.at(int(pos)), f)
+	} else {
+		s.join6(g, g.v6.at(int(pos)-n4), f)
 	}
-	return nil
 }
 
 // FlowSelection is some of the flows kept in one table, all to one
 // backend: the flows one finding is about. It holds no copy of them: 4
-// bytes a flow, and none when it holds every kept flow of its backend in
-// order, as a ghost backend's finding usually does.
+// bytes a flow, and none when it holds the first of its backend's kept
+// flows in order, as a ghost backend's finding usually does (every one of
+// them).
 type FlowSelection struct {
 	c     *Conntrack
 	group int32
-	pos   []uint32
-	n     int
-	// every is true when the selection is every kept flow of its group.
-	every bool
+	// pos are the positions of the flows held; nil when they are the
+	// first n of the group's.
+	pos []uint32
+	n   int
 }
 
 // Add adds the flow at r; every flow added must be to the same backend as
@@ -329,26 +542,19 @@ func (s *FlowSelection) Add(c *Conntrack, r FlowRef) {
 	if c != s.c || r.group != s.group {
 		panic("snapshot: a FlowSelection holds the flows of one backend of one table")
 	}
-	s.pos = append(s.pos, r.pos)
-	s.n++
-}
-
-// Done says no more flows will be added: a selection of every flow of its
-// backend, in order, lets its positions go.
-func (s *FlowSelection) Done() {
-	if s.c == nil {
+	if s.pos == nil && r.pos == uint32(s.n) {
+		// Still the first n: no position to keep.
+		s.n++
 		return
 	}
-	g := &s.c.kept.groups[s.group]
-	if s.n != g.n {
-		return
-	}
-	for i, p := range s.pos {
-		if p != uint32(i) {
-			return
+	if s.pos == nil {
+		s.pos = make([]uint32, s.n, s.n+1)
+		for i := range s.pos {
+			s.pos[i] = uint32(i)
 		}
 	}
-	s.pos, s.every = nil, true
+	s.pos = append(s.pos, r.pos)
+	s.n++
 }
 
 // Len returns how many flows it holds.
@@ -367,21 +573,21 @@ func (s *FlowSelection) All() iter.Seq[*Flow] {
 			return
 		}
 		set := &s.c.kept
-		g := &set.groups[s.group]
+		g := set.group(s.group)
 		var f Flow
-		if s.every {
-			for _, ch := range g.chunks {
-				for i := range ch {
-					set.join(g, &ch[i], &f)
-					if !yield(&f) {
-						return
-					}
+		if s.pos == nil {
+			left := s.n
+			set.each(g, &f, func(f *Flow) bool {
+				if left == 0 {
+					return false
 				}
-			}
+				left--
+				return yield(f)
+			})
 			return
 		}
 		for _, p := range s.pos {
-			set.join(g, set.at(g, p), &f)
+			set.at(g, p, &f)
 			if !yield(&f) {
 				return
 			}
@@ -402,8 +608,8 @@ func (s *FlowSelection) Backend() netip.Addr {
 	if s == nil || s.c == nil {
 		return netip.Addr{}
 	}
-	g := &s.c.kept.groups[s.group]
-	return unpackAddr(g.backend, g.routes.list[0].is4)
+	g := s.c.kept.group(s.group)
+	return unpackAddr(g.backend, g.is4())
 }
 
 // RestParts are the parts of a FlowRest a store may keep as it likes.

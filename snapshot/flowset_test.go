@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -99,4 +100,98 @@ func BenchmarkConntrackKeep(b *testing.B) {
 			b.Fatal(c.Len())
 		}
 	}
+}
+
+// A table of a node whose workloads all died keeps a few flows to each of
+// many backends: it pays for the flows, not for room a busy backend would
+// need (on 2f36acc, a chunk of 64 flows a backend: 3 KB for 10 flows).
+// Fit gives back what the last chunks leave unused, and every flow, its
+// place (a FlowRef, a selection) and its order stay what they were.
+func TestManyBackendsCostTheirFlows(t *testing.T) {
+	const backends, per = 100000, 10
+	before := heapAlloc()
+	c := &Conntrack{}
+	f := testFlow("10.244.0.9", 1)
+	for i := range backends * per {
+		k := i % backends
+		f.Orig.SrcPort, f.Reply.DstPort, f.ID = uint16(1024+i%60000), uint16(1024+i%60000), uint32(i+1)
+		f.Orig.Src = netip.AddrFrom4([4]byte{10, 1, byte(i >> 16), byte(i >> 8)})
+		f.Reply.Dst = f.Orig.Src
+		f.Reply.Src = netip.AddrFrom4([4]byte{10, byte(200 + k>>16), byte(k >> 8), byte(k)})
+		c.Keep(&f)
+	}
+	var sel FlowSelection
+	var first []Flow
+	seventh := netip.AddrFrom4([4]byte{10, 200, 0, 7})
+	odd := false
+	for ref, f := range c.Refs() {
+		if f.Reply.Src == seventh {
+			if odd = !odd; odd {
+				sel.Add(c, ref)
+				first = append(first, *f)
+			}
+		}
+	}
+	c.Fit()
+	held := int64(heapAlloc()) - int64(before)
+	if each := held / (backends * per); each > 48 {
+		t.Errorf("%d flows to %d backends hold %d bytes a flow, want at most 48", backends*per, backends, each)
+	}
+	if c.Len() != backends*per {
+		t.Fatalf("Len %d", c.Len())
+	}
+	var again []Flow
+	for f := range sel.All() {
+		again = append(again, *f)
+	}
+	if len(first) != per/2 || !equal(again, first) {
+		t.Errorf("a selection of %d flows gives %d after Fit: %v, want %v", len(first), len(again), again, first)
+	}
+	n, last := 0, netip.Addr{}
+	for f := range c.All() {
+		if n%per == 0 {
+			last = f.Reply.Src
+		} else if f.Reply.Src != last {
+			t.Fatalf("flow %d goes to %s among the flows of %s", n, f.Reply.Src, last)
+		}
+		n++
+	}
+}
+
+// A backend's flows from IPv4 and IPv6 clients (an IPv4-mapped backend)
+// are kept in one group: those from IPv4 clients, then the others, each
+// in the order kept, and a selection reads each where it is.
+func TestOneBackendOfBothFamilies(t *testing.T) {
+	v4 := testFlow("10.244.0.9", 1)
+	v6 := testFlow("10.244.0.9", 2)
+	v6.Orig.Src, v6.Orig.Dst = netip.MustParseAddr("fd00::50"), netip.MustParseAddr("fd00:96::a")
+	v6.Reply.Src, v6.Reply.Dst = netip.MustParseAddr("::ffff:10.244.0.9"), v6.Orig.Src
+	v4b := testFlow("10.244.0.9", 3)
+	c := NewConntrack(3, v6, v4, v4b)
+	c.Fit()
+	var got []uint16
+	var sel FlowSelection
+	for ref, f := range c.Refs() {
+		got = append(got, f.Orig.SrcPort)
+		if f.Orig.SrcPort != 1 {
+			sel.Add(c, ref)
+		}
+	}
+	if !equal(got, []uint16{1, 3, 2}) {
+		t.Errorf("order %v, want [1 3 2]", got)
+	}
+	var picked []Flow
+	for f := range sel.All() {
+		picked = append(picked, *f)
+	}
+	if len(picked) != 2 || picked[0] != v4b || picked[1] != v6 {
+		t.Errorf("selection %+v", picked)
+	}
+}
+
+func heapAlloc() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }
