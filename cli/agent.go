@@ -327,7 +327,10 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 
-	rules := agentRules(rule.Config{Conntrack: rule.ConntrackConfig{NodePortAddresses: npa, ServiceCIDRs: scidrs, ClockSkew: o.clockSkew}})
+	// Ghost backends beyond the budget are not acted on one by one: they
+	// may be reported together (rule.ConntrackConfig.OneByOne).
+	rules := agentRules(rule.Config{Conntrack: rule.ConntrackConfig{NodePortAddresses: npa, ServiceCIDRs: scidrs, ClockSkew: o.clockSkew,
+		OneByOne: max(rule.DefaultOneByOne, o.budget)}})
 	// The sources every audit reads, in order: the cluster as kube-proxy
 	// sees it, the host's addresses (NodePort frontends), the table.
 	table := &conntrack.Watch{Table: conn, Events: events, Metrics: conntrack.NewMetrics(reg, sink.Namespace), Log: log}

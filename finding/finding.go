@@ -193,7 +193,6 @@ func NewFlowTarget(name string, flows ...snapshot.Flow) *FlowTarget {
 	for ref := range c.Refs() {
 		t.Flows.Add(c, ref)
 	}
-	t.Flows.Done()
 	return t
 }
 
@@ -255,6 +254,86 @@ func (t *FlowTarget) Compare(other Target) int {
 	return cmp.Or(x.Reply.Src.Unmap().Compare(y.Reply.Src.Unmap()),
 		x.Orig.Src.Compare(y.Orig.Src), cmp.Compare(x.Orig.SrcPort, y.Orig.SrcPort),
 		x.Orig.Dst.Compare(y.Orig.Dst), cmp.Compare(x.Orig.DstPort, y.Orig.DstPort))
+}
+
+// CrowdKind is the Kind of a CrowdTarget.
+const CrowdKind = "conntrack-flows-of-many-backends"
+
+// CrowdTarget is the conntrack entries of many ghost backends that a rule
+// judged alike (through one Service, for one reason), reported together
+// when a node holds more of them than are reported one by one: a node
+// whose workloads all died. Each backend's flows stay where the snapshot
+// keeps them. No remedy acts on it: a remedy's budget counts ghost IPs one
+// by one, and refuses a batch of this many whole.
+type CrowdTarget struct {
+	// Flows are the flows of each ghost backend, a backend's together.
+	Flows []snapshot.FlowSelection
+	// Name is what the rule judged alike ("ns/svc gone").
+	Name string
+}
+
+// Kind returns CrowdKind.
+func (t *CrowdTarget) Kind() string { return CrowdKind }
+
+// Key identifies the crowd across passes: what its rule judged alike.
+func (t *CrowdTarget) Key() any { return [2]string{"crowd", t.Name} }
+
+// Group is what its rule judged alike: the crowd is one unit.
+func (t *CrowdTarget) Group() string { return t.Name }
+
+// Size is how many flows the crowd holds.
+func (t *CrowdTarget) Size() int {
+	n := 0
+	for i := range t.Flows {
+		n += t.Flows[i].Len()
+	}
+	return n
+}
+
+// String renders "2,666 flows to 1,000 ghost backends (e.g. tcp ...
+// (DNAT to ..., conntrack id 7))".
+func (t *CrowdTarget) String() string {
+	if len(t.Flows) == 0 {
+		return "no flows"
+	}
+	return fmt.Sprintf("%d flows to %d ghost backends (e.g. %s)", t.Size(), len(t.Flows), (&FlowTarget{Flows: &t.Flows[0]}).String())
+}
+
+// Noun returns "flow", "flows".
+func (t *CrowdTarget) Noun() (one, many string) { return "flow", "flows" }
+
+// Entries yields each flow of each backend as a report lists it, with the
+// command that deletes it.
+func (t *CrowdTarget) Entries() iter.Seq2[any, string] {
+	return func(yield func(any, string) bool) {
+		for i := range t.Flows {
+			for f := range t.Flows[i].All() {
+				e := newFlowEntry(f)
+				if !yield(e, e.Remove) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// Backends returns the crowd's ghost backends, sorted: a slice of its own.
+func (t *CrowdTarget) Backends() []netip.Addr {
+	out := make([]netip.Addr, len(t.Flows))
+	for i := range t.Flows {
+		out[i] = t.Flows[i].Backend().Unmap()
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
+// Compare orders crowds by their first flow, as FlowTarget does.
+func (t *CrowdTarget) Compare(other Target) int {
+	o, ok := other.(*CrowdTarget)
+	if !ok || len(t.Flows) == 0 || len(o.Flows) == 0 {
+		return 0
+	}
+	return (&FlowTarget{Flows: &t.Flows[0]}).Compare(&FlowTarget{Flows: &o.Flows[0]})
 }
 
 // flowEntry is a flow as a report lists it, on one line.

@@ -37,13 +37,33 @@ type ConntrackConfig struct {
 	// holder did. Kubernetes timestamps have one-second resolution, so a
 	// value below 1s buys nothing. Default 2s.
 	ClockSkew time.Duration
+	// OneByOne is how many ghost backends judged alike (through one
+	// Service, for one reason, as bad) are reported a finding each.
+	// Beyond it they are reported together, in one finding that counts
+	// them and lists every flow: what a node whose workloads all died
+	// costs then grows with its flows, not with a finding per ghost
+	// backend. No remedy acts on that finding: a remedy acts on at most
+	// its budget of ghost IPs at once, and the agent raises OneByOne to
+	// its budget. Default DefaultOneByOne.
+	OneByOne int
 }
+
+// DefaultOneByOne is ConntrackConfig.OneByOne when it is zero: five times
+// the remedy's default budget of ghost IPs a minute.
+const DefaultOneByOne = 100
 
 func (c ConntrackConfig) clockSkew() time.Duration {
 	if c.ClockSkew <= 0 {
 		return 2 * time.Second
 	}
 	return c.ClockSkew
+}
+
+func (c ConntrackConfig) oneByOne() int {
+	if c.OneByOne <= 0 {
+		return DefaultOneByOne
+	}
+	return c.OneByOne
 }
 
 // Frontend kinds, as reported in evidence.
@@ -576,9 +596,10 @@ type conntrackRules struct {
 // from (a node agent's Kube is completed, once every source has collected,
 // with the pods it looked up: the index is built again then).
 type derived struct {
-	c      *conntrackRules
-	kube   *snapshot.Kube
-	filter bool
+	c       *conntrackRules
+	kube    *snapshot.Kube
+	filter  bool
+	holders bool
 }
 
 func newConntrackRules(cfg ConntrackConfig) *conntrackRules { return &conntrackRules{cfg: cfg} }
@@ -603,31 +624,42 @@ func (c *conntrackRules) flowFilter(s *snapshot.Snapshot) snapshot.FlowFilter {
 // flows that cannot be judged without them, and, for a flow whose start
 // the kernel gave, its client address when a pod of the node holds it
 // (the pod that opened it is named only when no other pod holds it).
+//
+// Both conntrack rules ask the same: it is worked out once a pass. A
+// backend's flows come together (Conntrack.All), so a backend is told
+// from the last one added; clients, which come in any order, are kept in
+// a set.
 func (c *conntrackRules) holderAddrs(s *snapshot.Snapshot) []netip.Addr {
 	if s.Kube == nil || s.Conntrack == nil || !s.Kube.PodsPartial {
 		return nil
 	}
 	ix := c.index(s)
-	seen := map[netip.Addr]bool{}
-	var out []netip.Addr
-	add := func(a netip.Addr) {
-		if a = a.Unmap(); !seen[a] && !ix.knows(a) {
-			seen[a] = true
-			out = append(out, a)
+	return snapshot.Derive(s, derived{c: c, kube: s.Kube, holders: true}, func() []netip.Addr {
+		var out []netip.Addr
+		var backend netip.Addr
+		var clients map[netip.Addr]bool
+		for f := range s.Conntrack.All() {
+			switch ix.judge(f).verdict {
+			case notService, healthy:
+				continue
+			case unknownHolders:
+				if b := f.Reply.Src.Unmap(); b != backend {
+					backend = b
+					out = append(out, b)
+				}
+			}
+			if a := f.Orig.Src.Unmap(); !f.Start.IsZero() && len(ix.holders[a]) > 0 && !ix.knows(a) && !clients[a] {
+				if clients == nil {
+					clients = map[netip.Addr]bool{}
+				}
+				clients[a] = true
+				out = append(out, a)
+			}
 		}
-	}
-	for f := range s.Conntrack.All() {
-		switch ix.judge(f).verdict {
-		case notService, healthy:
-			continue
-		case unknownHolders:
-			add(f.Reply.Src)
-		}
-		if !f.Start.IsZero() && len(ix.holders[f.Orig.Src.Unmap()]) > 0 {
-			add(f.Orig.Src)
-		}
-	}
-	return out
+		// A client may be a backend of another flow too.
+		slices.SortFunc(out, netip.Addr.Compare)
+		return slices.Compact(out)
+	})
 }
 
 // suspectFilter keeps the flows a conntrack rule could report: DNATed to a

@@ -72,26 +72,38 @@ func (r *MisdeliveredFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 		return nil
 	}
 	ix := r.ct.index(s)
-	gs := newFlowGroups(s.Conntrack)
+	gs := newFlowGroups(s.Conntrack, 0)
 	for ref, f := range s.Conntrack.Refs() {
 		j := ix.judge(f)
 		if j.verdict != misdelivered {
 			continue
 		}
-		proof := "foreign"
-		switch {
-		case j.openedBefore:
-			proof = "started"
-		case j.seenBefore:
-			proof = "seen"
-		}
-		gs.add(ix, ref, f, j, j.frontend.Ref().String()+" held by "+j.holder.UID+" "+proof)
+		gs.add(ix, ref, f, j, groupKey{svc: j.frontend.Service, holder: j.holder, why: misdeliveredProof(j)}, misdeliveredName)
 	}
 	var out []finding.Finding
-	for _, g := range gs.groups() {
+	groups, _ := gs.groups()
+	for _, g := range groups {
 		out = append(out, r.finding(s, g))
 	}
 	return out
+}
+
+// misdeliveredName is what the misdelivered flows of one finding share
+// besides their backend: the Service, the pod that holds the backend's
+// address, and the proof.
+func misdeliveredName(_ *snapshot.Flow, j judgement) string {
+	return j.frontend.Ref().String() + " held by " + j.holder.UID + " " + misdeliveredProof(j)
+}
+
+// misdeliveredProof names what proves a flow misdelivered, in a word.
+func misdeliveredProof(j judgement) string {
+	switch {
+	case j.openedBefore:
+		return "started"
+	case j.seenBefore:
+		return "seen"
+	}
+	return "foreign"
 }
 
 // finding writes the finding of one group of misdelivered flows.

@@ -86,23 +86,45 @@ func (r *StaleNATFlow) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 		return nil
 	}
 	ix := r.ct.index(s)
-	gs := newFlowGroups(s.Conntrack)
+	gs := newFlowGroups(s.Conntrack, r.ct.cfg.oneByOne())
 	for ref, f := range s.Conntrack.Refs() {
 		j := ix.judge(f)
 		if j.verdict != stale {
 			continue
 		}
-		gs.add(ix, ref, f, j, staleName(f, j))
+		gs.add(ix, ref, f, j, staleKey(f, j), staleName)
 	}
-	groups := gs.groups()
-	if len(groups) == 0 {
+	groups, crowds := gs.groups()
+	if len(groups) == 0 && len(crowds) == 0 {
 		return nil
 	}
-	out := make([]finding.Finding, 0, len(groups))
+	out := make([]finding.Finding, 0, len(groups)+len(crowds))
 	for _, g := range groups {
 		out = append(out, r.finding(s, ix, g))
 	}
+	for _, cr := range crowds {
+		out = append(out, r.crowdFinding(s, ix, cr))
+	}
 	return out
+}
+
+// staleKey is what the flows of one stale finding share besides their
+// backend, as staleName names it, without building the name.
+func staleKey(f *snapshot.Flow, j judgement) groupKey {
+	k := groupKey{svc: j.frontend.Service, closing: staleSeverity(f) == finding.Info}
+	switch {
+	case j.untranslated:
+		k.why, k.frontend = "untranslated", f.Frontend()
+	case j.frontend.Gone():
+		k.why, k.frontend = "deleted", f.Frontend()
+	case j.listedDead:
+		k.why = "listed"
+	case j.hostNode != "":
+		k.why, k.host = "host", j.hostNode
+	default:
+		k.why = "gone"
+	}
+	return k
 }
 
 // staleName is what the flows of one stale finding share besides their
@@ -205,14 +227,75 @@ func (r *StaleNATFlow) finding(s *snapshot.Snapshot, ix *flowIndex, g *flowGroup
 	}
 }
 
+// crowdFinding writes the finding of the ghost backends of one name
+// beyond those reported one by one.
+func (r *StaleNATFlow) crowdFinding(s *snapshot.Snapshot, ix *flowIndex, cr *flowCrowd) finding.Finding {
+	f, j := &cr.first, cr.j
+	svc := j.frontend.Service
+	ev := map[string]any{
+		"frontend":      f.Frontend().String(),
+		"frontend_kind": j.frontend.Kind,
+	}
+	if svc != nil {
+		ev["current_backends"] = ix.currentBackends(svc.Ref(), 10)
+	}
+	cr.describe(ev)
+	n := len(cr.sels)
+	what := fmt.Sprintf("%d %s flows", cr.flows, strings.Join(cr.protocols(), "/"))
+	first := ev["backends"].([]string)
+	named := strings.Join(first[:min(len(first), 3)], ", ")
+	if n > 3 {
+		named += fmt.Sprintf(" and %d more", n-3)
+	}
+	fe := j.frontend.describe(f)
+	var msg string
+	switch {
+	case j.frontend.Gone():
+		ev["service_gone"] = true
+		ev["service_cidr"] = j.frontend.CIDR.String()
+		where := "service range " + j.frontend.CIDR.String()
+		if j.frontend.CIDRName != "" {
+			ev["service_cidr_object"] = j.frontend.CIDRName
+			where = "ServiceCIDR " + j.frontend.CIDRName + " (" + j.frontend.CIDR.String() + ")"
+		}
+		msg = fmt.Sprintf("%s to %s still go to %d addresses that no pod holds (%s): no Service holds %s, an address of %s",
+			what, f.Frontend(), n, named, f.Orig.Dst.Unmap(), where)
+	case j.listedDead:
+		msg = fmt.Sprintf("%s to %s still go to %d backends listed in its EndpointSlices but not serving, for pods which no longer exist (%s): nothing answers there",
+			what, fe, n, named)
+	case j.hostNode != "":
+		msg = fmt.Sprintf("%s to %s still go to %d node addresses (hostNetwork) which are no longer backends (%s)", what, fe, n, named)
+	default:
+		msg = fmt.Sprintf("%s to %s still go to %d addresses which are no longer backends and which no pod holds (%s)", what, fe, n, named)
+	}
+	msg += fmt.Sprintf("; reported together, as more than %d ghost backends judged alike are: no remedy acts on so many at once", r.ct.cfg.oneByOne())
+	subject := finding.Subject{Node: s.NodeName, Flow: fmt.Sprintf("%d flows to %d backends (%s)", cr.flows, n, strings.Join(cr.protocols(), ", "))}
+	if svc != nil {
+		subject.Service, subject.Namespace = svc.Ref().String(), svc.Namespace
+	}
+	return finding.Finding{
+		Rule:     StaleNATFlowID,
+		Severity: staleSeverity(f),
+		Message:  msg,
+		Subject:  subject,
+		Evidence: ev,
+		Concerns: cr.concerns(svc, s.NodeName),
+		Target:   cr.target(),
+	}
+}
+
 // staleDetail is what became of the backend, in a table row.
 func staleDetail(f finding.Finding) string {
-	d := fmt.Sprintf("backend %v gone", f.Evidence["backend"])
+	gone := fmt.Sprintf("backend %v gone", f.Evidence["backend"])
+	if n, ok := f.Evidence["ghost_backends"]; ok {
+		gone = fmt.Sprintf("%v backends gone", n)
+	}
+	d := gone
 	if never, _ := f.Evidence["never_translated"].(bool); never {
 		d = "never translated: sent before the Service had rules"
 	}
 	if serviceGone(f) {
-		d = fmt.Sprintf("Service of %v deleted, backend %v gone", f.Evidence["frontend"], f.Evidence["backend"])
+		d = fmt.Sprintf("Service of %v deleted, %s", f.Evidence["frontend"], gone)
 	}
 	if s, ok := f.Evidence["endpoint_slice"]; ok {
 		d += fmt.Sprintf(", still listed not serving in %v", s)
