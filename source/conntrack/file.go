@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"net/netip"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -96,6 +97,12 @@ func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	cr := &countingReader{r: r}
 	tuples := map[uint64]int{}
 	seed := maphash.MakeSeed()
+	eager, gcWas := false, 0
+	defer func() {
+		if eager {
+			debug.SetGCPercent(gcWas)
+		}
+	}()
 	judge := func(fl *snapshot.Flow, line int) error {
 		if keep(fl) {
 			k := tupleHash(seed, fl)
@@ -104,6 +111,12 @@ func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 			}
 			tuples[k] = n + 1
 			kept.Keep(fl)
+			if kept.Len() == manyKept {
+				// A listing of a node whose workloads all died: what is
+				// kept is most of the heap; the collector runs eagerly
+				// while the rest is read.
+				eager, gcWas = true, debug.SetGCPercent(eagerGCPercent)
+			}
 		}
 		n++
 		return nil
@@ -122,6 +135,7 @@ func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 		return fmt.Errorf("conntrack listing %s ends in the middle of a line (no newline after its last entry): it was cut short while it was saved or copied, and its last entry may lack fields; capture it again", name)
 	}
 	kept.Seen = seen
+	kept.Fit()
 	s.Conntrack = kept
 	if f.Path != "-" || !f.CapturedAt.IsZero() {
 		s.CapturedAt = now

@@ -66,11 +66,12 @@ type flowIndex struct {
 
 // backendFlows holds the indexed flows of one backend: IPv4 flows keyed by
 // their client's 4 bytes, IPv6 ones by its 16, each family in a packed
-// store.
+// store, the IPv6 one made when the backend has an IPv6 flow (a backend's
+// flows are of one family).
 type backendFlows struct {
 	routes snapshot.Routes
 	v4     packed[key4]
-	v6     packed[key6]
+	v6     *packed[key6]
 }
 
 // indexRecord is one flow's own part (snapshot.FlowRest without its
@@ -146,7 +147,11 @@ func (b *backendFlows) put(k snapshot.FrontendKey, is4 bool, r indexRecord, seed
 		return b.v4.putSeed(k4(k), r)
 	case is4:
 		return b.v4.put(k4(k), r)
-	case seeding:
+	}
+	if b.v6 == nil {
+		b.v6 = &packed[key6]{}
+	}
+	if seeding {
 		return b.v6.putSeed(key6{k.Src, k.SrcPort, k.Route}, r)
 	}
 	return b.v6.put(key6{k.Src, k.SrcPort, k.Route}, r)

@@ -57,6 +57,7 @@ func (k *KernelSource) Collect(ctx context.Context, s *snapshot.Snapshot) error 
 		return err
 	}
 	kept.Seen = n
+	kept.Fit()
 	s.Conntrack = kept
 	return nil
 }

@@ -46,7 +46,15 @@ type entry[K any] struct {
 // when over holds an eighth as many.
 const directMax = 256
 
-func (p *packed[K]) len() int { return len(p.base) - p.dead + len(p.over) + len(p.adds) }
+// A nil store is empty: a backend's store of IPv6 flows is made only
+// when it has one.
+
+func (p *packed[K]) len() int {
+	if p == nil {
+		return 0
+	}
+	return len(p.base) - p.dead + len(p.over) + len(p.adds)
+}
 
 // added returns where k is in adds, or -1. Linear: adds is only looked
 // into between a seed's start and its end, when nothing else runs.
@@ -65,6 +73,9 @@ func (p *packed[K]) find(k K) (int, bool) {
 }
 
 func (p *packed[K]) get(k K) (indexRecord, bool) {
+	if p == nil {
+		return indexRecord{}, false
+	}
 	if i, ok := p.find(k); ok {
 		return p.base[i].r, !p.base[i].r.dead()
 	}
@@ -105,10 +116,20 @@ func (p *packed[K]) putSeed(k K, r indexRecord) (added bool) {
 		return false
 	}
 	if len(p.adds) == cap(p.adds) {
-		// Doubling: half the garbage of append's growth by a quarter,
-		// which copies a large store five times over as it grows; the
-		// room left is given back when the seed ends (fit).
-		p.adds = slices.Grow(p.adds, max(len(p.adds), 16))
+		// A large store doubles: half the garbage of append's growth by
+		// a quarter, which copies it five times over as it grows; the
+		// room left is given back when the seed ends (fit). A small one
+		// grows by a quarter: a node whose workloads all died holds a
+		// hundred thousand backends of a few flows each, whose room left
+		// would all wait for the seed's end at once.
+		grow := max(len(p.adds)/4, 4)
+		if len(p.adds) >= directMax {
+			grow = len(p.adds)
+		}
+		// Made here: append's own growth would double a small one.
+		adds := make([]entry[K], len(p.adds), len(p.adds)+grow)
+		copy(adds, p.adds)
+		p.adds = adds
 	}
 	p.adds = append(p.adds, entry[K]{k, r})
 	return true
@@ -118,7 +139,7 @@ func (p *packed[K]) putSeed(k K, r indexRecord) (added bool) {
 // them were added twice (which a dump does not do; one of the two stays).
 // A store that held nothing else takes the sorted additions as its base.
 func (p *packed[K]) settle() (twice int) {
-	if len(p.adds) == 0 {
+	if p == nil || len(p.adds) == 0 {
 		return 0
 	}
 	slices.SortFunc(p.adds, func(a, b entry[K]) int { return a.k.compare(b.k) })
@@ -161,6 +182,9 @@ func (p *packed[K]) put(k K, r indexRecord) (added bool) {
 
 // remove drops k's record and reports whether there was one.
 func (p *packed[K]) remove(k K) bool {
+	if p == nil {
+		return false
+	}
 	if i, ok := p.find(k); ok {
 		if p.base[i].r.dead() {
 			return false
@@ -192,6 +216,9 @@ func (p *packed[K]) remove(k K) bool {
 // sweep removes the records of other generations than gen, and returns
 // how many it removed.
 func (p *packed[K]) sweep(gen uint8) int {
+	if p == nil {
+		return 0
+	}
 	n := 0
 	for i := range p.base {
 		if r := &p.base[i].r; !r.dead() && r.gen != gen {
@@ -215,13 +242,16 @@ func (p *packed[K]) sweep(gen uint8) int {
 // fit gives back the room base has beyond its records, when that is more
 // than an eighth of them.
 func (p *packed[K]) fit() {
-	if cap(p.base)-len(p.base) > len(p.base)/8 {
+	if p != nil && cap(p.base)-len(p.base) > len(p.base)/8 {
 		p.base = slices.Clone(p.base)
 	}
 }
 
 // each calls fn with every live key and record.
 func (p *packed[K]) each(fn func(K, indexRecord)) {
+	if p == nil {
+		return
+	}
 	for _, e := range p.base {
 		if !e.r.dead() {
 			fn(e.k, e.r)

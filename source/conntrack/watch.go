@@ -110,6 +110,10 @@ type Watch struct {
 	// release is set by a full dump: its memory is given back at the
 	// next tick.
 	release atomic.Bool
+	// eager is true while the collector runs eagerly (eagerGC); gcWas is
+	// its percent before.
+	eager bool
+	gcWas int
 
 	mu     sync.Mutex
 	notify func()
@@ -327,9 +331,10 @@ func (w *Watch) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 			if w.index.len() == 0 {
 				// A first seed grows every backend's list from nothing:
 				// collect its leftovers four times as often while it
-				// runs, so that they do not pile up to the index's size
-				// again before the collector comes.
-				defer debug.SetGCPercent(debug.SetGCPercent(25))
+				// runs (and after, while passes keep many flows), so
+				// that they do not pile up to the index's size again
+				// before the collector comes.
+				w.eagerGC(true)
 			}
 		}
 		n, err := w.Table.Dump(ctx, func(f *snapshot.Flow) error {
@@ -350,6 +355,7 @@ func (w *Watch) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 			defer w.poke()
 		}
 		if err != nil {
+			w.eagerGC(w.kept >= manyKept)
 			return err
 		}
 		kept.Seen = n
@@ -391,9 +397,38 @@ func (w *Watch) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 		w.suspects = append(w.suspects, b)
 	}
 	w.kept = kept.Len()
+	// While passes keep many flows (a node whose workloads all died),
+	// what they keep and what the rules make of it are most of the heap,
+	// and the collector's default would let the heap grow to twice that
+	// between collections: it runs four times as eagerly until passes
+	// keep few again.
+	w.eagerGC(w.kept >= manyKept)
 	w.count()
+	kept.Fit()
 	s.Conntrack = kept
 	return nil
+}
+
+// manyKept is how many flows a pass keeps for the rules beyond which the
+// collector runs eagerly (eagerGC): 2 MiB of flows; a million in a mass
+// failure.
+const manyKept = 1 << 16
+
+// eagerGCPercent is the garbage collector's percent (GOGC) while it runs
+// eagerly.
+const eagerGCPercent = 25
+
+// eagerGC makes the garbage collector run eagerly, or as it did before.
+func (w *Watch) eagerGC(on bool) {
+	if on == w.eager {
+		return
+	}
+	w.eager = on
+	if on {
+		w.gcWas = debug.SetGCPercent(eagerGCPercent)
+		return
+	}
+	debug.SetGCPercent(w.gcWas)
 }
 
 // count sets the gauge of indexed flows: the index's, or with no events
