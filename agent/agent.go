@@ -80,6 +80,12 @@ type Status struct {
 	// ledger they read could not be read (host-local's store), and why;
 	// empty when none.
 	Unread string
+	// Busy says what the audit under way is waiting on, as its sources
+	// say (source.Progresser): "kube: looking up the pods at 20000
+	// addresses in one list of every pod: 12000 pods read in 8s"; empty
+	// when none says. While it is set, Degraded says so first: the last
+	// audit's reason may no longer hold.
+	Busy string
 }
 
 // Agent is the node agent's loop.
@@ -91,7 +97,9 @@ type Agent struct {
 
 	// The rest belongs to the loop's goroutine.
 	//
-	// last is the snapshot of the last complete audit.
+	// last is the snapshot of the complete audit whose findings the
+	// remedies act on, while they do; nil between audits, so that what
+	// an audit read is let go before the next reads it again.
 	last *snapshot.Snapshot
 	// pending are the changes taken by audits that did not complete: the
 	// next audit judges them too.
@@ -105,8 +113,31 @@ type Agent struct {
 
 	mu     sync.Mutex
 	status Status
-	// findings are those of the last complete audit.
-	findings []finding.Finding
+	// findings are what the agent keeps of those of the last complete
+	// audit.
+	findings []heldFinding
+}
+
+// heldFinding is what the agent keeps of a finding of its last complete
+// audit, for At: what it says and of what, not its evidence nor its flows
+// (when a node's workloads all died, those would double what the next
+// audit reads). A crowd's ghost backends (finding.CrowdTarget) are kept,
+// sorted, to tell the addresses it names.
+type heldFinding struct {
+	f        finding.Finding
+	backends []netip.Addr
+}
+
+// hold returns what the agent keeps of fs.
+func hold(fs []finding.Finding) []heldFinding {
+	out := make([]heldFinding, len(fs))
+	for i, f := range fs {
+		out[i].f = finding.Finding{Rule: f.Rule, Severity: f.Severity, Message: f.Message, Subject: f.Subject}
+		if c, ok := f.Target.(*finding.CrowdTarget); ok {
+			out[i].backends = c.Backends()
+		}
+	}
+	return out
 }
 
 // New returns an agent; Run starts it.
@@ -145,14 +176,38 @@ func New(cfg Config) *Agent {
 func (a *Agent) At(ip netip.Addr) sink.FindingsAt {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return sink.NewFindingsAt(a.cfg.NodeName, a.status.Running, a.cfg.Rules, a.findings, ip)
+	ip = ip.Unmap()
+	fs := make([]finding.Finding, 0, len(a.findings))
+	for _, h := range a.findings {
+		f := h.f
+		if _, ok := slices.BinarySearchFunc(h.backends, ip, netip.Addr.Compare); ok {
+			// A crowd names the address among its ghost backends.
+			f.Subject.IP = ip.String()
+		}
+		fs = append(fs, f)
+	}
+	return sink.NewFindingsAt(a.cfg.NodeName, a.status.Running, a.cfg.Rules, fs, ip)
 }
 
-// Status returns a copy of the agent's status.
+// Status returns a copy of the agent's status, with what the audit under
+// way is waiting on.
 func (a *Agent) Status() Status {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.status
+	st := a.status
+	a.mu.Unlock()
+	var busy []string
+	for _, src := range slices.Concat(a.cfg.Sources, a.cfg.Ledgers) {
+		if p, ok := src.(source.Progresser); ok {
+			if msg := p.Progress(); msg != "" {
+				busy = append(busy, src.Name()+": "+msg)
+			}
+		}
+	}
+	st.Busy = strings.Join(busy, "; ")
+	if st.Busy != "" && st.Degraded != "" {
+		st.Degraded = "an audit is under way (" + st.Busy + "); the last one was incomplete: " + st.Degraded
+	}
+	return st
 }
 
 // Run audits on every change and timer tick until ctx ends. It returns nil
@@ -314,8 +369,9 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string, full bool) (wait 
 		return 0
 	}
 	a.last = res.Snapshot
+	held := hold(res.Findings)
 	a.mu.Lock()
-	a.findings = res.Findings
+	a.findings = held
 	a.mu.Unlock()
 	if m != nil {
 		m.Publish(res.Findings)
@@ -331,6 +387,7 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string, full bool) (wait 
 			limits = append(limits, limit)
 		}
 	}
+	a.last = nil
 	if m != nil {
 		m.Audits.WithLabelValues(trigger, "complete").Inc()
 		m.setDegraded(limits...)

@@ -48,6 +48,15 @@ type Settler interface {
 	Settled() bool
 }
 
+// Progresser is a Source that can say, while it collects, what it is
+// waiting on ("looking up the pods at 20000 addresses in one list of
+// every pod: 12000 pods read in 8s"), so that a status read during a long
+// pass says what is slow now rather than what the last pass said; "" when
+// it waits on nothing. It may be called from any goroutine.
+type Progresser interface {
+	Progress() string
+}
+
 // Lender is a Live source whose Collect lends the program its own records
 // rather than copies of them (every pod of a large cluster, kept current
 // per event): they stay unchanged, and the source's events wait, until
