@@ -315,7 +315,17 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 		defer sub.Close()
 		events = sub
 	}
-	client, server, err := kube.ClientFromFlags(o.kubeFlags)
+	kcfg, err := kube.ConfigFromFlags(o.kubeFlags)
+	if err != nil {
+		return cmdline.WithCode(ExitError, err)
+	}
+	client, server, err := kube.ClientForConfig(kcfg)
+	if err != nil {
+		return cmdline.WithCode(ExitError, err)
+	}
+	// The look-ups of suspect backends' pods have a client of their own:
+	// its rate limit is not the informers'.
+	lookups, err := live.LookupClient(kcfg)
 	if err != nil {
 		return cmdline.WithCode(ExitError, err)
 	}
@@ -336,7 +346,7 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 	table := &conntrack.Watch{Table: conn, Events: events, Metrics: conntrack.NewMetrics(reg, sink.Namespace), Log: log}
 	sources := []source.Source{&live.Watch{
 		Informers: live.NewInformers(client, live.InformerOptions{Node: node}),
-		Holders:   &live.Holders{Client: client},
+		Holders:   &live.Holders{Client: lookups, Metrics: live.NewHolderMetrics(reg, sink.Namespace)},
 		Client:    client,
 	}}
 	if h := nodePortHost(npa); h != nil {

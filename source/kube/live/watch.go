@@ -178,6 +178,15 @@ func (w *Watch) expire() {
 	w.poke()
 }
 
+// Progress says what the lookup of holders under way has done, ""
+// when none runs (source.Progresser).
+func (w *Watch) Progress() string {
+	if w.Holders == nil {
+		return ""
+	}
+	return w.Holders.Progress()
+}
+
 // Describe says what the informers hold and what was looked up.
 func (w *Watch) Describe(s *snapshot.Snapshot) string { return kube.Describe(s.Kube) }
 
