@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
+	"github.com/ghostwatch/ghostwatch/source/kube/live"
 )
 
 // testdata/audit.log holds lines of a real run's audit log: the harness's
@@ -88,13 +89,18 @@ func TestScopeViolations(t *testing.T) {
 		req("list", "discovery.k8s.io", "endpointslices", ""),                     // as kube-proxy
 		req("list", "metrics.k8s.io", "pods", ""),                                 // another group's pods
 	}
+	page := req("list", "", "pods", "")
+	page.UserAgent, page.URI = live.LookupUserAgent, "/api/v1/pods?limit=500"
+	other := page
+	other.UserAgent = "kubectl"
+	in = append(in, page, other) // a page of the look-ups' list of every pod; another's
 	var got []string
 	for _, r := range ScopeViolations(in) {
 		got = append(got, r.Key())
 	}
 	want := []string{
 		"list pods", "watch pods", "watch pods fieldSelector=spec.nodeName!=node-0",
-		"watch pods fieldSelector=status.podIP=<ip>", "list pods fieldSelector=status.phase=Running", "list nodes",
+		"watch pods fieldSelector=status.podIP=<ip>", "list pods fieldSelector=status.phase=Running", "list nodes", "list pods",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("violations %q, want %q", got, want)
