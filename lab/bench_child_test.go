@@ -192,7 +192,11 @@ func benchChildRun(mode string) (*childReport, error) {
 			return nil, err
 		}
 	default:
-		if ok, err := sbsChildRun(ctx, mode, cl, r); !ok {
+		ok, err := deadChildRun(ctx, mode, cl, r)
+		if !ok {
+			ok, err = sbsChildRun(ctx, mode, cl, r)
+		}
+		if !ok {
 			return nil, fmt.Errorf("unknown mode %q", mode)
 		} else if err != nil {
 			return nil, err
@@ -299,11 +303,12 @@ func timedRSS(cmd *exec.Cmd) (kib int, ok bool, err error) {
 
 // heldFlows is how many conntrack flows a scan's findings hold: a finding
 // stands for all the flows to one ghost backend that its rule judged
-// alike.
+// alike, or to many (a crowd).
 func heldFlows(res *audit.Result) int {
 	n := 0
 	for _, f := range res.Findings {
-		if _, ok := f.Target.(*finding.FlowTarget); ok {
+		switch f.Target.(type) {
+		case *finding.FlowTarget, *finding.CrowdTarget:
 			n += f.Target.Size()
 		}
 	}

@@ -9,13 +9,16 @@
 # table and the incident reports' shell loop; measures the agent at rest
 # and under churn against a cleaner that dumps every second; clears dead
 # backends with the agent's shipped settings; and scans a saved listing
-# against awk. Then the controller's full pass at each cluster size, and
-# one pod event at 150,000 pods. tools/benchreport writes the document and
-# prints the headline figures as the last lines (key=value).
+# against awk. Then a node whose workloads all died (lab's
+# BenchmarkDeadBackends: a table of stale flows to many dead backends, the
+# agent's and the scan's peak memory beside the DaemonSet's limit), the
+# controller's full pass at each cluster size, and one pod event at
+# 150,000 pods. tools/benchreport writes the document and prints the
+# headline figures as the last lines (key=value).
 #
 # Usage (root): scripts/bench.sh [--sizes N,N,...] [--pods N,N,...]
 #                                [--window DURATION] [--out DIR] [--no-doc]
-#                                [--baseline FILE]
+#                                [--baseline FILE] [--dead FLOWS,BACKENDS]
 #   --sizes   conntrack table sizes (default 10000,20000,100000,1000000)
 #   --pods    controller cluster sizes (default 15000,150000; at least 5000)
 #   --window  how long the agent and the per-second cleaner are watched
@@ -24,6 +27,8 @@
 #   --no-doc  print the figures only; leave docs/ alone
 #   --baseline  an earlier run's results (docs/performance-results.txt as
 #             it was): its headline figures are shown beside this run's
+#   --dead    the table of a node whose workloads all died: its stale flows
+#             and their dead backends (default 1000000,100000)
 # The raw results are kept in docs/performance-results.txt with the page.
 # A full run takes about 5 minutes on 2 cores. Needs root, iproute2,
 # conntrack(8) and GNU time (installed with apt-get when missing).
@@ -36,6 +41,7 @@ window=10s
 out=
 doc=true
 baseline=
+dead=1000000,100000
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -45,13 +51,19 @@ while [ $# -gt 0 ]; do
     --out) out=${2:?--out needs a directory}; shift 2 ;;
     --no-doc) doc=false; shift ;;
     --baseline) baseline=${2:?--baseline needs a file}; shift 2 ;;
+    --dead) dead=${2:?--dead needs FLOWS,BACKENDS}; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "bench: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-for n in ${sizes//,/ } ${pods//,/ }; do
+for n in ${sizes//,/ } ${pods//,/ } ${dead//,/ }; do
   case $n in '' | *[!0-9]*) echo "bench: $n is not a count (see --help)" >&2; exit 2 ;; esac
 done
+dead_flows=${dead%,*} dead_backends=${dead#*,}
+if [ "$dead_flows" = "$dead" ] || [ "$dead_backends" -gt "$dead_flows" ]; then
+  echo "bench: --dead $dead: want FLOWS,BACKENDS, at most one backend a flow (see --help)" >&2
+  exit 2
+fi
 for n in ${pods//,/ }; do
   if [ "$n" -lt 5000 ]; then
     echo "bench: --pods $n: the controller's cluster holds a Consul cluster of 5000 pods; give at least 5000" >&2
@@ -99,17 +111,21 @@ CGO_ENABLED=0 go test -c -ldflags='-s -w' -o "$out/live.test" ./source/kube/live
   echo "go:        $(go env GOVERSION)"
   echo "conntrack: $(conntrack --version 2>&1 | head -1)"
   echo "awk:       $(readlink -f "$(command -v awk)")"
-  echo "command:   scripts/bench.sh --sizes $sizes --pods $pods --window $window"
+  echo "command:   scripts/bench.sh --sizes $sizes --pods $pods --window $window --dead $dead"
 } >"$out/machine.txt"
 
 step=0
-steps=$(($(echo "${sizes//,/ }" | wc -w) + $(echo "${pods//,/ }" | wc -w) + 1))
+steps=$(($(echo "${sizes//,/ }" | wc -w) + $(echo "${pods//,/ }" | wc -w) + 2))
 for n in ${sizes//,/ }; do
   step=$((step + 1))
   echo "bench: [$step/$steps] a table of $n flows, side by side" >&2
   (cd lab && GHOSTWATCH_BENCH_FLOWS=$n GHOSTWATCH_BENCH_WINDOW=$window \
     "$out/lab.test" -test.run '^$' -test.bench '^BenchmarkSideBySide$' -test.benchtime 1x) | tee -a "$results" >&2
 done
+step=$((step + 1))
+echo "bench: [$step/$steps] $dead_flows stale flows to $dead_backends dead backends" >&2
+(cd lab && GHOSTWATCH_BENCH_DEAD_FLOWS=$dead_flows GHOSTWATCH_BENCH_DEAD_BACKENDS=$dead_backends \
+  "$out/lab.test" -test.run '^$' -test.bench '^BenchmarkDeadBackends$' -test.benchtime 1x) | tee -a "$results" >&2
 for p in ${pods//,/ }; do
   step=$((step + 1))
   echo "bench: [$step/$steps] the controller's pass over $p pods" >&2

@@ -84,6 +84,7 @@ go test -count=1 -timeout 45m "$@" ./...
 # figures. Skipped when arguments narrow the run.
 if [ "$#" = 0 ] && [ "$(id -u)" = 0 ]; then
   GHOSTWATCH_BENCH_FLOWS=2000 GHOSTWATCH_BENCH_GHOST_FLOWS=2000 GHOSTWATCH_BENCH_WINDOW=2s \
+    GHOSTWATCH_BENCH_DEAD_FLOWS=2000 GHOSTWATCH_BENCH_DEAD_BACKENDS=200 \
     go test -count=1 -timeout 10m -run '^$' -bench . -benchtime 1x ./lab
 fi
 # scripts/bench.sh's report writer, a module of its own (its plotting

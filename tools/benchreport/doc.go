@@ -152,6 +152,29 @@ func writeDoc(w *strings.Builder, m *model) {
 	}
 	p("\n")
 
+	if sizes := m.dead.sizes(); len(sizes) > 0 {
+		p("## When every backend dies\n\n")
+		p("A node whose workloads all restarted elsewhere: every flow of its table goes to a dead backend, ten flows to each, ")
+		p("through the benchmarks' 100 Services. The agent as it ships (report only, the soft memory limit it sets at 75 %% of ")
+		p("the DaemonSet's), from its start until two complete audits have judged every flow (the first, then a scheduled one), ")
+		p("and `ghostwatch scan` of the table's listing, its JSON report written, each in a process of its own: their peak ")
+		p("resident set, the benchmark's binary and its in-memory cluster included, against the goal and beside the ")
+		p("DaemonSet's memory limit (deploy/agent, the chart's default).\n\n")
+		p("| flows | dead backends | agent: peak RSS | agent: first audit | scan: peak RSS | scan: time | goal | the DaemonSet's limit |\n|---|---|---|---|---|---|---|---|\n")
+		for _, f := range sizes {
+			get := func(unit string) float64 {
+				v, ok := m.dead.get(f, unit)
+				if !ok {
+					return math.NaN()
+				}
+				return v
+			}
+			p("| %s | %s | %s | %s | %s | %s | %s | %s |\n", count(f), countOr(get("dead-backends")), mib(get("agent-peak-MiB")),
+				ms(get("agent-first-pass-s")*1000), mib(get("scan-peak-MiB")), ms(get("scan-s")*1000), mib(get("goal-MiB")), mib(get("limit-MiB")))
+		}
+		p("\n")
+	}
+
 	p("## Offline: a saved listing\n\n")
 	p("`ghostwatch scan` of the table's `conntrack -L -o extended,id` listing with every rule, against the ")
 	p("simplest field split a shell user would run on the same file.\n\n")

@@ -36,7 +36,11 @@ func TestHeadlineFromResults(t *testing.T) {
 	}
 	for _, s := range []string{want, "](performance-time.png)", "| audit_ratio_vs_floor | 1.250 | 1.250 |", "(commit abc1234,", "](performance-memory.png)", "cpu: test",
 		"| full audit against conntrack -L | 0.40 × | 0.40 × | met |",
-		"| full audit against the count-only dump | 1.25 × | 1.15 × | **not met** |"} {
+		"| full audit against the count-only dump | 1.25 × | 1.15 × | **not met** |",
+		"| when every backend dies: the agent's peak memory | 180.00 MiB | 200.00 MiB | met | peak RSS of the agent, 1,000,000 flows to 100,000 dead backends (the DaemonSet's limit: 256 MiB) |",
+		"| when every backend dies: the scan's peak memory | 210.00 MiB | 200.00 MiB | **not met** |",
+		"## When every backend dies",
+		"| 1,000,000 | 100,000 | 180.0 MiB | 12.5 s | 210.0 MiB | 8000 ms | 200.0 MiB | 256.0 MiB |"} {
 		if !strings.Contains(string(b), s) {
 			t.Errorf("the document lacks %q", s)
 		}

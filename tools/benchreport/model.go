@@ -37,6 +37,7 @@ type model struct {
 	pass    series            // BenchmarkControllerPass by pods
 	watch   series            // BenchmarkClusterWatch/event and /index
 	watchIx series
+	dead    series // BenchmarkDeadBackends by flows
 	plots   []plotRef
 	// baseline is an earlier run's, when given, from the commit
 	// baselineLabel names.
@@ -60,6 +61,7 @@ func build(rs []result) (*model, error) {
 	m.pass = collect(rs, "BenchmarkControllerPass", "pods", 150000)
 	m.watch = collect(rs, "BenchmarkClusterWatch/event", "pods", 150000)
 	m.watchIx = collect(rs, "BenchmarkClusterWatch/index", "pods", 150000)
+	m.dead = collect(rs, "BenchmarkDeadBackends", "flows", 0)
 	return m, nil
 }
 
@@ -161,9 +163,26 @@ func (m *model) goals() []goal {
 		{"agent at rest, memory", m.val("agent-rest", n, "anon-rss-MiB"), "MiB", 40, "anonymous RSS (the process's own pages), " + at},
 		{"offline scan against awk", m.val("offline-scan", n, "ms") / m.val("awk", n, "ms"), "×", 1, "median time, " + at + " listing"},
 		{"offline scan's peak memory", m.val("offline-scan", n, "added-peak-rss-MiB"), "MiB", 64, "peak RSS the scan adds to its process, " + at + " listing"},
+		m.deadGoal("when every backend dies: the agent's peak memory", "agent-peak-MiB", "agent"),
+		m.deadGoal("when every backend dies: the scan's peak memory", "scan-peak-MiB", "scan of the listing"),
 		{"controller's full pass", pass, "ms", 250, "150,000 pods"},
 		{"controller's memory per pod", perPod, "B", 1024, "heap per pod, every source of the leader, 150,000 pods"},
 	}
+}
+
+// deadGoal is the goal of BenchmarkDeadBackends's metric unit, at the
+// largest table it ran on: under its goal-MiB.
+func (m *model) deadGoal(what, unit, who string) goal {
+	sizes := m.dead.sizes()
+	if len(sizes) == 0 {
+		return goal{what, math.NaN(), "MiB", 200, "not run"}
+	}
+	f := sizes[len(sizes)-1]
+	v, _ := m.dead.get(f, unit)
+	limit, _ := m.dead.get(f, "goal-MiB")
+	ds, _ := m.dead.get(f, "limit-MiB")
+	dead, _ := m.dead.get(f, "dead-backends")
+	return goal{what, v, "MiB", limit, fmt.Sprintf("peak RSS of the %s, %s flows to %s dead backends (the DaemonSet's limit: %s MiB)", who, count(f), count(dead), count(ds))}
 }
 
 type keyValue struct{ key, value string }
