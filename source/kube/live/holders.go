@@ -85,11 +85,13 @@ const (
 // served from the API server's watch cache (resourceVersion "0"): the
 // same request in the same shape from every node, cheap to serve. More
 // addresses than that are answered by one list of every pod, in pages of
-// Page pods (resourceVersion "", which API servers since Kubernetes 1.31
-// serve from the watch cache too: the limit is ignored at "0", and a
-// cluster's pods in one answer would be more than an agent may hold),
-// keeping only the pods at the addresses asked about. Neither is ever what
-// a remedy acts on (its last re-check reads afresh, with fresh.Quorum).
+// Page pods, keeping only the pods at the addresses asked about. Its
+// resourceVersion is "": the watch cache ignores a limit at "0", and a
+// cluster's pods in one answer would be more than an agent may hold; an
+// API server of Kubernetes 1.34 serves it from its watch cache all the
+// same (the first page a consistent read of the cache, the next ones from
+// its snapshot), older ones from etcd. Neither is ever what a remedy acts
+// on (its last re-check reads afresh, with fresh.Quorum).
 //
 // An answer is kept for TTL, doubled at each refresh that finds the same
 // pods, up to MaxTTL; Forget drops the answers a watched change mentions,
