@@ -103,7 +103,7 @@ func labFlows() []snapshot.Flow {
 			Orig: tuple("fd00:10::6", "fd00:96::a", 50001, 53), Reply: tuple("fd00:244::9", "fd00:10::6", 53, 50001)},
 		{Proto: snapshot.ProtoSCTP, State: "ESTABLISHED", Status: assuredReplied, Timeout: 210,
 			Orig: tuple("10.244.1.53", "10.96.7.7", 3868, 3868), Reply: tuple("10.244.4.4", "10.244.1.53", 3868, 3868)},
-		{Proto: snapshot.ProtoSCTP, State: "COOKIE_WAIT", Timeout: 3,
+		{Proto: snapshot.ProtoSCTP, State: "COOKIE_WAIT", Timeout: 1200, // longer than any test runs, however loaded the machine
 			Orig: tuple("fd00:10::7", "fd00:20::7", 2905, 2905), Reply: tuple("fd00:20::7", "fd00:10::7", 2905, 2905)},
 		{Proto: snapshot.ProtoTCP, State: "TIME_WAIT", Status: assuredReplied, Timeout: 100, Mark: 7, Zone: 3,
 			Orig: tuple("10.0.0.1", "10.0.0.2", 1, 65535), Reply: tuple("10.0.0.2", "10.0.0.1", 65535, 1)},
@@ -147,9 +147,11 @@ func dumpAll(tb testing.TB, c *Conn) map[key]snapshot.Flow {
 	return got
 }
 
-// checkCreated compares a dumped entry with the one created.
-func checkCreated(t *testing.T, got, want *snapshot.Flow) {
+// checkCreated compares a dumped entry with the one created at or after
+// created: its timeout may have counted down by the seconds since then.
+func checkCreated(t *testing.T, got, want *snapshot.Flow, created time.Time) {
 	t.Helper()
+	elapsed := uint32(time.Since(created)/time.Second) + 1
 	wantStatus, _ := createStatus(want.Status, true)
 	wantStatus |= snapshot.StatusConfirmed
 	wantState := want.State
@@ -163,7 +165,7 @@ func checkCreated(t *testing.T, got, want *snapshot.Flow) {
 		t.Errorf("entry %v: state %q, want %q", want, got.State, wantState)
 	case got.Status != wantStatus:
 		t.Errorf("entry %v: status %#x, want %#x", want, got.Status, wantStatus)
-	case got.Timeout > want.Timeout || got.Timeout+5 < want.Timeout:
+	case got.Timeout > want.Timeout || got.Timeout+elapsed < want.Timeout:
 		t.Errorf("entry %v: timeout %d, created with %d", want, got.Timeout, want.Timeout)
 	case got.Mark != want.Mark || got.Zone != want.Zone:
 		t.Errorf("entry %v: mark %#x zone %d, want %#x %d", want, got.Mark, got.Zone, want.Mark, want.Zone)
@@ -181,7 +183,9 @@ func TestCreateDumpRoundTrip(t *testing.T) {
 	ns := inNewNetns(t)
 	c := open(t)
 	flows := labFlows()
+	created := time.Now()
 	create(t, c, flows)
+	dumped := time.Now()
 	got := dumpAll(t, c)
 	if len(got) != len(flows) {
 		t.Fatalf("dumped %d entries, created %d", len(got), len(flows))
@@ -193,7 +197,7 @@ func TestCreateDumpRoundTrip(t *testing.T) {
 			t.Errorf("entry %v missing from the dump", &flows[i])
 			continue
 		}
-		checkCreated(t, &g, &flows[i])
+		checkCreated(t, &g, &flows[i], created)
 		if g.DNAT() {
 			dnat++
 		}
@@ -201,7 +205,7 @@ func TestCreateDumpRoundTrip(t *testing.T) {
 	if dnat != 6 {
 		t.Errorf("%d DNAT entries, want 6", dnat)
 	}
-	compareWithConntrackL(t, ns, got)
+	compareWithConntrackL(t, ns, got, dumped)
 
 	// A second entry with the same tuple in the same zone is refused.
 	err := c.Create(&flows[0])
@@ -211,8 +215,9 @@ func TestCreateDumpRoundTrip(t *testing.T) {
 }
 
 // compareWithConntrackL checks that `conntrack -L` in the namespace lists
-// exactly the entries Dump returned, field by field.
-func compareWithConntrackL(t *testing.T, ns string, dumped map[key]snapshot.Flow) {
+// exactly the entries Dump returned, field by field; its timeouts may have
+// counted down by the seconds since the dump began at dumpedAt.
+func compareWithConntrackL(t *testing.T, ns string, dumped map[key]snapshot.Flow, dumpedAt time.Time) {
 	t.Helper()
 	if _, err := exec.LookPath("conntrack"); err != nil {
 		t.Log("conntrack(8) not installed: not comparing with conntrack -L")
@@ -222,6 +227,7 @@ func compareWithConntrackL(t *testing.T, ns string, dumped map[key]snapshot.Flow
 	if err != nil {
 		t.Fatalf("conntrack -L: %v", err)
 	}
+	elapsed := int(time.Since(dumpedAt)/time.Second) + 1
 	var theirs []string
 	timeouts := map[string]int{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
@@ -236,7 +242,7 @@ func compareWithConntrackL(t *testing.T, ns string, dumped map[key]snapshot.Flow
 	for _, f := range dumped {
 		canon := canonFlow(&f)
 		ours = append(ours, canon)
-		if tt, ok := timeouts[canon]; ok && (tt > int(f.Timeout) || tt+3 < int(f.Timeout)) {
+		if tt, ok := timeouts[canon]; ok && (tt > int(f.Timeout) || tt+elapsed < int(f.Timeout)) {
 			t.Errorf("%s: conntrack -L timeout %d, Dump %d", canon, tt, f.Timeout)
 		}
 	}
@@ -325,6 +331,7 @@ func TestCreateStatus(t *testing.T) {
 		assuredReplied | snapshot.StatusExpected | statusDying,
 	}
 	var flows []snapshot.Flow
+	created := time.Now()
 	for i, st := range statuses {
 		f := base
 		f.Status = st
@@ -335,12 +342,13 @@ func TestCreateStatus(t *testing.T) {
 		}
 		flows = append(flows, f)
 	}
+	dumped := time.Now()
 	got := dumpAll(t, c)
 	for i := range flows {
 		g := got[keyOf(&flows[i])]
-		checkCreated(t, &g, &flows[i])
+		checkCreated(t, &g, &flows[i], created)
 	}
-	compareWithConntrackL(t, ns, got)
+	compareWithConntrackL(t, ns, got, dumped)
 
 	// What the kernel says to a CTA_STATUS without IPS_CONFIRMED (the
 	// encoding a library that sends the caller's bits as they are uses).
@@ -385,6 +393,7 @@ func TestStates(t *testing.T) {
 		}
 		n++
 	}
+	dumped := time.Now()
 	got := dumpAll(t, c)
 	if len(got) != n {
 		t.Fatalf("%d entries, created %d", len(got), n)
@@ -398,7 +407,7 @@ func TestStates(t *testing.T) {
 			t.Errorf("no TCP entry in state %s", st)
 		}
 	}
-	compareWithConntrackL(t, ns, got)
+	compareWithConntrackL(t, ns, got, dumped)
 }
 
 func TestDelete(t *testing.T) {
