@@ -13,7 +13,10 @@ import (
 
 // Handler serves /metrics from g, /healthz (the loop is running and has
 // audited within twice the audit interval) and /readyz (the last audit was
-// complete, so the agent may act; what it did not judge is said).
+// complete and the live sources are complete and current now, so the agent
+// may act; what it did not judge is said). An audit may wait a minute on
+// an API server that stopped answering: /readyz asks the sources rather
+// than wait for it to end.
 func (a *Agent) Handler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
@@ -30,11 +33,14 @@ func (a *Agent) Handler(g prometheus.Gatherer) http.Handler {
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		st := a.Status()
+		stale := a.liveNotReady()
 		switch {
 		case st.LastAudit.IsZero():
 			http.Error(w, "no audit yet", http.StatusServiceUnavailable)
 		case st.Degraded != "":
 			http.Error(w, "degraded: "+text.Escape(st.Degraded), http.StatusServiceUnavailable)
+		case stale != nil:
+			http.Error(w, "degraded: "+reasonCacheStale+": "+text.Escape(stale.Error()), http.StatusServiceUnavailable)
 		default:
 			// Ready: the rest is judged; what is not is said.
 			msg := fmt.Sprintf("ok: %d findings in the last audit", st.Findings)
@@ -49,4 +55,16 @@ func (a *Agent) Handler(g prometheus.Gatherer) http.Handler {
 		}
 	})
 	return mux
+}
+
+// liveNotReady is why a live source is not complete and current now; nil
+// when every one is.
+func (a *Agent) liveNotReady() error {
+	now := a.cfg.Now()
+	for _, l := range a.live {
+		if err := l.Ready(now); err != nil {
+			return err
+		}
+	}
+	return nil
 }

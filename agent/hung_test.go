@@ -13,6 +13,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/ghostwatch/ghostwatch/internal/poll"
+	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
 // An API server that stops answering without failing anything (its
@@ -22,6 +23,18 @@ import (
 // /readyz said ok throughout: a silent watch reads as a quiet cluster
 // for the informers' silence, minutes.)
 func TestHungAPIServerIsNotReady(t *testing.T) {
+	hangAPIServer(t)
+}
+
+// The same while an audit waits on the hung server, looking up who holds
+// a suspect backend's address: /readyz says what the sources say now, not
+// what the last audit that ended said. (It said ok for as long as the
+// look-up waited, a minute in a real cluster.)
+func TestHungAPIServerIsNotReadyDuringALookUp(t *testing.T) {
+	hangAPIServer(t, staleFlow())
+}
+
+func hangAPIServer(t *testing.T, flows ...snapshot.Flow) {
 	client := fake.NewClientset(cluster()...)
 	var mu sync.Mutex
 	var hung chan struct{}
@@ -53,8 +66,9 @@ func TestHungAPIServerIsNotReady(t *testing.T) {
 			hung = nil
 		}
 	}
-	t.Cleanup(resume)
-	h := start(t, client, reportOnly)
+	h := start(t, client, reportOnly, flows...)
+	t.Cleanup(resume) // before the agent stops: an audit may wait on the server
+
 	h.settle(t, 2)
 	readyz := func() (int, string) {
 		rec := httptest.NewRecorder()
