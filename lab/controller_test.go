@@ -236,13 +236,14 @@ func realConsulGhost(t *testing.T, e *realEnv, metrics func(*testing.T) string) 
 	e.eventually(t, time.Minute, "the controller to read the three members alive", func() bool {
 		return strings.Contains(metrics(t), `ghostwatch_gossip_members{cluster="consul/consul",status="alive",system="consul"} 3`)
 	})
-	started := time.Now().Add(6 * time.Second)
+	read := time.Now()
 	killed := time.Now()
 	old.Kill()
 	if err := e.api.CoreV1().Pods("consul").Delete(ctx, "consul-2", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
-	pod("consul", "consul-3", "127.0.0.73", started)
+	pastTheClocks(read)
+	pod("consul", "consul-3", "127.0.0.73", time.Now())
 	consultest.Start(t, consultest.Config{Name: "node-8c1f3e", Addr: netip.MustParseAddr("127.0.0.73"), Join: server.Addr})
 
 	e.eventually(t, 2*time.Minute, "a GossipGhostMember Event on the new pod", func() bool {
@@ -324,17 +325,25 @@ func serfGhost(t *testing.T, e *realEnv, metrics func(*testing.T) string) *serft
 	e.eventually(t, time.Minute, "the controller to read both members alive", func() bool {
 		return strings.Contains(metrics(t), `ghostwatch_gossip_members{cluster="gossip/serf",status="alive",system="serf"} 2`)
 	})
-	// The new pod starts 6 s after the controller first read the old
-	// member listed: 5 s is the margin for the clocks.
-	started := time.Now().Add(6 * time.Second)
+	read := time.Now()
 	old.Kill()
 	if err := e.api.CoreV1().Pods("gossip").Delete(ctx, "serf-1", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
-	pod("serf-2", "127.0.0.2", started, serfPod)
+	pastTheClocks(read)
+	pod("serf-2", "127.0.0.2", time.Now(), serfPod)
 	newcomer := serftest.Start(t, serftest.Config{Name: "node-8c1f3e", Gossip: netip.MustParseAddrPort("127.0.0.2:0")})
 	newcomer.Join(t, survivor.Gossip)
 	return survivor
+}
+
+// pastTheClocks returns once a pod created now is proven another identity
+// than a member the controller had read listed by read: created, on the
+// API server's clock, more than the clocks' measured offsets after it (one
+// machine: a second of resolution each way). A pod's start time proves
+// nothing: the node's clock sets it.
+func pastTheClocks(read time.Time) {
+	time.Sleep(time.Until(read.Add(3 * time.Second)))
 }
 
 // misbookedBlock is the /26 block holding ordinal ord for pod ns/pod under
