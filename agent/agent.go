@@ -71,6 +71,10 @@ type Status struct {
 	LastAudit time.Time
 	// Degraded says why the agent refuses to act; empty when it may.
 	Degraded string
+	// Refused says which limit refused the last complete audit's actions
+	// whole (a batch over the budget, a backend over the cap); empty when
+	// none did. The agent may act, but did not.
+	Refused string
 	// Findings of the last complete audit.
 	Findings int
 	// Blind says which rules cannot see their ledger on this node at all,
@@ -377,14 +381,15 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string, full bool) (wait 
 		m.Publish(res.Findings)
 		m.setNotJudged(res.Skipped)
 	}
-	var limits []string
+	var limits, refused []string
 	for _, rem := range cfg.Remedies {
-		w, limit := a.remedy(ctx, rem, res)
+		w, limit, why := a.remedy(ctx, rem, res)
 		if w > 0 && (wait == 0 || w < wait) {
 			wait = w
 		}
 		if limit != "" {
 			limits = append(limits, limit)
+			refused = append(refused, limit+": "+why)
 		}
 	}
 	a.last = nil
@@ -398,6 +403,7 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string, full bool) (wait 
 	}
 	a.mu.Lock()
 	a.status.LastAudit, a.status.Degraded, a.status.Findings = cfg.Now(), "", len(res.Findings)
+	a.status.Refused = strings.Join(refused, "; ")
 	a.status.Blind = notJudged(res.Skipped, notJudgedBlind)
 	a.status.Unread = notJudged(res.Skipped, notJudgedSourceError)
 	a.mu.Unlock()
@@ -441,14 +447,14 @@ func (a *Agent) graceWait() time.Duration {
 // remedy runs one remedy on a complete audit's findings and reports every
 // action. It returns how long to wait before looking again at findings
 // waiting out their grace period (until the first of them is due), and the
-// degraded reason when a limit refused actions.
-func (a *Agent) remedy(ctx context.Context, rem *remedy.Remedy, res *audit.Result) (wait time.Duration, limit string) {
+// degraded reason when a limit refused actions, and the limit's words.
+func (a *Agent) remedy(ctx context.Context, rem *remedy.Remedy, res *audit.Result) (wait time.Duration, limit, why string) {
 	cfg := a.cfg
 	actions, err := rem.Apply(ctx, res.Snapshot, res.Findings)
 	var be *remedy.BudgetError
 	switch {
 	case errors.As(err, &be):
-		limit = reasonBudgetExceeded
+		limit, why = reasonBudgetExceeded, be.Error()
 		cfg.Log.Warn("remedy budget exceeded: nothing acted on", "remedy", rem.ID(), "due", be.Due,
 			"remaining", be.Remaining, "max", be.Max, "interval", be.Interval)
 	case err != nil:
@@ -458,7 +464,7 @@ func (a *Agent) remedy(ctx context.Context, rem *remedy.Remedy, res *audit.Resul
 		a.report(rem.Rule, act)
 		var ce *remedy.CapError
 		if errors.As(act.Limit, &ce) && limit == "" {
-			limit = reasonCapExceeded
+			limit, why = reasonCapExceeded, ce.Error()
 		}
 		if act.Result == remedy.Pending {
 			// At least a millisecond: a finding due now is looked at again
@@ -468,7 +474,7 @@ func (a *Agent) remedy(ctx context.Context, rem *remedy.Remedy, res *audit.Resul
 			}
 		}
 	}
-	return wait, limit
+	return wait, limit, why
 }
 
 // logLedgers logs when one of the node's other ledgers starts or stops

@@ -14,7 +14,8 @@ import (
 // Handler serves /metrics from g, /healthz (the loop is running and has
 // audited within twice the audit interval) and /readyz (the last audit was
 // complete and the live sources are complete and current now, so the agent
-// may act; what it did not judge is said). An audit may wait a minute on
+// may act, and no limit refused its actions; what it did not judge is
+// said). An audit may wait a minute on
 // an API server that stopped answering: /readyz asks the sources rather
 // than wait for it to end.
 func (a *Agent) Handler(g prometheus.Gatherer) http.Handler {
@@ -41,6 +42,9 @@ func (a *Agent) Handler(g prometheus.Gatherer) http.Handler {
 			http.Error(w, "degraded: "+text.Escape(st.Degraded), http.StatusServiceUnavailable)
 		case stale != nil:
 			http.Error(w, "degraded: "+reasonCacheStale+": "+text.Escape(stale.Error()), http.StatusServiceUnavailable)
+		case st.Refused != "":
+			// As ghostwatch_degraded says: the agent refuses to act.
+			http.Error(w, "degraded: "+text.Escape(st.Refused), http.StatusServiceUnavailable)
 		default:
 			// Ready: the rest is judged; what is not is said.
 			msg := fmt.Sprintf("ok: %d findings in the last audit", st.Findings)

@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"slices"
 	"strings"
@@ -201,6 +203,12 @@ func TestBudgetExceededRefusesTheWholeBatch(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(h.agent.cfg.Metrics.Degraded.WithLabelValues("budget-exceeded")); v != 1 {
 		t.Errorf("degraded{budget-exceeded} = %v", v)
+	}
+	// /readyz says what the metric says: the agent refuses to act.
+	rec := httptest.NewRecorder()
+	h.agent.Handler(h.reg).ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+	if body := rec.Body.String(); rec.Code != http.StatusServiceUnavailable || !strings.Contains(body, "budget-exceeded") || !strings.Contains(body, "3 ghost IPs due but only 2") {
+		t.Errorf("/readyz with the batch refused = %d %q", rec.Code, body)
 	}
 	evs := h.events.With("RemedyBudgetExceeded")
 	if len(evs) < 3 || !strings.HasPrefix(evs[0], "Service Warning ns/svc RemedyBudgetExceeded") || !strings.Contains(evs[0], "3 ghost IPs due but only 2") {
