@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -121,14 +122,23 @@ func New(resource string, lw ListWatch, object runtime.Object, opts Options) *In
 				i.fail(err)
 				return nil, err
 			}
+			if isEmptyWatch(wi) {
+				// client-go answers a watch whose connection ended before
+				// it began (EOF, a timeout: a server shutting down, a
+				// proxy that closes every connection) with an empty watch
+				// and no error: nothing was heard from the server.
+				return wi, nil
+			}
 			i.hear()
 			i.set(nil)
 			// Every event, bookmarks included (the informer hides
-			// them), is a sign of life; an error event ends the watch.
+			// them), is a sign of life; an error event ends the watch,
+			// and says nothing is kept current.
 			return watch.Filter(wi, func(e watch.Event) (watch.Event, bool) {
-				i.hear()
 				if e.Type == watch.Error {
 					i.fail(apierrors.FromObject(e.Object))
+				} else {
+					i.hear()
 				}
 				return e, true
 			}), nil
@@ -141,6 +151,13 @@ func New(resource string, lw ListWatch, object runtime.Object, opts Options) *In
 	_ = i.informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) { i.fail(err) })
 	return i
 }
+
+// emptyWatchType is the type of client-go's empty watch.
+var emptyWatchType = reflect.TypeOf(watch.NewEmptyWatch())
+
+// isEmptyWatch reports whether w is client-go's empty watch, which ends at
+// once.
+func isEmptyWatch(w watch.Interface) bool { return reflect.TypeOf(w) == emptyWatchType }
 
 // fail records a list or watch error. A watch that merely ended, whose
 // resourceVersion expired, or that was stopped, is none: the reflector

@@ -3,6 +3,7 @@ package informer
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -188,5 +189,43 @@ func TestKeep(t *testing.T) {
 	pod, err := pods(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}})
 	if key, kerr := cache.MetaNamespaceKeyFunc(pod); err != nil || kerr != nil || key != "ns/p" {
 		t.Errorf("a namespaced object's key %q, %v, %v", key, err, kerr)
+	}
+}
+
+// A watch that client-go answers with its empty watch (the connection
+// ended before the watch began: a server shutting down, a proxy closing
+// every connection) is not heard from the server, and clears no error.
+// (Each empty watch counted as heard and cleared the last error: an
+// informer cut off by a proxy flapped between ready and not.)
+func TestEmptyWatchIsNotHeard(t *testing.T) {
+	t0 := time.Date(2026, 11, 22, 15, 0, 0, 0, time.UTC)
+	c := fakeclock.New(t0)
+	var empty atomic.Bool
+	var watches atomic.Int32
+	first := watch.NewFakeWithChanSize(1, false)
+	i := New("nodes", nodes(func() (runtime.Object, error) {
+		if empty.Load() {
+			return nil, io.ErrUnexpectedEOF // what a list through such a proxy gets
+		}
+		return emptyNodes()
+	}, func() (watch.Interface, error) {
+		if watches.Add(1) == 1 {
+			return first, nil
+		}
+		return watch.NewEmptyWatch(), nil
+	}), &corev1.Node{}, Options{Now: c.Now})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go i.Run(ctx)
+	poll.Until(t, poll.Patience, "the first watch", func() bool { return watches.Load() == 1 })
+	first.Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ResourceVersion: "2"}})
+	poll.Until(t, poll.Patience, "the node", func() bool { return len(i.Store().List()) == 1 })
+	c.Advance(2 * time.Minute)
+	empty.Store(true)
+	first.Stop()
+	poll.Until(t, poll.Patience, "the next watch, ended at once", func() bool { return watches.Load() >= 2 })
+	poll.Until(t, poll.Patience, "the reflector past it", func() bool { return i.Err() != nil || watches.Load() > 2 })
+	if h := i.Heard(); !h.Equal(t0) {
+		t.Errorf("heard from the server at %s by an empty watch; the last event came at %s", h, t0)
 	}
 }
