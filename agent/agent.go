@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/tools/record"
@@ -114,6 +115,15 @@ type Agent struct {
 	// graceDue is when the first finding of the last complete audit that
 	// waits out its grace period is due; zero when none waits.
 	graceDue time.Time
+	// unready counts the times the watch (watchReady) found a live
+	// source not complete and current, and unreadyErr says why, the last
+	// time; seen is the count when the last audit ended. An audit that
+	// ends with the count grown did not rest on current sources
+	// throughout (it waited on a hung API server, say): it is incomplete.
+	unready    atomic.Int64
+	unreadyErr atomic.Pointer[string]
+	seen       int64
+	audited    bool
 
 	mu     sync.Mutex
 	status Status
@@ -229,6 +239,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			return fmt.Errorf("agent: starting %s: %w", l.Name(), err)
 		}
 	}
+	go a.watchReady(ctx)
 	a.mu.Lock()
 	a.status.Running = true
 	a.mu.Unlock()
@@ -294,6 +305,30 @@ const (
 	triggerRetry  = "retry"
 )
 
+// readyWatch is how often watchReady asks the live sources.
+const readyWatch = time.Second
+
+// watchReady asks the live sources whether they are complete and current
+// every readyWatch until ctx ends, and counts each time one is not: an
+// audit that waits a minute on a hung API server, having found its sources
+// ready when it began, learns so when it ends.
+func (a *Agent) watchReady(ctx context.Context) {
+	t := time.NewTicker(readyWatch)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := a.liveNotReady(); err != nil {
+			why := err.Error()
+			a.unreadyErr.Store(&why)
+			a.unready.Add(1)
+		}
+	}
+}
+
 // maxRetry bounds how long a degraded agent waits before it looks again.
 const maxRetry = 30 * time.Second
 
@@ -317,6 +352,12 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string, full bool) (wait 
 	cfg := a.cfg
 	m := cfg.Metrics
 	now := cfg.Now()
+	if !a.audited {
+		// What the sources were before the first audit is its own
+		// check's to judge.
+		a.seen, a.audited = a.unready.Load(), true
+	}
+	defer func() { a.seen = a.unready.Load() }()
 	// Taken before the ledgers are read: a change that lands in between
 	// is judged now and again at the next audit, never missed.
 	changes := a.pending
@@ -370,6 +411,18 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string, full bool) (wait 
 		// judges them too.
 		a.pending.Merge(changes)
 		a.degrade(trigger, reasonSourceError, err)
+		return 0
+	}
+	if n := a.unready.Load(); n != a.seen {
+		// A source was found not current since the last audit ended,
+		// while this one read (or waited on) it: its evidence did not
+		// hold throughout, and the grace periods start over.
+		a.pending.Merge(changes)
+		why := "a source was not current"
+		if w := a.unreadyErr.Load(); w != nil {
+			why = *w
+		}
+		a.degrade(trigger, reasonCacheStale, fmt.Errorf("the sources were not current during the audit or since the last one: %s", why))
 		return 0
 	}
 	a.last = res.Snapshot
