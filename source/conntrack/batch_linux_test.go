@@ -6,6 +6,7 @@ import (
 	"errors"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
@@ -52,6 +53,7 @@ func TestGetEachAndDeleteEach(t *testing.T) {
 		err error
 	}
 	var answers []answer
+	askedAt := time.Now()
 	err := c.GetEach(asked, func(i int, got snapshot.Flow, err error) {
 		if i != next {
 			t.Fatalf("answer for entry %d, want %d: answers must come in order", i, next)
@@ -72,7 +74,8 @@ func TestGetEachAndDeleteEach(t *testing.T) {
 		case a.err != nil:
 			t.Errorf("%v: %v", &asked[i], a.err)
 		default:
-			sameEntry(t, &a.got, &single)
+			// The answer to GetEach came first: Get's is the later.
+			sameEntry(t, &single, &a.got, askedAt)
 		}
 	}
 
