@@ -446,6 +446,15 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string, full bool) (wait 
 		}
 	}
 	a.last = nil
+	if a.unready.Load() != a.seen {
+		// A source was found not current while the remedies re-checked:
+		// what they refused waits a grace period of complete audits
+		// again.
+		for _, rem := range cfg.Remedies {
+			rem.Reset()
+		}
+		wait = 0
+	}
 	if m != nil {
 		m.Audits.WithLabelValues(trigger, "complete").Inc()
 		m.setDegraded(limits...)
@@ -556,9 +565,27 @@ func (a *Agent) logLedgers(sts []snapshot.SourceStatus, core []string) {
 }
 
 // recheck is the re-check of a remedy of rule r (audit.Recheck), against
-// the last complete audit.
+// the last complete audit. A re-check during which a source was found not
+// current (it waited on a hung API server, say) refuses every finding: the
+// audit's evidence no longer held throughout, whatever the fresh read
+// said once the server answered.
 func (a *Agent) recheck(r rule.Rule) remedy.Recheck {
-	return audit.Recheck(r, slices.Concat(a.cfg.Sources, a.cfg.Ledgers), func() *snapshot.Snapshot { return a.last }, a.cfg.Now)
+	fresh := audit.Recheck(r, slices.Concat(a.cfg.Sources, a.cfg.Ledgers), func() *snapshot.Snapshot { return a.last }, a.cfg.Now)
+	return func(ctx context.Context, fs []finding.Finding) []error {
+		errs := fresh(ctx, fs)
+		if a.unready.Load() != a.seen {
+			why := "the sources were not current while the re-check ran: nothing the audit judged is acted on, and the grace periods start over"
+			if w := a.unreadyErr.Load(); w != nil {
+				why += " (" + *w + ")"
+			}
+			for i := range errs {
+				if errs[i] == nil {
+					errs[i] = errors.New(why)
+				}
+			}
+		}
+		return errs
+	}
 }
 
 // degrade records that the agent will not act, and why: every remedy's

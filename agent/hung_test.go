@@ -111,3 +111,77 @@ func hangAPIServer(t *testing.T, flows ...snapshot.Flow) *harness {
 	})
 	return h
 }
+
+// A remedy whose re-check waits on a hung API server acts on nothing once
+// it answers: the sources were not current while it waited, so what the
+// audit judged is refused and waits a grace period of complete audits
+// again. (The fresh read, answered once the server ran again, deleted the
+// flow the moment it came.)
+func TestRecheckThroughAHungAPIServerActsOnNothing(t *testing.T) {
+	client := fake.NewClientset(cluster()...)
+	var mu sync.Mutex
+	var armed bool
+	var hung chan struct{}
+	wait := func() {
+		mu.Lock()
+		c := hung
+		mu.Unlock()
+		if c != nil {
+			<-c
+		}
+	}
+	client.PrependReactor("*", "*", func(act clienttesting.Action) (bool, runtime.Object, error) {
+		// The re-check's quorum read of the Service, by name, hangs the
+		// server; every request then waits.
+		if l, ok := act.(clienttesting.ListAction); ok && act.GetResource().Resource == "services" && !l.GetListRestrictions().Fields.Empty() {
+			mu.Lock()
+			if armed && hung == nil {
+				hung = make(chan struct{})
+			}
+			mu.Unlock()
+		}
+		wait()
+		return false, nil, nil
+	})
+	client.Discovery().(interface {
+		PrependReactor(string, string, clienttesting.ReactionFunc)
+	}).PrependReactor("*", "*", func(clienttesting.Action) (bool, runtime.Object, error) {
+		wait()
+		return false, nil, nil
+	})
+	resume := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		armed = false
+		if hung != nil {
+			close(hung)
+			hung = nil
+		}
+	}
+	h := start(t, client, graceRemedy(), staleFlow())
+	t.Cleanup(resume)
+	h.settle(t, 2)
+	mu.Lock()
+	armed = true
+	mu.Unlock()
+	h.clock.Advance(grace + time.Second)
+	poll.Until(t, poll.Patience, "the re-check to wait on the hung server", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return hung != nil
+	})
+	poll.Until(t, poll.Patience, "the agent to see its sources not current", func() bool {
+		h.clock.Advance(time.Second)
+		return h.agent.unready.Load() > 0
+	})
+	resume()
+	h.settle(t, 2)
+	if n := h.tab.count(); n != 0 {
+		t.Fatalf("deleted %d flows on a re-check that waited through a hung API server", n)
+	}
+	// A grace period of complete audits later, it acts.
+	poll.Until(t, poll.Patience, "the flow deleted a grace period later", func() bool {
+		h.clock.Advance(time.Second)
+		return h.tab.count() == 1
+	})
+}
