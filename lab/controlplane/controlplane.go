@@ -116,6 +116,11 @@ type ControlPlane struct {
 	tokens map[string]string
 	procs  []*process
 	audit  string
+	// api is the API server last started and apiArgs its flags, for
+	// StartAPIServer; apiStarts counts its starts, for its logs' names.
+	api       *process
+	apiArgs   []string
+	apiStarts int
 	// Admin is a client with every permission.
 	Admin kubernetes.Interface
 }
@@ -210,14 +215,8 @@ func Start(ctx context.Context, o Options) (cp *ControlPlane, err error) {
 			"--audit-log-format=json", "--audit-log-mode=blocking",
 			"--audit-log-maxsize="+strconv.Itoa(auditLogMaxSizeMB), "--audit-log-maxbackup=0", "--audit-log-maxage=0")
 	}
-	api, err := cp.start("kube-apiserver", filepath.Join(o.Bin, "kube-apiserver"), apiArgs...)
-	if err != nil {
-		return nil, err
-	}
-	secure := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: cp.CertPool()}}}
-	if err := api.waitFor(ctx, 2*time.Minute, "ready", func(ctx context.Context) error {
-		return get(ctx, secure, cp.Server+"/readyz", cp.tokens[UserAdmin], nil)
-	}); err != nil {
+	cp.apiArgs = apiArgs
+	if err := cp.startAPIServer(ctx, "kube-apiserver"); err != nil {
 		return nil, err
 	}
 	if cp.Admin, err = kubernetes.NewForConfig(cp.Config(UserAdmin)); err != nil {
@@ -236,6 +235,20 @@ func Start(ctx context.Context, o Options) (cp *ControlPlane, err error) {
 		return nil, err
 	}
 	return cp, nil
+}
+
+// startAPIServer starts kube-apiserver with cp.apiArgs, its log named
+// name, and waits until it is ready.
+func (cp *ControlPlane) startAPIServer(ctx context.Context, name string) error {
+	api, err := cp.start(name, filepath.Join(cp.bin, "kube-apiserver"), cp.apiArgs...)
+	if err != nil {
+		return err
+	}
+	cp.api = api
+	secure := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: cp.CertPool()}}}
+	return api.waitFor(ctx, 2*time.Minute, "ready", func(ctx context.Context) error {
+		return get(ctx, secure, cp.Server+"/readyz", cp.tokens[UserAdmin], nil)
+	})
 }
 
 func (cp *ControlPlane) start(name, bin string, args ...string) (*process, error) {
@@ -323,6 +336,9 @@ func (cp *ControlPlane) Logs() []string {
 // Check reports a control-plane process that has exited.
 func (cp *ControlPlane) Check() error {
 	for _, p := range cp.procs {
+		if p.retired {
+			continue
+		}
 		if done, err := p.exited(); done {
 			return fmt.Errorf("%s exited (%v); its log (%s) ends:\n%s", p.name, err, p.log, p.tail())
 		}

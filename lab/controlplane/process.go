@@ -21,6 +21,9 @@ type process struct {
 	log  string
 	done chan struct{}
 	err  error
+	// retired is true once its stop was asked for while the control plane
+	// runs on (StopAPIServer): Check does not report its exit.
+	retired bool
 }
 
 // startProcess runs argv with its output in dir/name.log and env added to
