@@ -164,6 +164,7 @@ func controllerDoc() []byte {
 			fmt.Fprintf(&b, "| `%s` | `%s` | %s |\n", info.Remedy.ID, info.ID, strings.ReplaceAll(info.Fix, "|", "\\|"))
 		}
 	}
+	b.WriteString("\nWhat the remedy did under faults (the API server down, hung or restarted, a watch gap,\nskewed clocks, a shared address, a leader killed mid-budget), on the real API server:\n[faults.md](faults.md) (what ghostwatch survives).\n")
 	b.WriteString("\n## Flags\n")
 	flagTable(&b, cmd)
 	return b.Bytes()
