@@ -533,6 +533,14 @@ func (c *Controller) judge(ctx context.Context) (took, wait time.Duration) {
 			l.Return()
 		}
 	}
+	if s.Gossip != nil && s.Kube != nil {
+		// The members' Listed times are on this replica's clock: the
+		// API server's, as it measured it, goes with the views it
+		// serves (a bundle's), as the pods it lent do not.
+		g := *s.Gossip
+		g.APIClock = s.Kube.APIClock
+		s.Gossip = &g
+	}
 	s.Kube = nil
 	took = time.Since(start)
 	if m := cfg.Metrics; m != nil {

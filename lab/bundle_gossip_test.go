@@ -60,7 +60,7 @@ func TestRealCollectThenAnalyzeGossipGhost(t *testing.T) {
 		t.Fatalf("analyze: %v\n%s", err, out)
 	}
 	var r struct {
-		Findings []struct{ Rule, Severity string }
+		Findings []struct{ Rule, Severity, Message string }
 	}
 	if err := json.Unmarshal(out, &r); err != nil {
 		t.Fatal(err)
@@ -77,5 +77,8 @@ func TestRealCollectThenAnalyzeGossipGhost(t *testing.T) {
 	t.Logf("the controller and the bundle: %q", want)
 	if len(want) == 0 || fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("the bundle's findings %q, the controller's %q", got, want)
+		for _, f := range r.Findings {
+			t.Logf("the bundle's %s %s: %s", f.Rule, f.Severity, f.Message)
+		}
 	}
 }

@@ -124,6 +124,11 @@ func (r *GossipGhostMember) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 	}
 	var out []finding.Finding
 	api := s.Kube.APIClock
+	if !api.Measured && s.Gossip.APIClock.Measured {
+		// Saved views (a bundle's): the members' Listed times are on
+		// their reader's clock, which measured the API server's.
+		api = s.Gossip.APIClock
+	}
 	for vi := range s.Gossip.Views {
 		v := &s.Gossip.Views[vi]
 		ns := clusterNamespace(v, holders)

@@ -237,6 +237,18 @@ func TestGossipForceLeaveTarget(t *testing.T) {
 			s.Kube.APIClock = measured("the API server's", 2*time.Minute, 300*time.Millisecond)
 			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "consul-2", "u2", "10.244.1.50", went.Add(3*time.Minute)))
 		}, true, ""},
+		{"saved views (a bundle's): the API server's clock as their reader measured it goes with them", "serf", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
+			old.Listed = went
+			s.Kube.APIClock = snapshot.Clock{Name: "the API server's"}
+			s.Gossip.APIClock = measured("the API server's", 0, time.Second)
+			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "serf-2", "u2", "10.244.1.50", went.Add(5*time.Second)))
+		}, true, ""},
+		{"saved views whose reader measured the API server's clock two minutes ahead: a pod it stamps a minute after was created before", "serf", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
+			old.Listed = went
+			s.Kube.APIClock = snapshot.Clock{Name: "the API server's"}
+			s.Gossip.APIClock = measured("the API server's", 2*time.Minute, time.Second)
+			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "serf-2", "u2", "10.244.1.50", went.Add(time.Minute)))
+		}, false, "not after ghostwatch first read old listed"},
 		{"the API server's clock not measured: refused, and says why", "consul", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
 			old.Listed = went
 			s.Kube.APIClock = snapshot.Clock{Name: "the API server's"}

@@ -12,6 +12,12 @@ type Gossip struct {
 	// Undeclared names the clusters pods are annotated as members of
 	// that the operator did not declare: not read, so not judged.
 	Undeclared []string
+	// APIClock is the API server's clock as the reader of the views
+	// measured it, against the clock it stamped the members' Listed
+	// times on: saved with the views (a bundle's, as the controller's
+	// leader read them), it lets a later reader compare those times with
+	// the pods' creation as the reader did. Zero when not measured.
+	APIClock Clock `json:",omitzero"`
 }
 
 // GossipView is one member's view of its cluster: consul members, serf
