@@ -15,7 +15,7 @@ import (
 // before: every field but the timeout, which may have ticked down.
 func sameEntry(t *testing.T, got, dumped *snapshot.Flow, dumpedAt time.Time) {
 	t.Helper()
-	elapsed := uint32(time.Since(dumpedAt)/time.Second) + 1
+	elapsed := countedDown(dumpedAt)
 	if got.ID != dumped.ID || got.Proto != dumped.Proto || got.Orig != dumped.Orig || got.Reply != dumped.Reply ||
 		got.State != dumped.State || got.Status != dumped.Status || got.Mark != dumped.Mark || got.Zone != dumped.Zone ||
 		!got.Start.Equal(dumped.Start) || got.Timeout > dumped.Timeout || got.Timeout+elapsed < dumped.Timeout {

@@ -147,11 +147,15 @@ func dumpAll(tb testing.TB, c *Conn) map[key]snapshot.Flow {
 	return got
 }
 
+// countedDown is how many seconds an entry's timeout may have counted
+// down since at: the whole seconds since, and the one under way.
+func countedDown(at time.Time) uint32 { return uint32(time.Since(at)/time.Second) + 1 }
+
 // checkCreated compares a dumped entry with the one created at or after
 // created: its timeout may have counted down by the seconds since then.
 func checkCreated(t *testing.T, got, want *snapshot.Flow, created time.Time) {
 	t.Helper()
-	elapsed := uint32(time.Since(created)/time.Second) + 1
+	elapsed := countedDown(created)
 	wantStatus, _ := createStatus(want.Status, true)
 	wantStatus |= snapshot.StatusConfirmed
 	wantState := want.State
@@ -227,7 +231,7 @@ func compareWithConntrackL(t *testing.T, ns string, dumped map[key]snapshot.Flow
 	if err != nil {
 		t.Fatalf("conntrack -L: %v", err)
 	}
-	elapsed := int(time.Since(dumpedAt)/time.Second) + 1
+	elapsed := int(countedDown(dumpedAt))
 	var theirs []string
 	timeouts := map[string]int{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
