@@ -187,13 +187,7 @@ func (r *StaleNATFlow) finding(s *snapshot.Snapshot, ix *flowIndex, g *flowGroup
 		msg = fmt.Sprintf("%s to %s %s never translated: %s created while no rule translated the Service, and every datagram %s still goes to %s itself, where nothing answers, for as long as the client keeps sending",
 			what, fe, was, it, of, f.Frontend())
 	case j.frontend.Gone():
-		ev["service_gone"] = true
-		ev["service_cidr"] = j.frontend.CIDR.String()
-		where := "service range " + j.frontend.CIDR.String()
-		if j.frontend.CIDRName != "" {
-			ev["service_cidr_object"] = j.frontend.CIDRName
-			where = "ServiceCIDR " + j.frontend.CIDRName + " (" + j.frontend.CIDR.String() + ")"
-		}
+		where := j.frontend.goneEvidence(ev)
 		msg = fmt.Sprintf("%s to %s still %s to %s: no Service holds %s, an address of %s, and no pod holds %s",
 			what, f.Frontend(), goes, f.Backend(), f.Orig.Dst.Unmap(), where, f.Reply.Src.Unmap())
 	case j.listedDead:
@@ -251,13 +245,7 @@ func (r *StaleNATFlow) crowdFinding(s *snapshot.Snapshot, ix *flowIndex, cr *flo
 	var msg string
 	switch {
 	case j.frontend.Gone():
-		ev["service_gone"] = true
-		ev["service_cidr"] = j.frontend.CIDR.String()
-		where := "service range " + j.frontend.CIDR.String()
-		if j.frontend.CIDRName != "" {
-			ev["service_cidr_object"] = j.frontend.CIDRName
-			where = "ServiceCIDR " + j.frontend.CIDRName + " (" + j.frontend.CIDR.String() + ")"
-		}
+		where := j.frontend.goneEvidence(ev)
 		msg = fmt.Sprintf("%s to %s still go to %d addresses that no pod holds (%s): no Service holds %s, an address of %s",
 			what, f.Frontend(), n, named, f.Orig.Dst.Unmap(), where)
 	case j.listedDead:
@@ -401,4 +389,16 @@ func flowEvidence(f *snapshot.Flow, j judgement, now time.Time) map[string]any {
 		ev["zone"] = f.Zone
 	}
 	return ev
+}
+
+// goneEvidence records in ev that no Service holds the frontend, and the
+// service range it lies in, and says that range for a message.
+func (fr Frontend) goneEvidence(ev map[string]any) string {
+	ev["service_gone"] = true
+	ev["service_cidr"] = fr.CIDR.String()
+	if fr.CIDRName == "" {
+		return "service range " + fr.CIDR.String()
+	}
+	ev["service_cidr_object"] = fr.CIDRName
+	return "ServiceCIDR " + fr.CIDRName + " (" + fr.CIDR.String() + ")"
 }
