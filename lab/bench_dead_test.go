@@ -7,8 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"runtime/pprof"
 	"strconv"
 	"testing"
 	"time"
@@ -210,10 +208,7 @@ func deadAgent(ctx context.Context, cl *Cluster, r *childReport) error {
 	start := time.Now()
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	// GHOSTWATCH_BENCH_HEAPPROFILE names a file to write the heap profile
-	// of the largest heap seen to.
-	profile := os.Getenv("GHOSTWATCH_BENCH_HEAPPROFILE")
-	var most uint64
+	heap := heapProfile{file: os.Getenv("GHOSTWATCH_BENCH_HEAPPROFILE")}
 	deadline := time.Now().Add(15 * time.Minute)
 	// stale is how many flows the last complete audit's findings hold, as
 	// the agent's gauge counts them.
@@ -251,17 +246,7 @@ func deadAgent(ctx context.Context, cl *Cluster, r *childReport) error {
 		if complete >= 2 {
 			break
 		}
-		if profile != "" {
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
-			if ms.HeapInuse > most+8<<20 {
-				most = ms.HeapInuse
-				if f, err := os.Create(profile); err == nil {
-					pprof.WriteHeapProfile(f)
-					f.Close()
-				}
-			}
-		}
+		heap.sample()
 		select {
 		case err := <-done:
 			return fmt.Errorf("the agent stopped: %v", err)

@@ -207,22 +207,9 @@ func ghostClear(ctx context.Context, cl *Cluster, r *childReport) error {
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 	deadline := time.Now().Add(10 * time.Minute)
-	// GHOSTWATCH_BENCH_HEAPPROFILE names a file to write the heap profile
-	// of the largest heap seen to.
-	profile := os.Getenv("GHOSTWATCH_BENCH_HEAPPROFILE")
-	var most uint64
+	heap := heapProfile{file: os.Getenv("GHOSTWATCH_BENCH_HEAPPROFILE")}
 	for tab.deleted.Load() < int64(n) {
-		if profile != "" {
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
-			if ms.HeapInuse > most+8<<20 {
-				most = ms.HeapInuse
-				if f, err := os.Create(profile); err == nil {
-					pprof.WriteHeapProfile(f)
-					f.Close()
-				}
-			}
-		}
+		heap.sample()
 		select {
 		case err := <-done:
 			return fmt.Errorf("the agent stopped after deleting %d flows: %v", tab.deleted.Load(), err)
@@ -235,4 +222,30 @@ func ghostClear(ctx context.Context, cl *Cluster, r *childReport) error {
 	r.ClearNS = int64(time.Since(start))
 	r.Cleared = int(tab.deleted.Load())
 	return nil
+}
+
+// heapProfile writes the heap profile of the largest heap sampled to
+// file (GHOSTWATCH_BENCH_HEAPPROFILE), when one is named: a child's
+// profile at its peak.
+type heapProfile struct {
+	file string
+	most uint64
+}
+
+// sample writes the profile when the heap in use grew 8 MiB past the
+// largest written.
+func (h *heapProfile) sample() {
+	if h.file == "" {
+		return
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	if ms.HeapInuse <= h.most+8<<20 {
+		return
+	}
+	h.most = ms.HeapInuse
+	if f, err := os.Create(h.file); err == nil {
+		pprof.WriteHeapProfile(f)
+		f.Close()
+	}
 }

@@ -544,17 +544,7 @@ func (p *pipe) relay(c net.Conn) {
 		return
 	}
 	defer p.drop(up)
-	done := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(up, c)
-		if tc, ok := up.(*net.TCPConn); ok {
-			_ = tc.CloseWrite()
-		}
-		close(done)
-	}()
-	_, _ = io.Copy(c, up)
-	c.Close()
-	<-done
+	controlplane.Splice(c, up)
 }
 
 // Cut closes every open connection and every new one until Mend.

@@ -175,17 +175,7 @@ func (n *Node) forward() {
 				return
 			}
 			defer up.Close()
-			done := make(chan struct{})
-			go func() {
-				_, _ = io.Copy(up, c)
-				if tc, ok := up.(*net.TCPConn); ok {
-					_ = tc.CloseWrite()
-				}
-				close(done)
-			}()
-			_, _ = io.Copy(c, up)
-			c.Close()
-			<-done
+			Splice(c, up)
 		}()
 	}
 }
@@ -228,4 +218,21 @@ func (n *Node) Stop() {
 	if n.fwd != nil {
 		n.fwd.Close()
 	}
+}
+
+// Splice copies c to up and up to c until both ends have finished: what
+// c sends reaches up, whose write side is closed after it, and c is closed
+// once up has said all it will.
+func Splice(c, up net.Conn) {
+	done := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(up, c)
+		if tc, ok := up.(*net.TCPConn); ok {
+			_ = tc.CloseWrite()
+		}
+		close(done)
+	}()
+	_, _ = io.Copy(c, up)
+	c.Close()
+	<-done
 }
