@@ -137,11 +137,36 @@ func (f *Flow) String() string {
 // Conntrack is the part of the node's conntrack table the rules need: the
 // entries the collector kept, those the rules that read them asked for
 // (see FlowReader), held compactly (48 bytes an entry), a backend's
-// together.
+// together; or, lent by the collector (Lend), the entries of a store of
+// its own, not copied.
 type Conntrack struct {
 	// Seen is how many entries the table held in all.
 	Seen int
 	kept flowSet
+	// lent is what the collector lent; its backends come before kept's.
+	lent FlowStore
+}
+
+// FlowStore is a store of flows grouped by backend that a collector lends a
+// Conntrack (Lend) rather than copy into it the flows it holds already:
+// the agent's index of the table holds every flow a pass keeps when a
+// node's workloads all died, and a copy would double it. Its groups are
+// numbered from 0, and a flow's position within its group is its own: a
+// store may skip positions (flows it does not lend). It never changes
+// while a Conntrack holds it.
+type FlowStore interface {
+	// Len returns how many flows it holds.
+	Len() int
+	// Groups returns how many groups (backends) it holds.
+	Groups() int
+	// Group returns group g's backend and how many flows it holds.
+	Group(g int) (backend netip.Addr, n int)
+	// Each calls fn with each flow of group g, in order, with its
+	// position, in the reused f, until fn returns false; it reports
+	// whether fn never did.
+	Each(g int, f *Flow, fn func(pos uint32, f *Flow) bool) bool
+	// At sets *f to the flow at position pos of group g, as Each gave it.
+	At(g int, pos uint32, f *Flow)
 }
 
 // NewConntrack returns a table of which seen entries were read and flows
@@ -158,6 +183,12 @@ func NewConntrack(seen int, flows ...Flow) *Conntrack {
 // before the snapshot is shared.
 func (c *Conntrack) Keep(f *Flow) { c.kept.add(f) }
 
+// Lend makes the flows of store kept, without a copy, before those Keep
+// adds: their backends must not be among those. Only the collector calls
+// it, once, before the snapshot is shared; store must not change while
+// the snapshot is read.
+func (c *Conntrack) Lend(store FlowStore) { c.lent = store }
+
 // Fit gives back the room the chunks of each backend's flows have beyond
 // them, once every flow is kept: a node whose workloads all died keeps a
 // million flows of a hundred thousand backends, each of whose last chunk
@@ -170,25 +201,93 @@ func (c *Conntrack) Len() int {
 	if c == nil {
 		return 0
 	}
+	if c.lent != nil {
+		return c.lent.Len() + c.kept.n
+	}
 	return c.kept.n
 }
 
 // All yields every kept flow, a backend's together. The Flow is reused
 // from one flow to the next: copy it to keep it.
 func (c *Conntrack) All() iter.Seq[*Flow] {
-	if c == nil {
-		return func(func(*Flow) bool) {}
+	return func(yield func(*Flow) bool) {
+		if c == nil {
+			return
+		}
+		var f Flow
+		for gi := range c.groups() {
+			if !c.each(gi, &f, func(_ uint32, f *Flow) bool { return yield(f) }) {
+				return
+			}
+		}
 	}
-	return c.kept.all()
 }
 
 // Backends yields each backend of a kept flow with the number of kept
 // flows to it.
 func (c *Conntrack) Backends() iter.Seq2[netip.Addr, int] {
-	if c == nil {
-		return func(func(netip.Addr, int) bool) {}
+	return func(yield func(netip.Addr, int) bool) {
+		if c == nil {
+			return
+		}
+		for gi := range c.groups() {
+			if b, n := c.group(gi); n > 0 && !yield(b, n) {
+				return
+			}
+		}
 	}
-	return c.kept.backends()
+}
+
+// groups returns how many groups of flows there are: the lent ones, then
+// those kept.
+func (c *Conntrack) groups() int32 { return c.lentGroups() + c.kept.ngroup }
+
+func (c *Conntrack) lentGroups() int32 {
+	if c.lent == nil {
+		return 0
+	}
+	return int32(c.lent.Groups())
+}
+
+// group returns group gi's backend and how many flows it holds.
+func (c *Conntrack) group(gi int32) (netip.Addr, int) {
+	if l := c.lentGroups(); gi < l {
+		return c.lent.Group(int(gi))
+	} else {
+		gi -= l
+	}
+	g := c.kept.group(gi)
+	if g.routes.Len() == 0 {
+		return netip.Addr{}, 0
+	}
+	return unpackAddr(g.backend, g.is4()), g.len()
+}
+
+// each calls fn with each flow of group gi and its position, in the reused
+// f, until fn returns false; it reports whether fn never did.
+func (c *Conntrack) each(gi int32, f *Flow, fn func(uint32, *Flow) bool) bool {
+	if l := c.lentGroups(); gi < l {
+		return c.lent.Each(int(gi), f, fn)
+	} else {
+		gi -= l
+	}
+	pos := uint32(0)
+	return c.kept.each(c.kept.group(gi), f, func(f *Flow) bool {
+		ok := fn(pos, f)
+		pos++
+		return ok
+	})
+}
+
+// at sets *f to the flow at position pos of group gi.
+func (c *Conntrack) at(gi int32, pos uint32, f *Flow) {
+	if l := c.lentGroups(); gi < l {
+		c.lent.At(int(gi), pos, f)
+		return
+	} else {
+		gi -= l
+	}
+	c.kept.at(c.kept.group(gi), pos, f)
 }
 
 // Flows returns a copy of every kept flow, a backend's together: for a

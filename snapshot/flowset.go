@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"iter"
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
@@ -178,6 +179,15 @@ func (rs *Routes) Index(r FlowRoute) uint16 {
 		m.index[r] = i
 	}
 	return i
+}
+
+// Clone returns a copy of rs that shares nothing with it.
+func (rs *Routes) Clone() Routes {
+	c := Routes{first: rs.first, n: rs.n}
+	if rs.more != nil {
+		c.more = &moreRoutes{list: slices.Clone(rs.more.list), index: maps.Clone(rs.more.index)}
+	}
+	return c
 }
 
 // At returns the route of index i.
@@ -431,33 +441,6 @@ func (s *flowSet) each(g *flowGroup, f *Flow, fn func(*Flow) bool) bool {
 	})
 }
 
-// all yields every flow, a backend's together, in one reused Flow.
-func (s *flowSet) all() iter.Seq[*Flow] {
-	return func(yield func(*Flow) bool) {
-		var f Flow
-		for gi := int32(0); gi < s.ngroup; gi++ {
-			if !s.each(s.group(gi), &f, yield) {
-				return
-			}
-		}
-	}
-}
-
-// backends yields each backend with how many flows go to it.
-func (s *flowSet) backends() iter.Seq2[netip.Addr, int] {
-	return func(yield func(netip.Addr, int) bool) {
-		for gi := int32(0); gi < s.ngroup; gi++ {
-			g := s.group(gi)
-			if g.routes.Len() == 0 {
-				continue
-			}
-			if !yield(unpackAddr(g.backend, g.is4()), g.len()) {
-				return
-			}
-		}
-	}
-}
-
 // FlowRef is where a kept flow lies in its table.
 type FlowRef struct {
 	group int32
@@ -472,13 +455,9 @@ func (c *Conntrack) Refs() iter.Seq2[FlowRef, *Flow] {
 			return
 		}
 		var f Flow
-		s := &c.kept
-		for gi := int32(0); gi < s.ngroup; gi++ {
-			pos := uint32(0)
-			if !s.each(s.group(gi), &f, func(f *Flow) bool {
-				ok := yield(FlowRef{group: gi, pos: pos}, f)
-				pos++
-				return ok
+		for gi := range c.groups() {
+			if !c.each(gi, &f, func(pos uint32, f *Flow) bool {
+				return yield(FlowRef{group: gi, pos: pos}, f)
 			}) {
 				return
 			}
@@ -572,12 +551,10 @@ func (s *FlowSelection) All() iter.Seq[*Flow] {
 		if s == nil || s.c == nil {
 			return
 		}
-		set := &s.c.kept
-		g := set.group(s.group)
 		var f Flow
 		if s.pos == nil {
 			left := s.n
-			set.each(g, &f, func(f *Flow) bool {
+			s.c.each(s.group, &f, func(_ uint32, f *Flow) bool {
 				if left == 0 {
 					return false
 				}
@@ -587,7 +564,7 @@ func (s *FlowSelection) All() iter.Seq[*Flow] {
 			return
 		}
 		for _, p := range s.pos {
-			set.at(g, p, &f)
+			s.c.at(s.group, p, &f)
 			if !yield(&f) {
 				return
 			}
@@ -608,8 +585,8 @@ func (s *FlowSelection) Backend() netip.Addr {
 	if s == nil || s.c == nil {
 		return netip.Addr{}
 	}
-	g := s.c.kept.group(s.group)
-	return unpackAddr(g.backend, g.is4())
+	b, _ := s.c.group(s.group)
+	return b
 }
 
 // RestParts are the parts of a FlowRest a store may keep as it likes.

@@ -25,7 +25,7 @@ func TestChangesJudgesTheNewFlowsAlone(t *testing.T) {
 	w.index.beginSeed()
 	for i := range old {
 		f := flowTo(backend, uint16(1+i))
-		w.index.seed(&f)
+		w.index.seed(&f, nil)
 	}
 	w.index.endSeed(true)
 	calls := 0

@@ -72,6 +72,30 @@ type backendFlows struct {
 	routes snapshot.Routes
 	v4     packed[key4]
 	v6     *packed[key6]
+	// lent is true once a pass's snapshot holds b (lend): b never changes
+	// again, and the index changes a copy of it in its place (own).
+	lent bool
+}
+
+// clone returns a copy of b that shares nothing with it and is not lent.
+func (b *backendFlows) clone() *backendFlows {
+	c := &backendFlows{routes: b.routes.Clone(), v4: b.v4.clone()}
+	if b.v6 != nil {
+		v6 := b.v6.clone()
+		c.v6 = &v6
+	}
+	return c
+}
+
+// own returns backend's flows to change: b, or, when a pass's snapshot
+// holds b, a copy of it that takes its place.
+func (ix *flowIndex) own(backend [16]byte, b *backendFlows) *backendFlows {
+	if !b.lent {
+		return b
+	}
+	c := b.clone()
+	ix.byBackend[backend] = c
+	return c
 }
 
 // indexRecord is one flow's own part (snapshot.FlowRest without its
@@ -85,7 +109,7 @@ type indexRecord struct {
 	replyDstPort uint16
 	status       uint16
 	state        uint8
-	flags        uint8 // recordSeen, recordDead
+	flags        uint8 // recordSeen, recordDead, recordKept
 	gen          uint8
 }
 
@@ -95,6 +119,9 @@ const (
 	recordSeen = 1 << iota
 	// recordDead: removed, until its packed store is rebuilt.
 	recordDead
+	// recordKept: the last pass that judged the flow kept it for the
+	// rules (lend).
+	recordKept
 )
 
 func (r indexRecord) dead() bool { return r.flags&recordDead != 0 }
@@ -182,17 +209,26 @@ func (b *backendFlows) sweep(gen uint32) int {
 // each calls fn with each flow of b to backend, in one reused Flow.
 func (b *backendFlows) each(backend [16]byte, f *snapshot.Flow, fn func(*snapshot.Flow)) {
 	b.v4.each(func(k key4, r indexRecord) {
-		addr, port, route := k.parts()
-		var src [16]byte
-		src[10], src[11] = 0xff, 0xff
-		copy(src[12:], addr[:])
-		snapshot.JoinFlow(backend, b.routes.At(route), src, port, r.rest(), f)
+		b.join4(backend, k, r, f)
 		fn(f)
 	})
 	b.v6.each(func(k key6, r indexRecord) {
-		snapshot.JoinFlow(backend, b.routes.At(k.route), k.src, k.srcPort, r.rest(), f)
+		b.join6(backend, k, r, f)
 		fn(f)
 	})
+}
+
+// join4 and join6 set *f to the flow of b to backend keyed k.
+func (b *backendFlows) join4(backend [16]byte, k key4, r indexRecord, f *snapshot.Flow) {
+	addr, port, route := k.parts()
+	var src [16]byte
+	src[10], src[11] = 0xff, 0xff
+	copy(src[12:], addr[:])
+	snapshot.JoinFlow(backend, b.routes.At(route), src, port, r.rest(), f)
+}
+
+func (b *backendFlows) join6(backend [16]byte, k key6, r indexRecord, f *snapshot.Flow) {
+	snapshot.JoinFlow(backend, b.routes.At(k.route), k.src, k.srcPort, r.rest(), f)
 }
 
 // indexed reports whether the index keeps f: a DNATed flow, or a UDP flow,
@@ -209,7 +245,7 @@ func newFlowIndex(now func() time.Time) *flowIndex {
 }
 
 // locate returns where f's record lives: its backend's flows (made when
-// create is true), its key there, its own part, its backend, and whether
+// create is true; the index's own, never a lent one), its key there, its own part, its backend, and whether
 // it is IPv4.
 func (ix *flowIndex) locate(f *snapshot.Flow, create bool) (*backendFlows, snapshot.FrontendKey, snapshot.FlowRest, [16]byte) {
 	backend, route, src, sport, rest := snapshot.SplitFlow(f)
@@ -221,14 +257,20 @@ func (ix *flowIndex) locate(f *snapshot.Flow, create bool) (*backendFlows, snaps
 		b = &backendFlows{}
 		ix.byBackend[backend] = b
 	}
+	// Every caller changes b, or may: Index adds a route it has not seen.
+	b = ix.own(backend, b)
 	return b, snapshot.FrontendKey{Src: src, SrcPort: sport, Route: b.routes.Index(route)}, rest, backend
 }
 
-// putLocked records f in generation gen, as a dump's flow when seeding;
-// it reports whether f is new.
-func (ix *flowIndex) putLocked(f *snapshot.Flow, gen uint32, seeding bool) bool {
+// putLocked records f in generation gen, as a dump's flow when seeding,
+// as kept for the rules when kept is true; it reports whether f is new.
+func (ix *flowIndex) putLocked(f *snapshot.Flow, gen uint32, seeding, kept bool) bool {
 	b, k, rest, _ := ix.locate(f, true)
-	if b.put(k, f.Orig.Src.Is4(), recordOf(rest, gen), seeding) {
+	r := recordOf(rest, gen)
+	if kept {
+		r.flags |= recordKept
+	}
+	if b.put(k, f.Orig.Src.Is4(), r, seeding) {
 		ix.n++
 		return true
 	}
@@ -269,18 +311,21 @@ func (ix *flowIndex) beginSeed() {
 // before the index is dropped: below 256, the generations records keep.
 const maxUnswept = 200
 
-// seed records one flow of the dump, before the rules see it. It sets the
-// flow's Seen: when the index, valid when the seed began, holds the same
+// seed records one flow of the dump, before the rules see it, with
+// whether keep keeps it for the rules (recordKept), and reports whether it
+// did: not for a flow the index does not keep, nor outside a seed; the
+// caller judges that one itself. It sets the flow's Seen, before keep
+// judges it: when the index, valid when the seed began, holds the same
 // entry (its key and kernel ID), the time it first saw it; else now.
-func (ix *flowIndex) seed(f *snapshot.Flow) {
+func (ix *flowIndex) seed(f *snapshot.Flow, keep func(*snapshot.Flow) bool) bool {
 	if !indexed(f) {
-		return
+		return false
 	}
 	now := ix.now()
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if !ix.seeding {
-		return
+		return false
 	}
 	if f.Start.IsZero() {
 		f.Seen = now
@@ -294,7 +339,8 @@ func (ix *flowIndex) seed(f *snapshot.Flow) {
 			}
 		}
 	}
-	ix.putLocked(f, ix.gen, true)
+	ix.putLocked(f, ix.gen, true, keep != nil && keep(f))
+	return true
 }
 
 // maxPending bounds the events a seed holds back while the dump runs: a
@@ -318,6 +364,13 @@ func (ix *flowIndex) endSeed(complete bool) bool {
 	if complete && !ix.pendingLost {
 		ix.unswept = 0
 		for backend, b := range ix.byBackend {
+			if b.lent {
+				// The dump saw none of its flows: a flow it saw would
+				// have made the index change a copy in its place.
+				ix.n -= b.len()
+				delete(ix.byBackend, backend)
+				continue
+			}
 			ix.n -= b.sweep(ix.gen)
 			if b.len() == 0 {
 				delete(ix.byBackend, backend)
@@ -361,7 +414,7 @@ func (ix *flowIndex) apply(e Event) {
 func (ix *flowIndex) applyLocked(e *Event) {
 	switch e.Type {
 	case EventNew:
-		ix.putLocked(&e.Flow, ix.gen, false)
+		ix.putLocked(&e.Flow, ix.gen, false, false)
 		ix.dirty[e.Flow.Reply.Src.As16()] = struct{}{}
 		if len(ix.fresh) < maxFresh {
 			ix.fresh = append(ix.fresh, e.Flow)

@@ -41,9 +41,9 @@ func TestIndexReplaysEventsThatArriveDuringTheSeed(t *testing.T) {
 	notDNAT.Reply.Src, notDNAT.Reply.SrcPort = notDNAT.Orig.Dst, notDNAT.Orig.DstPort
 
 	ix.beginSeed()
-	ix.seed(&a)
-	ix.seed(&b)
-	ix.seed(&notDNAT)
+	ix.seed(&a, nil)
+	ix.seed(&b, nil)
+	ix.seed(&notDNAT, nil)
 	// While the dump runs, b ends and c starts.
 	ix.apply(Event{Type: EventDestroy, Flow: b})
 	ix.apply(Event{Type: EventNew, Flow: c})
@@ -66,7 +66,7 @@ func TestIndexReplaysEventsThatArriveDuringTheSeed(t *testing.T) {
 		t.Errorf("forget: %d flows", ix.len())
 	}
 	ix.beginSeed()
-	ix.seed(&a)
+	ix.seed(&a, nil)
 	ix.endSeed(false)
 	if ix.isValid() {
 		t.Errorf("an incomplete seed left the index valid")
@@ -74,7 +74,7 @@ func TestIndexReplaysEventsThatArriveDuringTheSeed(t *testing.T) {
 	// The next complete seed holds what its dump saw, and nothing of the
 	// incomplete one.
 	ix.beginSeed()
-	ix.seed(&b)
+	ix.seed(&b, nil)
 	ix.endSeed(true)
 	if got := flowsTo(ix, netip.MustParseAddr("10.244.0.9"), netip.MustParseAddr("10.244.0.7")); !ix.isValid() || len(got) != 1 || got[0].Orig != b.Orig {
 		t.Errorf("after a complete seed of b: valid %v, flows %v", ix.isValid(), got)
@@ -103,8 +103,8 @@ func TestIndexRemembersWhenItFirstSawAFlow(t *testing.T) {
 	stamped.Start = t0.Add(-time.Hour)
 
 	ix.beginSeed()
-	ix.seed(&a)
-	ix.seed(&stamped)
+	ix.seed(&a, nil)
+	ix.seed(&stamped, nil)
 	ix.endSeed(true)
 	if !a.Seen.Equal(t0) || !seenOf(1).Equal(t0) {
 		t.Fatalf("first seed: the flow passed on says seen %v, the index %v; want %v", a.Seen, seenOf(1), t0)
@@ -118,7 +118,7 @@ func TestIndexRemembersWhenItFirstSawAFlow(t *testing.T) {
 	clk.Set(t0.Add(time.Minute))
 	again := flowTo("10.244.0.9", 1)
 	ix.beginSeed()
-	ix.seed(&again)
+	ix.seed(&again, nil)
 	ix.endSeed(true)
 	if !again.Seen.Equal(t0) || !seenOf(1).Equal(t0) {
 		t.Errorf("same entry seeded again: seen %v (index %v), want %v", again.Seen, seenOf(1), t0)
@@ -129,7 +129,7 @@ func TestIndexRemembersWhenItFirstSawAFlow(t *testing.T) {
 	other := flowTo("10.244.0.9", 1)
 	other.ID = 4242
 	ix.beginSeed()
-	ix.seed(&other)
+	ix.seed(&other, nil)
 	ix.endSeed(true)
 	if !other.Seen.Equal(clk.Now()) {
 		t.Errorf("another entry of the same tuple took the old sighting: %v, want %v", other.Seen, clk.Now())
@@ -148,7 +148,7 @@ func TestIndexRemembersWhenItFirstSawAFlow(t *testing.T) {
 	ix.invalidate()
 	lost := other
 	ix.beginSeed()
-	ix.seed(&lost)
+	ix.seed(&lost, nil)
 	ix.endSeed(true)
 	if !lost.Seen.Equal(clk.Now()) {
 		t.Errorf("after lost events the sighting was carried: %v, want %v", lost.Seen, clk.Now())
@@ -180,7 +180,7 @@ func seededIndex(flows []snapshot.Flow) *flowIndex {
 	ix := newFlowIndex(nil)
 	ix.beginSeed()
 	for i := range flows {
-		ix.seed(&flows[i])
+		ix.seed(&flows[i], nil)
 	}
 	ix.endSeed(true)
 	return ix
@@ -226,7 +226,7 @@ func BenchmarkIndex(b *testing.B) {
 			ix.beginSeed()
 			for i := range flows {
 				f := flows[i]
-				ix.seed(&f)
+				ix.seed(&f, nil)
 			}
 			ix.endSeed(true)
 		}
@@ -268,7 +268,7 @@ func TestIndexSeedGivesUpOnTooManyEvents(t *testing.T) {
 	ix := newFlowIndex(nil)
 	ix.beginSeed()
 	a := flowTo("10.244.0.9", 1)
-	ix.seed(&a)
+	ix.seed(&a, nil)
 	for i := range maxPending + 10 {
 		ix.apply(Event{Type: EventDestroy, Flow: flowTo("10.244.0.9", uint16(i))})
 	}
@@ -279,7 +279,7 @@ func TestIndexSeedGivesUpOnTooManyEvents(t *testing.T) {
 		t.Error("the index is valid after events were dropped")
 	}
 	ix.beginSeed()
-	ix.seed(&a)
+	ix.seed(&a, nil)
 	if !ix.endSeed(true) {
 		t.Error("the next seed is not valid")
 	}

@@ -2,6 +2,7 @@ package conntrack
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 )
 
@@ -245,6 +246,29 @@ func (p *packed[K]) fit() {
 	if p != nil && cap(p.base)-len(p.base) > len(p.base)/8 {
 		p.base = slices.Clone(p.base)
 	}
+}
+
+// clone returns a copy of p that shares nothing with it.
+func (p *packed[K]) clone() packed[K] {
+	return packed[K]{base: slices.Clone(p.base), dead: p.dead, over: maps.Clone(p.over), adds: slices.Clone(p.adds)}
+}
+
+// compact reports whether base holds every record, none of them dead.
+func (p *packed[K]) compact() bool {
+	return p == nil || (p.dead == 0 && len(p.over) == 0 && len(p.adds) == 0)
+}
+
+// compactNow puts every record in base, none dead, and returns how many
+// keys a seed added twice (settle).
+func (p *packed[K]) compactNow() (twice int) {
+	if p.compact() {
+		return 0
+	}
+	twice = p.settle()
+	if !p.compact() {
+		p.rebuild()
+	}
+	return twice
 }
 
 // each calls fn with every live key and record.

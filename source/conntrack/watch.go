@@ -337,9 +337,12 @@ func (w *Watch) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 				w.eagerGC(true)
 			}
 		}
+		// With events, the flows the index holds are kept where they
+		// are, marked by the seed and lent once it ends; the others are
+		// copied.
 		n, err := w.Table.Dump(ctx, func(f *snapshot.Flow) error {
-			if w.Events != nil {
-				w.index.seed(f)
+			if w.Events != nil && w.index.seed(f, keep) {
+				return nil
 			}
 			if keep(f) {
 				kept.Keep(f)
@@ -359,6 +362,9 @@ func (w *Watch) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 			return err
 		}
 		kept.Seen = n
+		if w.Events != nil {
+			kept = lendTo(kept, w.index.lendSeeded())
+		}
 		// A full dump streams the whole table through memory: give what
 		// it and the audit that reads it leave behind back to the node
 		// soon rather than minutes later, when the runtime would. With
@@ -385,11 +391,7 @@ func (w *Watch) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 		} else {
 			w.index.takeDirty()
 		}
-		w.index.each(cands, all, func(f *snapshot.Flow) {
-			if keep(f) {
-				kept.Keep(f)
-			}
-		})
+		kept.Lend(w.index.lendJudged(cands, all, keep))
 	}
 	w.lastLocal = slices.Clone(s.LocalAddresses)
 	w.suspects = w.suspects[:0]
@@ -407,6 +409,29 @@ func (w *Watch) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	kept.Fit()
 	s.Conntrack = kept
 	return nil
+}
+
+// lendTo returns kept with the flows of v lent to it; or, when kept holds
+// copies already (flows the index does not hold, which the rules kept:
+// only a rule that reads every flow keeps those), a table that holds
+// copies of both, so that a backend's flows stay together.
+func lendTo(kept *snapshot.Conntrack, v *indexView) *snapshot.Conntrack {
+	if kept.Len() == 0 {
+		kept.Lend(v)
+		return kept
+	}
+	all := &snapshot.Conntrack{Seen: kept.Seen}
+	for f := range kept.All() {
+		all.Keep(f)
+	}
+	var f snapshot.Flow
+	for g := range v.Groups() {
+		v.Each(g, &f, func(_ uint32, f *snapshot.Flow) bool {
+			all.Keep(f)
+			return true
+		})
+	}
+	return all
 }
 
 // manyKept is how many flows a pass keeps for the rules beyond which the
