@@ -372,10 +372,13 @@ func flowEvidence(f *snapshot.Flow, j judgement, now time.Time) map[string]any {
 	if f.State != "" {
 		ev["state"] = f.State
 	}
-	ev["timeout_seconds"] = f.Timeout
-	// When the kernel would drop the entry by itself, counted from the
-	// capture (each packet renews it).
-	ev["expires_in"] = (time.Duration(f.Timeout) * time.Second).String()
+	if f.Timeout > 0 {
+		// When the kernel would drop the entry by itself, counted from
+		// the capture (each packet renews it). The agent's index does not
+		// keep it (it is stale as soon as read): none is said then.
+		ev["timeout_seconds"] = f.Timeout
+		ev["expires_in"] = (time.Duration(f.Timeout) * time.Second).String()
+	}
 	if f.ID != 0 {
 		ev["conntrack_id"] = f.ID
 	}

@@ -430,6 +430,24 @@ func TestStaleNATFlowEvidence(t *testing.T) {
 	}
 }
 
+// A flow's timeout is evidence only when known: the agent's index does
+// not keep it, and a flow it lends reads 0, which is not "expires now".
+func TestStaleNATFlowEvidenceOfTimeout(t *testing.T) {
+	for _, timeout := range []uint32{0, 117} {
+		f := started(flow(tcp, "10.244.1.50:45678", "10.96.100.50:5432", "10.244.3.47:5432"), t0.Add(-time.Minute))
+		f.Timeout = timeout
+		got := NewStaleNATFlow(ConntrackConfig{}).Evaluate(snap(base(), f))
+		if len(got) != 1 {
+			t.Fatalf("got %d findings, want 1", len(got))
+		}
+		secs, said := got[0].Evidence["timeout_seconds"]
+		_, expires := got[0].Evidence["expires_in"]
+		if said != (timeout > 0) || expires != said || (said && secs != timeout) {
+			t.Errorf("timeout %d: evidence says timeout_seconds %v (%v), expires_in %v", timeout, secs, said, expires)
+		}
+	}
+}
+
 // The re-check judges the finding again on a fresh view that holds only
 // what RecheckQuery named: the Service, its endpoints, the pods at the
 // backend address, the node.
