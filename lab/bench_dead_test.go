@@ -169,6 +169,19 @@ func deadFindings(dead int) int {
 func deadChildRun(ctx context.Context, mode string, cl *Cluster, r *childReport) (ok bool, err error) {
 	switch mode {
 	case "dead-scan":
+		heap := heapProfile{file: os.Getenv("GHOSTWATCH_BENCH_SCAN_HEAPPROFILE")}
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			for {
+				heap.sample()
+				select {
+				case <-stop:
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		}()
 		start := time.Now()
 		err := ghostScan(ctx, cl, r)
 		r.ScanNS = int64(time.Since(start))

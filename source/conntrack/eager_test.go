@@ -5,7 +5,9 @@ import (
 	"net/netip"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
@@ -41,6 +43,56 @@ func TestManyKeptFlowsMakeTheCollectorEager(t *testing.T) {
 		}
 		if s.Conntrack.Len() != len(step.table) || gc() != step.want {
 			t.Errorf("a pass that kept %d flows: GC percent %d, want %d", s.Conntrack.Len(), gc(), step.want)
+		}
+	}
+}
+
+// A scan of a listing that keeps many flows leaves the collector eager
+// while the rules and the report read them (they run after the
+// collection): on the default, the heap grew to twice what was kept as
+// they did. A listing that keeps few puts it back; one that fails leaves
+// it as it was.
+func TestManyKeptListingLeavesTheCollectorEager(t *testing.T) {
+	old := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(old)
+	gc := func() int {
+		p := debug.SetGCPercent(-1)
+		debug.SetGCPercent(p)
+		return p
+	}
+	listing := func(n int) string {
+		var b strings.Builder
+		w := NewTextWriter(&b, time.Time{})
+		for i := range n {
+			f := staleFlow()
+			f.Orig.Src = netip.AddrFrom4([4]byte{10, 9, byte(i >> 8), byte(i)})
+			f.Orig.SrcPort = uint16(1024 + i%60000)
+			f.Reply.Dst, f.Reply.DstPort = f.Orig.Src, f.Orig.SrcPort
+			if err := w.Write(&f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	all := listing(manyKept)
+	many, few := writeListing(t, all), writeListing(t, listing(10))
+	// cut fails at its end, once it has kept many.
+	cut := writeListing(t, strings.TrimSuffix(all, "\n"))
+	src := &FileSource{}
+	for _, step := range []struct {
+		path string
+		want int
+	}{{many, eagerGCPercent}, {few, 100}, {many, eagerGCPercent}, {few, 100}, {cut, 100}, {many, eagerGCPercent}, {cut, eagerGCPercent}} {
+		src.Path = step.path
+		err := src.Collect(context.Background(), &snapshot.Snapshot{})
+		if (err != nil) != (step.path == cut) {
+			t.Fatalf("%s: %v", step.path, err)
+		}
+		if got := gc(); got != step.want {
+			t.Errorf("after a scan of %s (%v): GC percent %d, want %d", step.path, err, got, step.want)
 		}
 	}
 }

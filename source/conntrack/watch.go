@@ -110,10 +110,8 @@ type Watch struct {
 	// release is set by a full dump: its memory is given back at the
 	// next tick.
 	release atomic.Bool
-	// eager is true while the collector runs eagerly (eagerGC); gcWas is
-	// its percent before.
-	eager bool
-	gcWas int
+	// gc runs the collector eagerly while passes keep many flows.
+	gc eagerGC
 
 	mu     sync.Mutex
 	notify func()
@@ -330,11 +328,11 @@ func (w *Watch) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 			w.index.beginSeed()
 			if w.index.len() == 0 {
 				// A first seed grows every backend's list from nothing:
-				// collect its leftovers four times as often while it
+				// collect its leftovers ten times as often while it
 				// runs (and after, while passes keep many flows), so
 				// that they do not pile up to the index's size again
 				// before the collector comes.
-				w.eagerGC(true)
+				w.gc.set(true)
 			}
 		}
 		// With events, the flows the index holds are kept where they
@@ -358,7 +356,7 @@ func (w *Watch) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 			defer w.poke()
 		}
 		if err != nil {
-			w.eagerGC(w.kept >= manyKept)
+			w.gc.set(w.kept >= manyKept)
 			return err
 		}
 		kept.Seen = n
@@ -402,9 +400,9 @@ func (w *Watch) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	// While passes keep many flows (a node whose workloads all died),
 	// what they keep and what the rules make of it are most of the heap,
 	// and the collector's default would let the heap grow to twice that
-	// between collections: it runs four times as eagerly until passes
+	// between collections: it runs ten times as eagerly until passes
 	// keep few again.
-	w.eagerGC(w.kept >= manyKept)
+	w.gc.set(w.kept >= manyKept)
 	w.count()
 	kept.Fit()
 	s.Conntrack = kept
@@ -440,20 +438,28 @@ func lendTo(kept *snapshot.Conntrack, v *indexView) *snapshot.Conntrack {
 const manyKept = 1 << 16
 
 // eagerGCPercent is the garbage collector's percent (GOGC) while it runs
-// eagerly.
-const eagerGCPercent = 25
+// eagerly: the heap grows a tenth past what is kept between collections,
+// where the default lets it double.
+const eagerGCPercent = 10
 
-// eagerGC makes the garbage collector run eagerly, or as it did before.
-func (w *Watch) eagerGC(on bool) {
-	if on == w.eager {
+// eagerGC runs the garbage collector eagerly (eagerGCPercent), or as it
+// did before, as a collection that keeps many flows says.
+type eagerGC struct {
+	on  bool
+	was int
+}
+
+// set makes the collector run eagerly, or as it did before.
+func (g *eagerGC) set(on bool) {
+	if on == g.on {
 		return
 	}
-	w.eager = on
+	g.on = on
 	if on {
-		w.gcWas = debug.SetGCPercent(eagerGCPercent)
+		g.was = debug.SetGCPercent(eagerGCPercent)
 		return
 	}
-	debug.SetGCPercent(w.gcWas)
+	debug.SetGCPercent(g.was)
 }
 
 // count sets the gauge of indexed flows: the index's, or with no events
