@@ -502,14 +502,16 @@ func (s *flowSet) at(g *flowGroup, pos uint32, f *Flow) {
 // backend: the flows one finding is about. It holds no copy of them: 4
 // bytes a flow, and none when it holds the first of its backend's kept
 // flows in order, as a ghost backend's finding usually does (every one of
-// them).
+// them); 24 bytes itself, as a crowd keeps one for each of a hundred
+// thousand ghost backends. A copy shares the positions it holds: only
+// one of the two may be added to.
 type FlowSelection struct {
 	c     *Conntrack
 	group int32
+	n     uint32
 	// pos are the positions of the flows held; nil when they are the
 	// first n of the group's.
-	pos []uint32
-	n   int
+	pos *[]uint32
 }
 
 // Add adds the flow at r; every flow added must be to the same backend as
@@ -521,18 +523,19 @@ func (s *FlowSelection) Add(c *Conntrack, r FlowRef) {
 	if c != s.c || r.group != s.group {
 		panic("snapshot: a FlowSelection holds the flows of one backend of one table")
 	}
-	if s.pos == nil && r.pos == uint32(s.n) {
+	if s.pos == nil && r.pos == s.n {
 		// Still the first n: no position to keep.
 		s.n++
 		return
 	}
 	if s.pos == nil {
-		s.pos = make([]uint32, s.n, s.n+1)
-		for i := range s.pos {
-			s.pos[i] = uint32(i)
+		pos := make([]uint32, s.n, s.n+1)
+		for i := range pos {
+			pos[i] = uint32(i)
 		}
+		s.pos = &pos
 	}
-	s.pos = append(s.pos, r.pos)
+	*s.pos = append(*s.pos, r.pos)
 	s.n++
 }
 
@@ -541,7 +544,7 @@ func (s *FlowSelection) Len() int {
 	if s == nil {
 		return 0
 	}
-	return s.n
+	return int(s.n)
 }
 
 // All yields every flow it holds, in order. The Flow is reused from one
@@ -563,7 +566,7 @@ func (s *FlowSelection) All() iter.Seq[*Flow] {
 			})
 			return
 		}
-		for _, p := range s.pos {
+		for _, p := range *s.pos {
 			s.c.at(s.group, p, &f)
 			if !yield(&f) {
 				return
