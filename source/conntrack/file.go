@@ -97,9 +97,10 @@ func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	kept := &snapshot.Conntrack{}
 	n := 0
 	cr := &countingReader{r: r}
-	// The entry that listed each kept tuple (its hash): 4 bytes of it
-	// rather than 8 take a quarter less of a map of a million.
-	tuples := map[uint64]uint32{}
+	// The hashes of the kept tuples, and no more: a listing of a million
+	// stale flows holds a million, and which entry listed the first of
+	// two is looked for again only when there are two (repeated).
+	tuples := map[uint64]struct{}{}
 	seed := maphash.MakeSeed()
 	// A collection that fails leaves the collector as it was.
 	collected, was := false, f.gc.on
@@ -113,10 +114,10 @@ func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	judge := func(fl *snapshot.Flow, line int) error {
 		if keep(fl) {
 			k := tupleHash(seed, fl)
-			if first, ok := tuples[k]; ok {
-				return fmt.Errorf("%s:%d: the flow %s is listed twice (entries %d and %d): a table holds each flow once, so this listing joins two captures or repeats one; capture it again", name, line, describeTuple(fl), first, n+1)
+			if _, ok := tuples[k]; ok {
+				return &repeated{name: name, line: line, entry: n + 1, flow: describeTuple(fl), hash: k}
 			}
-			tuples[k] = uint32(n + 1)
+			tuples[k] = struct{}{}
 			kept.Keep(fl)
 			if kept.Len() == manyKept {
 				// A listing of a node whose workloads all died: what is
@@ -130,6 +131,9 @@ func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 		return nil
 	}
 	seen, err := parseAhead(ctx, cr, name, now, judge)
+	if rep := (*repeated)(nil); errors.As(err, &rep) && f.Path != "-" {
+		rep.first = firstWithHash(ctx, f.Path, now, seed, rep.hash, rep.entry)
+	}
 	if err != nil {
 		return err
 	}
@@ -285,6 +289,50 @@ func tupleHash(seed maphash.Seed, fl *snapshot.Flow) uint64 {
 	b[36], b[37], b[38], b[39] = byte(fl.Orig.SrcPort>>8), byte(fl.Orig.SrcPort), byte(fl.Orig.DstPort>>8), byte(fl.Orig.DstPort)
 	h.Write(b[:])
 	return h.Sum64()
+}
+
+// repeated is the error of a listing that lists a flow twice: at line
+// line, as entry entry, and first as entry first (0: not known, the
+// listing was not a file to read again).
+type repeated struct {
+	name        string
+	line, entry int
+	flow        string
+	hash        uint64
+	first       int
+}
+
+func (e *repeated) Error() string {
+	entries := fmt.Sprintf("entry %d and an earlier one", e.entry)
+	if e.first > 0 {
+		entries = fmt.Sprintf("entries %d and %d", e.first, e.entry)
+	}
+	return fmt.Sprintf("%s:%d: the flow %s is listed twice (%s): a table holds each flow once, so this listing joins two captures or repeats one; capture it again", e.name, e.line, e.flow, entries)
+}
+
+// firstWithHash reads the listing at path again, up to entry before, and
+// returns the number of the first entry whose tuple has hash h; 0 when
+// none does (the file changed since) or it cannot be read.
+func firstWithHash(ctx context.Context, path string, now time.Time, seed maphash.Seed, h uint64, before int) int {
+	file, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer file.Close()
+	found, n := 0, 0
+	stop := errors.New("found")
+	parseAhead(ctx, file, path, now, func(fl *snapshot.Flow, _ int) error {
+		n++
+		if n >= before {
+			return stop
+		}
+		if tupleHash(seed, fl) == h {
+			found = n
+			return stop
+		}
+		return nil
+	})
+	return found
 }
 
 // describeTuple names a flow by its original tuple.

@@ -358,8 +358,9 @@ func TestFileSourceRefusesCutAndRepeatedListings(t *testing.T) {
 
 // A listing of many entries is parsed ahead of the rules' look at them:
 // an entry listed twice far down is still reported at its own line, with
-// its entry numbers, and what the parser reads after it is not kept; a
-// cancelled read stops with the context's error.
+// its entry numbers (the earlier one found by reading the file again: only
+// the tuples' hashes are kept as it is read), and what the parser reads
+// after it is not kept; a cancelled read stops with the context's error.
 func TestFileSourceLongListing(t *testing.T) {
 	var b strings.Builder
 	const n, dup = 5000, 4000
@@ -378,6 +379,15 @@ func TestFileSourceLongListing(t *testing.T) {
 	want := fmt.Sprintf("%s:%d: the flow", path, dup+1)
 	if err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), fmt.Sprintf("(entries 8 and %d)", dup+1)) || s.Conntrack != nil {
 		t.Errorf("%v; want an error beginning %q about entries 8 and %d, nothing kept", err, want, dup+1)
+	}
+
+	// From stdin, which cannot be read again, the earlier entry is not
+	// named.
+	stdin := &FileSource{Path: "-", Stdin: strings.NewReader(b.String()), Now: func() time.Time { return textNow }}
+	stdin.Narrow([]any{readerOf(func(*snapshot.Flow) bool { return true })})
+	err = stdin.Collect(context.Background(), s)
+	if want := fmt.Sprintf("stdin:%d: the flow tcp 10.244.2.50:1031 -> 10.96.20.21:80 is listed twice (entry %d and an earlier one)", dup+1, dup+1); err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("from stdin: %v; want an error beginning %q", err, want)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
