@@ -100,7 +100,7 @@ func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	// The hashes of the kept tuples, and no more: a listing of a million
 	// stale flows holds a million, and which entry listed the first of
 	// two is looked for again only when there are two (repeated).
-	tuples := map[uint64]struct{}{}
+	var tuples hashSet
 	seed := maphash.MakeSeed()
 	// A collection that fails leaves the collector as it was.
 	collected, was := false, f.gc.on
@@ -114,10 +114,9 @@ func (f *FileSource) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	judge := func(fl *snapshot.Flow, line int) error {
 		if keep(fl) {
 			k := tupleHash(seed, fl)
-			if _, ok := tuples[k]; ok {
+			if tuples.add(k) {
 				return &repeated{name: name, line: line, entry: n + 1, flow: describeTuple(fl), hash: k}
 			}
-			tuples[k] = struct{}{}
 			kept.Keep(fl)
 			if kept.Len() == manyKept {
 				// A listing of a node whose workloads all died: what is
