@@ -124,24 +124,59 @@ func (v *indexView) sort() {
 	slices.SortFunc(v.groups, func(a, b viewGroup) int { return bytes.Compare(a.backend[:], b.backend[:]) })
 }
 
+// lendMin is the size of a backend's store from which a pass that keeps
+// fewer than a quarter of its flows copies them rather than lending the
+// store: lent, a busy backend's store with a few stale flows among its
+// hundred thousand would be copied whole by the next event that touches
+// it, every pass.
+const lendMin = 1024
+
+// copies reports whether a pass that keeps n of a backend's total flows
+// copies them (into a table that takes copies) rather than lending them.
+func copies(into *snapshot.Conntrack, n, total int) bool {
+	return into != nil && total >= lendMin && 4*n < total
+}
+
 // lendSeeded lends the flows the last seed marked kept, as the dump read
 // them; after endSeed, complete or not (the records of earlier seeds
-// that an incomplete one could not sweep are not of its generation).
-func (ix *flowIndex) lendSeeded() *indexView {
+// that an incomplete one could not sweep are not of its generation). Of
+// a large store it keeps a few flows of, it copies those into into
+// instead, when into is not nil.
+func (ix *flowIndex) lendSeeded(into *snapshot.Conntrack) *indexView {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	gen := uint8(ix.gen)
 	v := &indexView{}
+	var f snapshot.Flow
 	for backend, b := range ix.byBackend {
 		n := 0
-		keptOf := func(r indexRecord) {
-			if r.flags&recordKept != 0 && r.gen == gen {
+		lends := func(r indexRecord) bool { return r.flags&recordKept != 0 && r.gen == gen }
+		b.v4.each(func(_ key4, r indexRecord) {
+			if lends(r) {
 				n++
 			}
-		}
-		b.v4.each(func(_ key4, r indexRecord) { keptOf(r) })
-		b.v6.each(func(_ key6, r indexRecord) { keptOf(r) })
-		if n > 0 {
+		})
+		b.v6.each(func(_ key6, r indexRecord) {
+			if lends(r) {
+				n++
+			}
+		})
+		switch {
+		case n == 0:
+		case copies(into, n, b.len()):
+			b.v4.each(func(k key4, r indexRecord) {
+				if lends(r) {
+					b.join4(backend, k, r, &f)
+					into.Keep(&f)
+				}
+			})
+			b.v6.each(func(k key6, r indexRecord) {
+				if lends(r) {
+					b.join6(backend, k, r, &f)
+					into.Keep(&f)
+				}
+			})
+		default:
 			v.lend(backend, ix.compactLocked(backend, b), n, int16(gen))
 		}
 	}
@@ -150,51 +185,73 @@ func (ix *flowIndex) lendSeeded() *indexView {
 }
 
 // lendJudged judges with keep every indexed flow to backends (every
-// indexed flow when all is true), marks those it keeps, and lends them.
-// keep is called under the index's lock: it must not call the index.
-func (ix *flowIndex) lendJudged(backends []netip.Addr, all bool, keep func(*snapshot.Flow) bool) *indexView {
+// indexed flow when all is true), marks those it keeps, and lends them;
+// of a large store it keeps a few flows of, it copies those into into
+// instead, when into is not nil. keep is called under the index's lock:
+// it must not call the index.
+func (ix *flowIndex) lendJudged(backends []netip.Addr, all bool, keep func(*snapshot.Flow) bool, into *snapshot.Conntrack) *indexView {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	v := &indexView{}
 	var f snapshot.Flow
-	var flips []int
+	var kept []bool
 	visit := func(backend [16]byte, b *backendFlows) {
 		b = ix.compactLocked(backend, b)
+		n4 := len(b.v4.base)
+		kept = slices.Grow(kept[:0], b.len())
 		n := 0
-		flips = flips[:0]
-		judge := func(i int, r indexRecord) {
+		for _, e := range b.v4.base {
+			b.join4(backend, e.k, e.r, &f)
 			k := keep(&f)
+			kept = append(kept, k)
 			if k {
 				n++
 			}
-			if k != (r.flags&recordKept != 0) {
-				flips = append(flips, i)
-			}
 		}
-		for i, e := range b.v4.base {
-			b.join4(backend, e.k, e.r, &f)
-			judge(i, e.r)
-		}
-		n4 := len(b.v4.base)
 		if b.v6 != nil {
-			for i, e := range b.v6.base {
+			for _, e := range b.v6.base {
 				b.join6(backend, e.k, e.r, &f)
-				judge(n4+i, e.r)
-			}
-		}
-		if len(flips) > 0 {
-			b = ix.own(backend, b)
-			for _, i := range flips {
-				if i < n4 {
-					b.v4.base[i].r.flags ^= recordKept
-				} else {
-					b.v6.base[i-n4].r.flags ^= recordKept
+				k := keep(&f)
+				kept = append(kept, k)
+				if k {
+					n++
 				}
 			}
 		}
-		if n > 0 {
-			v.lend(backend, b, n, anyGen)
+		if n == 0 {
+			return
 		}
+		record := func(i int) *indexRecord {
+			if i < n4 {
+				return &b.v4.base[i].r
+			}
+			return &b.v6.base[i-n4].r
+		}
+		if copies(into, n, len(kept)) {
+			for i, k := range kept {
+				if k {
+					if i < n4 {
+						b.join4(backend, b.v4.base[i].k, b.v4.base[i].r, &f)
+					} else {
+						b.join6(backend, b.v6.base[i-n4].k, b.v6.base[i-n4].r, &f)
+					}
+					into.Keep(&f)
+				}
+			}
+			return
+		}
+		for i, k := range kept {
+			if k != (record(i).flags&recordKept != 0) {
+				b = ix.own(backend, b)
+				break
+			}
+		}
+		for i, k := range kept {
+			if r := record(i); k != (r.flags&recordKept != 0) {
+				r.flags ^= recordKept
+			}
+		}
+		v.lend(backend, b, n, anyGen)
 	}
 	if all {
 		for backend, b := range ix.byBackend {

@@ -51,7 +51,7 @@ func TestLentFlowsStayAsThePassReadThem(t *testing.T) {
 		}
 	}
 	ix.endSeed(true)
-	v := ix.lendSeeded()
+	v := ix.lendSeeded(nil)
 	first := viewFlows(v)
 	if v.Len() != 5 || !slices.Equal(ids(first[b9]), []uint32{1, 3, 5}) || !slices.Equal(ids(first[b7]), []uint32{11, 13}) {
 		t.Fatalf("lent %d flows: %v; want the odd IDs", v.Len(), first)
@@ -64,7 +64,7 @@ func TestLentFlowsStayAsThePassReadThem(t *testing.T) {
 	ix.apply(Event{Type: EventNew, Flow: flowTo("10.244.0.5", 31)})
 	// A pass judges every flow again, keeping others.
 	even := func(f *snapshot.Flow) bool { return f.ID%2 == 0 }
-	second := viewFlows(ix.lendJudged(nil, true, even))
+	second := viewFlows(ix.lendJudged(nil, true, even, nil))
 	if !slices.Equal(ids(second[b9]), []uint32{2, 4, 6}) || len(second[b7]) != 1 || len(second[netip.MustParseAddr("10.244.0.5")]) != 0 {
 		t.Errorf("a judged pass lent %v; want the even IDs", second)
 	}
@@ -110,7 +110,7 @@ func TestLentSelections(t *testing.T) {
 	}
 	ix.endSeed(true)
 	c := &snapshot.Conntrack{}
-	c.Lend(ix.lendSeeded())
+	c.Lend(ix.lendSeeded(nil))
 	if c.Len() != 7 {
 		t.Fatalf("lent %d flows, want 7", c.Len())
 	}
@@ -139,5 +139,45 @@ func TestLentSelections(t *testing.T) {
 		if !slices.Equal(got, tc.want) || tc.sel.Backend() != netip.MustParseAddr("10.244.0.9") {
 			t.Errorf("selection gave %v of %v, want %v", got, tc.sel.Backend(), tc.want)
 		}
+	}
+}
+
+// A busy backend's store with a few stale flows among its thousands is
+// not lent: its few flows are copied, so that the next event to it does
+// not copy the whole store, every pass. A store the pass keeps most of is
+// lent, whatever its size.
+func TestFewOfABusyBackendAreCopied(t *testing.T) {
+	busy, dead := netip.MustParseAddr("10.244.0.9"), netip.MustParseAddr("10.244.0.7")
+	ix := newFlowIndex(nil)
+	stale := func(f *snapshot.Flow) bool { return f.Reply.Src == dead || f.ID%1000 == 0 }
+	ix.beginSeed()
+	for p := uint16(1); p <= 2*lendMin; p++ {
+		f := flowTo(busy.String(), p)
+		ix.seed(&f, stale)
+		g := flowTo(dead.String(), p)
+		ix.seed(&g, stale)
+	}
+	ix.endSeed(true)
+	for _, pass := range []struct {
+		name string
+		lend func(into *snapshot.Conntrack) *indexView
+	}{
+		{"seeded", ix.lendSeeded},
+		{"judged", func(into *snapshot.Conntrack) *indexView { return ix.lendJudged(nil, true, stale, into) }},
+	} {
+		c := &snapshot.Conntrack{}
+		c.Lend(pass.lend(c))
+		got := map[netip.Addr]int{}
+		for f := range c.All() {
+			got[f.Reply.Src]++
+		}
+		if got[busy] != 2 || got[dead] != 2*lendMin || c.Len() != 2+2*lendMin {
+			t.Errorf("%s: kept %v (%d); want the busy backend's 2 stale flows and the dead one's %d", pass.name, got, c.Len(), 2*lendMin)
+		}
+		ix.mu.Lock()
+		if ix.byBackend[busy.As16()].lent || !ix.byBackend[dead.As16()].lent {
+			t.Errorf("%s: the busy backend's store lent %v, the dead one's %v; want only the dead one's", pass.name, ix.byBackend[busy.As16()].lent, ix.byBackend[dead.As16()].lent)
+		}
+		ix.mu.Unlock()
 	}
 }

@@ -360,8 +360,12 @@ func (w *Watch) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 			return err
 		}
 		kept.Seen = n
-		if w.Events != nil {
-			kept = lendTo(kept, w.index.lendSeeded())
+		switch {
+		case w.Events == nil:
+		case kept.Len() == 0:
+			kept.Lend(w.index.lendSeeded(kept))
+		default:
+			kept = withCopies(kept, w.index.lendSeeded(nil))
 		}
 		// A full dump streams the whole table through memory: give what
 		// it and the audit that reads it leave behind back to the node
@@ -389,7 +393,7 @@ func (w *Watch) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 		} else {
 			w.index.takeDirty()
 		}
-		kept.Lend(w.index.lendJudged(cands, all, keep))
+		kept.Lend(w.index.lendJudged(cands, all, keep, kept))
 	}
 	w.lastLocal = slices.Clone(s.LocalAddresses)
 	w.suspects = w.suspects[:0]
@@ -409,15 +413,11 @@ func (w *Watch) Collect(ctx context.Context, s *snapshot.Snapshot) error {
 	return nil
 }
 
-// lendTo returns kept with the flows of v lent to it; or, when kept holds
-// copies already (flows the index does not hold, which the rules kept:
-// only a rule that reads every flow keeps those), a table that holds
-// copies of both, so that a backend's flows stay together.
-func lendTo(kept *snapshot.Conntrack, v *indexView) *snapshot.Conntrack {
-	if kept.Len() == 0 {
-		kept.Lend(v)
-		return kept
-	}
+// withCopies returns a table that holds copies of the flows of kept and of
+// v: kept holds copies already (flows the index does not hold, which the
+// rules kept: only a rule that reads every flow keeps those), and a
+// backend's flows must stay together.
+func withCopies(kept *snapshot.Conntrack, v *indexView) *snapshot.Conntrack {
 	all := &snapshot.Conntrack{Seen: kept.Seen}
 	for f := range kept.All() {
 		all.Keep(f)
