@@ -208,6 +208,27 @@ func appendDeleteRequest(b []byte, seq uint32, f *snapshot.Flow) ([]byte, error)
 	return appendEntryRequest(b, ctMsgTypeDelete, seq, f, f.ID)
 }
 
+// appendDeleteJudgedRequest encodes IPCTNL_MSG_CT_DELETE for the one
+// entry whose reply tuple is f's, in f's zone, with f's ID (DeleteJudged).
+func appendDeleteJudgedRequest(b []byte, seq uint32, f *snapshot.Flow) ([]byte, error) {
+	if f.ID == 0 {
+		return b, errors.New("no conntrack ID: the entry judged cannot be told from one that replaced it")
+	}
+	family, err := flowFamily(&snapshot.Flow{Orig: snapshot.Tuple{Src: f.Reply.Dst, Dst: f.Reply.Src}, Reply: f.Reply})
+	if err != nil {
+		return b, errors.New("the reply addresses must both be IPv4 or both IPv6")
+	}
+	start := len(b)
+	b = appendMsgHeader(b, ctMsgTypeDelete, nlmFRequest|nlmFAck, seq)
+	b = appendNfgen(b, family)
+	b = appendTuple(b, ctaTupleReply, &f.Reply, f.Proto)
+	if f.Zone != 0 {
+		b = appendBE16(b, ctaZone, f.Zone)
+	}
+	b = appendBE32(b, ctaID, f.ID)
+	return finishMsg(b, start), nil
+}
+
 // appendGetRequest encodes IPCTNL_MSG_CT_GET without NLM_F_DUMP, as
 // `conntrack -G` sends it, for the entry with f's original tuple in f's
 // zone. The kernel answers with the entry, then the acknowledgement.

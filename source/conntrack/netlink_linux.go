@@ -388,6 +388,30 @@ func (c *Conn) Delete(f *snapshot.Flow) error {
 	return nil
 }
 
+// DeleteJudged removes the entry f was read as, and no other: the one
+// whose reply tuple (in f's zone) is f's, and only if it still has f's ID.
+// The kernel looks the tuple up among the tuples of both directions and
+// refuses a delete whose ID is not the entry's (ctnetlink_del_conntrack).
+// An entry that replaced f since it was read (a client that reconnected
+// from the same port, translated to another backend) has another reply
+// tuple, so it is not found, even when it has f's ID: the kernel derives
+// the ID from the entry's address and original tuple, both of which a
+// replacement may share (Delete, which names the original tuple, relies
+// on a read-back to tell them apart). f.ID must not be 0. An entry that
+// is gone, or replaced, gives an error wrapping syscall.ENOENT.
+func (c *Conn) DeleteJudged(f *snapshot.Flow) error {
+	seq := c.nextSeq()
+	req, err := appendDeleteJudgedRequest(c.req[:0], seq, f)
+	c.req = req[:0]
+	if err == nil {
+		err = c.request(req, seq)
+	}
+	if err != nil {
+		return fmt.Errorf("conntrack: delete %v as judged: %w", f, err)
+	}
+	return nil
+}
+
 // Get asks the kernel for the one entry whose original tuple (in f's zone)
 // is f's, as `conntrack -G` does, and returns it as it is now, decoded as a
 // dumped entry is. Only f's protocol, original tuple and zone are read. It

@@ -474,6 +474,90 @@ func TestDelete(t *testing.T) {
 	}
 }
 
+// DeleteJudged names the entry by its reply tuple, its zone and its ID:
+// it removes the entry that was judged and no other. A client that
+// reconnects from the same port to the same Service makes an entry with
+// the same original tuple, translated to a live backend: its reply tuple
+// is another, so it is not found, even with the ID of the entry judged
+// (the kernel may give a replacement the same ID when it reuses the old
+// entry's memory: the ID hashes the entry's address and original tuple).
+// Delete, which names the original tuple, removes the reconnect then.
+func TestDeleteJudgedSparesAReconnect(t *testing.T) {
+	t.Parallel()
+	inNewNetns(t)
+	c := open(t)
+	judged := snapshot.Flow{Proto: snapshot.ProtoTCP, State: "ESTABLISHED", Status: assuredReplied, Timeout: 500,
+		Orig: tuple("10.4.0.1", "10.96.4.4", 33000, 80), Reply: tuple("10.4.9.9", "10.4.0.1", 8080, 33000)}
+	otherZone := judged // the same tuples in another zone: another entry
+	otherZone.Zone = 5
+	v6 := snapshot.Flow{Proto: snapshot.ProtoUDP, Timeout: 500,
+		Orig: tuple("fd04::1", "fd04::96", 5353, 53), Reply: tuple("fd04::9", "fd04::1", 53, 5353)}
+	create(t, c, []snapshot.Flow{judged, otherZone, v6})
+	before := dumpAll(t, c)
+	read := before[keyOf(&judged)]
+
+	// The client reconnects from the same port: the judged entry goes,
+	// and the new one is translated to a live backend.
+	if err := c.Delete(&read); err != nil {
+		t.Fatal(err)
+	}
+	reconnect := judged
+	reconnect.Reply.Src = netip.MustParseAddr("10.4.9.10")
+	create(t, c, []snapshot.Flow{reconnect})
+	now := dumpAll(t, c)[keyOf(&judged)]
+	if now.Reply != reconnect.Reply {
+		t.Fatalf("the reconnect reads %v", now.Reply)
+	}
+	for _, id := range []uint32{read.ID, now.ID} {
+		gone := read
+		gone.ID = id
+		if err := c.DeleteJudged(&gone); !errors.Is(err, syscall.ENOENT) {
+			t.Fatalf("deleting the judged entry, replaced, with ID %d (the reconnect's: %d): %v, want ENOENT", id, now.ID, err)
+		}
+		if got, ok := dumpAll(t, c)[keyOf(&judged)]; !ok || got.ID != now.ID {
+			t.Fatalf("the reconnect is gone or replaced after deleting the judged entry with ID %d", id)
+		}
+	}
+	// What DeleteJudged spares, Delete removes when the IDs collide.
+	collide := read
+	collide.ID = now.ID
+	if err := c.Delete(&collide); err != nil {
+		t.Fatalf("delete by the original tuple with the reconnect's ID: %v", err)
+	}
+	if _, ok := dumpAll(t, c)[keyOf(&judged)]; ok {
+		t.Fatal("delete by the original tuple with the reconnect's ID left it")
+	}
+
+	// The entry judged, as read, is deleted: in its zone only (the same
+	// tuples in zone 0 stay until named), IPv6 too.
+	create(t, c, []snapshot.Flow{judged})
+	zone0 := dumpAll(t, c)[keyOf(&judged)]
+	for _, f := range []snapshot.Flow{before[keyOf(&otherZone)], zone0, before[keyOf(&v6)]} {
+		if err := c.DeleteJudged(&f); err != nil {
+			t.Fatalf("deleting %v (zone %d) as judged: %v", &f, f.Zone, err)
+		}
+		if _, ok := dumpAll(t, c)[keyOf(&f)]; ok {
+			t.Fatalf("%v (zone %d) is still there", &f, f.Zone)
+		}
+		if f.Zone == 5 {
+			if got, ok := dumpAll(t, c)[keyOf(&zone0)]; !ok || got.ID != zone0.ID {
+				t.Fatal("deleting the entry of zone 5 removed its twin of zone 0")
+			}
+		}
+		if err := c.DeleteJudged(&f); !errors.Is(err, syscall.ENOENT) {
+			t.Errorf("deleting %v again: %v, want ENOENT", &f, err)
+		}
+	}
+	if left := dumpAll(t, c); len(left) != 0 {
+		t.Errorf("%d entries left, want none", len(left))
+	}
+	noID := read
+	noID.ID = 0
+	if err := c.DeleteJudged(&noID); err == nil || errors.Is(err, syscall.ENOENT) {
+		t.Errorf("deleting without an ID: %v, want a refusal", err)
+	}
+}
+
 func TestKernelSource(t *testing.T) {
 	t.Parallel()
 	inNewNetns(t)
