@@ -49,7 +49,8 @@ func (d *timedDeleter) Dump(ctx context.Context, fn func(*snapshot.Flow) error) 
 	return d.conn.Dump(ctx, fn)
 }
 
-// Get reads the entry back, as the remedy does right before each delete.
+// Get reads the entry back, as the remedy does when a delete as judged
+// finds nothing (to tell gone from replaced), and in a dry run.
 func (d *timedDeleter) Get(f *snapshot.Flow) (snapshot.Flow, error) { return d.conn.Get(f) }
 
 func (d *timedDeleter) Delete(f *snapshot.Flow) error {
@@ -68,6 +69,17 @@ func (d *timedDeleter) GetEach(fs []snapshot.Flow, fn func(int, snapshot.Flow, e
 
 func (d *timedDeleter) DeleteEach(fs []snapshot.Flow, fn func(int, error)) error {
 	return d.conn.DeleteEach(fs, func(i int, err error) {
+		if err == nil {
+			d.deleted(&fs[i])
+		}
+		fn(i, err)
+	})
+}
+
+// DeleteJudgedEach deletes many entries a system call as they were
+// judged (by reply tuple, zone and ID), as the agent's table does.
+func (d *timedDeleter) DeleteJudgedEach(fs []snapshot.Flow, fn func(int, error)) error {
+	return d.conn.DeleteJudgedEach(fs, func(i int, err error) {
 		if err == nil {
 			d.deleted(&fs[i])
 		}

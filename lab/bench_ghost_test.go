@@ -170,6 +170,17 @@ func (t *countingTable) DeleteEach(fs []snapshot.Flow, fn func(int, error)) erro
 	})
 }
 
+// DeleteJudgedEach counts as Delete does: the remedy deletes as judged
+// when the table can.
+func (t *countingTable) DeleteJudgedEach(fs []snapshot.Flow, fn func(int, error)) error {
+	return t.Conn.DeleteJudgedEach(fs, func(i int, err error) {
+		if err == nil {
+			t.deleted.Add(1)
+		}
+		fn(i, err)
+	})
+}
+
 // ghostClear runs the agent, as `ghostwatch agent --remedy=stale-nat-flow
 // --grace=1s --max-flows-per-backend=N` builds it, until it has deleted
 // GHOSTWATCH_BENCH_GHOST_FLOWS flows.

@@ -58,19 +58,33 @@ type FlowBatchTable interface {
 	DeleteEach(fs []snapshot.Flow, fn func(i int, err error)) error
 }
 
+// FlowJudgedTable deletes entries as they were judged: by reply tuple,
+// zone and ID, which names the entry judged and no other (a client that
+// reconnected from the same port has another reply tuple), so that no
+// read-back is needed first (conntrack.Watch is one).
+type FlowJudgedTable interface {
+	FlowTable
+	// DeleteJudgedEach deletes each of fs as it was judged and calls fn
+	// with each outcome, in order: an error wrapping syscall.ENOENT for
+	// an entry gone or replaced.
+	DeleteJudgedEach(fs []snapshot.Flow, fn func(i int, err error)) error
+}
+
 // flowBatch is how many flows a FlowBatchTable reads back, then deletes,
 // at a time: the time between an entry's read-back and its delete stays
 // under a millisecond or two.
 const flowBatch = 256
 
 // ActEach deletes each flow of the target that the kernel still holds as
-// it was judged: the entry read back by its tuple must have the same
-// conntrack ID and the same translation. An entry whose ID is unknown is
-// left alone: the delete could hit a newer connection that reuses the
-// tuple. With dryRun it reads each back and deletes nothing. A
-// FlowBatchTable reads back flowBatch entries, then deletes those that
-// passed, a few system calls for each batch; the kernel deletes an entry
-// only if it still has the ID read back.
+// it was judged: the same conntrack ID and the same translation. A
+// FlowJudgedTable deletes flowBatch entries a system call by their reply
+// tuple, zone and ID, which only the entry judged has, and reads back only
+// those the kernel did not find, to tell one gone from one replaced.
+// Another table reads each entry back by its tuple, then deletes it by
+// tuple and ID when the read-back has the same ID and translation (a
+// FlowBatchTable flowBatch entries at a time). An entry whose ID is
+// unknown is left alone: the delete could hit a newer connection that
+// reuses the tuple. With dryRun it reads each back and deletes nothing.
 func (fl *Flows) ActEach(ctx context.Context, t finding.Target, dryRun bool) Tally {
 	var tl Tally
 	ft, ok := t.(*finding.FlowTarget)
@@ -79,6 +93,8 @@ func (fl *Flows) ActEach(ctx context.Context, t finding.Target, dryRun bool) Tal
 		return tl
 	}
 	bt, batched := fl.Table.(FlowBatchTable)
+	jt, judged := fl.Table.(FlowJudgedTable)
+	judged = judged && !dryRun
 	var chunk, passed []snapshot.Flow
 	flush := func() {
 		if len(chunk) == 0 {
@@ -91,6 +107,33 @@ func (fl *Flows) ActEach(ctx context.Context, t finding.Target, dryRun bool) Tal
 			return
 		}
 		passed = passed[:0]
+		if judged {
+			// One system call for the batch; those the kernel did not
+			// find as judged are read back, to tell gone from replaced.
+			jt.DeleteJudgedEach(chunk, func(i int, err error) {
+				if errors.Is(err, syscall.ENOENT) {
+					passed = append(passed, chunk[i])
+					return
+				}
+				tl.deleted(&chunk[i], err)
+			})
+			refused := func(want *snapshot.Flow, got snapshot.Flow, err error) {
+				if tl.readBack(want, got, err) {
+					// There as judged, yet not deleted as judged.
+					tl.Failed++
+					tl.note(fmt.Sprintf("deleting %s: the kernel did not find it by its reply tuple and ID, yet holds it", want))
+				}
+			}
+			if batched {
+				bt.GetEach(passed, func(i int, got snapshot.Flow, err error) { refused(&passed[i], got, err) })
+				return
+			}
+			for i := range passed {
+				got, err := fl.Table.Get(&passed[i])
+				refused(&passed[i], got, err)
+			}
+			return
+		}
 		bt.GetEach(chunk, func(i int, got snapshot.Flow, err error) {
 			if tl.readBack(&chunk[i], got, err) {
 				passed = append(passed, chunk[i])
@@ -113,7 +156,7 @@ func (fl *Flows) ActEach(ctx context.Context, t finding.Target, dryRun bool) Tal
 			tl.note(fmt.Sprintf("%s: its conntrack ID is unknown, so a newer entry with the same tuple could not be told apart", want))
 			continue
 		}
-		if batched {
+		if batched || judged {
 			chunk = append(chunk, *want)
 			if len(chunk) == flowBatch {
 				flush()

@@ -2,7 +2,9 @@ package remedy
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
+	"syscall"
 	"testing"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
@@ -30,6 +32,32 @@ func (t *batchTable) DeleteEach(fs []snapshot.Flow, fn func(int, error)) error {
 		fn(i, t.Delete(&fs[i]))
 	}
 	return nil
+}
+
+// judgedTable is a batchTable that deletes entries as they were judged, as
+// conntrack.Watch does over netlink (by reply tuple, zone and ID: an
+// entry replaced, or translated elsewhere, is not found), and counts the
+// entries it reads back.
+type judgedTable struct {
+	*batchTable
+	judged, readBack int
+}
+
+func (t *judgedTable) DeleteJudgedEach(fs []snapshot.Flow, fn func(int, error)) error {
+	t.judged++
+	for i := range fs {
+		if got, ok := t.flows[fs[i].Orig]; !ok || got.ID != fs[i].ID || got.Reply != fs[i].Reply {
+			fn(i, fmt.Errorf("delete as judged: %w", syscall.ENOENT))
+			continue
+		}
+		fn(i, t.Delete(&fs[i]))
+	}
+	return nil
+}
+
+func (t *judgedTable) GetEach(fs []snapshot.Flow, fn func(int, snapshot.Flow, error)) error {
+	t.readBack += len(fs)
+	return t.batchTable.GetEach(fs, fn)
 }
 
 // A table that batches gets the same outcome, flow by flow, as one that
@@ -78,6 +106,25 @@ func TestActEachBatchesAsItActsOneByOne(t *testing.T) {
 		}
 		if wantBatches := 4; many.gets != wantBatches || (!dry && many.deletes != wantBatches) || (dry && many.deletes != 0) {
 			t.Errorf("dry run %v: %d read-back batches and %d delete batches, want %d each (none deleting in a dry run)", dry, many.gets, many.deletes, wantBatches)
+		}
+	}
+
+	// A table that deletes as judged gets the same outcome too, in one
+	// system call a batch: it reads back only the entries it did not
+	// find, to tell gone from replaced. A dry run reads each back.
+	for _, dry := range []bool{false, true} {
+		want := (&Flows{Table: kernel()}).ActEach(context.Background(), target, dry)
+		j := &judgedTable{batchTable: &batchTable{fakeTable: kernel()}}
+		got := (&Flows{Table: j}).ActEach(context.Background(), target, dry)
+		if got != want {
+			t.Errorf("dry run %v: deleted as judged %+v, one by one %+v", dry, got, want)
+		}
+		switch {
+		case !dry && (j.judged != 4 || j.deletes != 0 || j.readBack != want.Gone+want.Changed-1):
+			// The flow without an ID is counted changed, and not asked.
+			t.Errorf("%d batches deleted as judged, %d by tuple, %d entries read back; want 4, 0 and the %d gone or replaced", j.judged, j.deletes, j.readBack, want.Gone+want.Changed-1)
+		case dry && (j.judged != 0 || len(j.deleted) != 0 || j.readBack != len(flows)-1):
+			t.Errorf("dry run: %d batches deleted as judged, %d entries deleted, %d read back; want none, none and every flow with an ID", j.judged, len(j.deleted), j.readBack)
 		}
 	}
 

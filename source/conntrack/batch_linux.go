@@ -21,7 +21,7 @@ const maxBatch = 256
 // itself is passed to fn for every entry it left unanswered, and returned.
 // fn must not use c: the answers still to come are queued on its socket.
 func (c *Conn) GetEach(fs []snapshot.Flow, fn func(i int, got snapshot.Flow, err error)) error {
-	return c.each(fs, true, fn)
+	return c.each(fs, opGet, fn)
 }
 
 // DeleteEach deletes every entry of fs as Delete does (by original tuple
@@ -31,22 +31,36 @@ func (c *Conn) GetEach(fs []snapshot.Flow, fn func(i int, got snapshot.Flow, err
 // returned: such an entry may or may not have been deleted. fn must not
 // use c.
 func (c *Conn) DeleteEach(fs []snapshot.Flow, fn func(i int, err error)) error {
-	return c.each(fs, false, func(i int, _ snapshot.Flow, err error) { fn(i, err) })
+	return c.each(fs, opDelete, func(i int, _ snapshot.Flow, err error) { fn(i, err) })
 }
 
-func (c *Conn) each(fs []snapshot.Flow, get bool, fn func(int, snapshot.Flow, error)) error {
+// DeleteJudgedEach deletes every entry of fs as DeleteJudged does (by
+// reply tuple, zone and ID), maxBatch a system call, and calls fn with
+// each outcome, in the order of fs, as DeleteEach does.
+func (c *Conn) DeleteJudgedEach(fs []snapshot.Flow, fn func(i int, err error)) error {
+	return c.each(fs, opDeleteJudged, func(i int, _ snapshot.Flow, err error) { fn(i, err) })
+}
+
+// entryOp is what each asks of each entry.
+type entryOp int
+
+const (
+	opGet entryOp = iota
+	opDelete
+	opDeleteJudged
+)
+
+func (c *Conn) each(fs []snapshot.Flow, op entryOp, fn func(int, snapshot.Flow, error)) error {
 	if len(fs) == 0 {
 		return nil
 	}
-	what := "delete"
-	if get {
-		what = "get"
-	}
+	get := op == opGet
+	what := map[entryOp]string{opGet: "get", opDelete: "delete", opDeleteJudged: "delete as judged"}[op]
 	wrap := func(i int, err error) error {
 		if get {
 			return getError(&fs[i], err)
 		}
-		return fmt.Errorf("conntrack: delete %v: %w", &fs[i], err)
+		return fmt.Errorf("conntrack: %s %v: %w", what, &fs[i], err)
 	}
 	if err := c.drain(); err != nil {
 		for i := range fs {
@@ -70,10 +84,13 @@ func (c *Conn) each(fs []snapshot.Flow, get bool, fn func(int, snapshot.Flow, er
 			found[j], done[j] = false, false
 			seq := c.nextSeq()
 			var err error
-			if get {
+			switch op {
+			case opGet:
 				buf, err = appendGetRequest(buf, seq, &chunk[j])
-			} else {
+			case opDelete:
 				buf, err = appendDeleteRequest(buf, seq, &chunk[j])
+			default:
+				buf, err = appendDeleteJudgedRequest(buf, seq, &chunk[j])
 			}
 			if err != nil {
 				done[j] = true

@@ -407,7 +407,7 @@ func (c *Conn) DeleteJudged(f *snapshot.Flow) error {
 		err = c.request(req, seq)
 	}
 	if err != nil {
-		return fmt.Errorf("conntrack: delete %v as judged: %w", f, err)
+		return fmt.Errorf("conntrack: delete as judged %v: %w", f, err)
 	}
 	return nil
 }

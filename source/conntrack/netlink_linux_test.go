@@ -551,6 +551,26 @@ func TestDeleteJudgedSparesAReconnect(t *testing.T) {
 	if left := dumpAll(t, c); len(left) != 0 {
 		t.Errorf("%d entries left, want none", len(left))
 	}
+
+	// In a batch, each entry answers for itself: the one gone, the one
+	// replaced by a reconnect, the one there as judged.
+	create(t, c, []snapshot.Flow{judged, otherZone})
+	batch := dumpAll(t, c)
+	replaced := batch[keyOf(&judged)]
+	if err := c.Delete(&replaced); err != nil {
+		t.Fatal(err)
+	}
+	create(t, c, []snapshot.Flow{reconnect})
+	var outcomes []error
+	err := c.DeleteJudgedEach([]snapshot.Flow{before[keyOf(&v6)], batch[keyOf(&otherZone)], replaced}, func(_ int, err error) {
+		outcomes = append(outcomes, err)
+	})
+	if err != nil || len(outcomes) != 3 || !errors.Is(outcomes[0], syscall.ENOENT) || outcomes[1] != nil || !errors.Is(outcomes[2], syscall.ENOENT) {
+		t.Errorf("a batch of one gone, one there, one replaced: %v, %v", outcomes, err)
+	}
+	if left := dumpAll(t, c); len(left) != 1 || left[keyOf(&reconnect)].Reply != reconnect.Reply {
+		t.Errorf("left %v, want only the reconnect", left)
+	}
 	noID := read
 	noID.ID = 0
 	if err := c.DeleteJudged(&noID); err == nil || errors.Is(err, syscall.ENOENT) {

@@ -54,3 +54,13 @@ func (c *Conn) DeleteEach(fs []snapshot.Flow, fn func(int, error)) error {
 	}
 	return errNoNetlink
 }
+
+// DeleteJudged returns an error wrapping source.ErrUnsupported outside
+// Linux.
+func (c *Conn) DeleteJudged(f *snapshot.Flow) error { return errNoNetlink }
+
+// DeleteJudgedEach passes an error wrapping source.ErrUnsupported for
+// every entry outside Linux, and returns it.
+func (c *Conn) DeleteJudgedEach(fs []snapshot.Flow, fn func(int, error)) error {
+	return c.DeleteEach(fs, fn)
+}

@@ -44,6 +44,12 @@ type Batcher interface {
 	DeleteEach(fs []snapshot.Flow, fn func(i int, err error)) error
 }
 
+// JudgedDeleter deletes entries as they were judged: by reply tuple, zone
+// and ID (Conn.DeleteJudged), many a system call.
+type JudgedDeleter interface {
+	DeleteJudgedEach(fs []snapshot.Flow, fn func(i int, err error)) error
+}
+
 // EventStream streams a table's new and destroy events: a Subscription.
 type EventStream interface {
 	Run(ctx context.Context, fn func(Event) error) error
@@ -522,6 +528,37 @@ func (w *Watch) GetEach(fs []snapshot.Flow, fn func(i int, got snapshot.Flow, er
 	for i := range fs {
 		got, err := w.Table.Get(&fs[i])
 		seen(i, got, err)
+	}
+	return nil
+}
+
+// DeleteJudgedEach deletes each of fs as it was judged, and no other
+// entry: by its reply tuple, zone and ID (Conn.DeleteJudged), many a
+// system call, when the table is a JudgedDeleter; else each read back and
+// deleted by its original tuple and ID only when it still has f's ID and
+// reply tuple. An entry gone or replaced gives an error wrapping
+// syscall.ENOENT. Each deleted or gone entry leaves the index.
+func (w *Watch) DeleteJudgedEach(fs []snapshot.Flow, fn func(i int, err error)) error {
+	defer w.count()
+	deleted := func(i int, err error) {
+		if (err == nil || errors.Is(err, syscall.ENOENT)) && w.index != nil {
+			w.index.forget(&fs[i])
+		}
+		fn(i, err)
+	}
+	if jd, ok := w.Table.(JudgedDeleter); ok {
+		return jd.DeleteJudgedEach(fs, deleted)
+	}
+	for i := range fs {
+		got, err := w.Table.Get(&fs[i])
+		switch {
+		case err != nil:
+		case got.ID != fs[i].ID || got.Reply != fs[i].Reply:
+			err = fmt.Errorf("conntrack: delete as judged %v: replaced: %w", &fs[i], syscall.ENOENT)
+		default:
+			err = w.Table.Delete(&fs[i])
+		}
+		deleted(i, err)
 	}
 	return nil
 }
