@@ -12,6 +12,13 @@ import (
 	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
+// gcPercent returns the garbage collector's percent (GOGC) now.
+func gcPercent() int {
+	p := debug.SetGCPercent(-1)
+	debug.SetGCPercent(p)
+	return p
+}
+
 // While passes keep many flows (a node whose workloads all died), the
 // garbage collector runs eagerly, so that the heap does not grow to twice
 // what they keep between collections; once they keep few again it runs
@@ -19,11 +26,6 @@ import (
 func TestManyKeptFlowsMakeTheCollectorEager(t *testing.T) {
 	old := debug.SetGCPercent(100)
 	defer debug.SetGCPercent(old)
-	gc := func() int {
-		p := debug.SetGCPercent(-1)
-		debug.SetGCPercent(p)
-		return p
-	}
 	many := make(listTable, manyKept)
 	for i := range many {
 		many[i] = staleFlow()
@@ -41,8 +43,8 @@ func TestManyKeptFlowsMakeTheCollectorEager(t *testing.T) {
 		if err := w.Collect(context.Background(), s); err != nil {
 			t.Fatal(err)
 		}
-		if s.Conntrack.Len() != len(step.table) || gc() != step.want {
-			t.Errorf("a pass that kept %d flows: GC percent %d, want %d", s.Conntrack.Len(), gc(), step.want)
+		if s.Conntrack.Len() != len(step.table) || gcPercent() != step.want {
+			t.Errorf("a pass that kept %d flows: GC percent %d, want %d", s.Conntrack.Len(), gcPercent(), step.want)
 		}
 	}
 }
@@ -55,11 +57,6 @@ func TestManyKeptFlowsMakeTheCollectorEager(t *testing.T) {
 func TestManyKeptListingLeavesTheCollectorEager(t *testing.T) {
 	old := debug.SetGCPercent(100)
 	defer debug.SetGCPercent(old)
-	gc := func() int {
-		p := debug.SetGCPercent(-1)
-		debug.SetGCPercent(p)
-		return p
-	}
 	listing := func(n int) string {
 		var b strings.Builder
 		w := NewTextWriter(&b, time.Time{})
@@ -91,7 +88,7 @@ func TestManyKeptListingLeavesTheCollectorEager(t *testing.T) {
 		if (err != nil) != (step.path == cut) {
 			t.Fatalf("%s: %v", step.path, err)
 		}
-		if got := gc(); got != step.want {
+		if got := gcPercent(); got != step.want {
 			t.Errorf("after a scan of %s (%v): GC percent %d, want %d", step.path, err, got, step.want)
 		}
 	}

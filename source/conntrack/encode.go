@@ -214,19 +214,7 @@ func appendDeleteJudgedRequest(b []byte, seq uint32, f *snapshot.Flow) ([]byte, 
 	if f.ID == 0 {
 		return b, errors.New("no conntrack ID: the entry judged cannot be told from one that replaced it")
 	}
-	family, err := flowFamily(&snapshot.Flow{Orig: snapshot.Tuple{Src: f.Reply.Dst, Dst: f.Reply.Src}, Reply: f.Reply})
-	if err != nil {
-		return b, errors.New("the reply addresses must both be IPv4 or both IPv6")
-	}
-	start := len(b)
-	b = appendMsgHeader(b, ctMsgTypeDelete, nlmFRequest|nlmFAck, seq)
-	b = appendNfgen(b, family)
-	b = appendTuple(b, ctaTupleReply, &f.Reply, f.Proto)
-	if f.Zone != 0 {
-		b = appendBE16(b, ctaZone, f.Zone)
-	}
-	b = appendBE32(b, ctaID, f.ID)
-	return finishMsg(b, start), nil
+	return appendTupleRequest(b, ctMsgTypeDelete, seq, f, ctaTupleReply, f.ID)
 }
 
 // appendGetRequest encodes IPCTNL_MSG_CT_GET without NLM_F_DUMP, as
@@ -239,14 +227,25 @@ func appendGetRequest(b []byte, seq uint32, f *snapshot.Flow) ([]byte, error) {
 // appendEntryRequest encodes a request of type typ about the one entry
 // with f's original tuple in f's zone and, when id is not 0, that ID.
 func appendEntryRequest(b []byte, typ uint16, seq uint32, f *snapshot.Flow, id uint32) ([]byte, error) {
-	family, err := flowFamily(&snapshot.Flow{Orig: f.Orig, Reply: snapshot.Tuple{Src: f.Orig.Dst, Dst: f.Orig.Src}})
+	return appendTupleRequest(b, typ, seq, f, ctaTupleOrig, id)
+}
+
+// appendTupleRequest encodes a request of type typ about the one entry
+// with f's tuple of direction dir (ctaTupleOrig or ctaTupleReply) in f's
+// zone and, when id is not 0, that ID.
+func appendTupleRequest(b []byte, typ uint16, seq uint32, f *snapshot.Flow, dir uint16, id uint32) ([]byte, error) {
+	t, which := &f.Orig, "original"
+	if dir == ctaTupleReply {
+		t, which = &f.Reply, "reply"
+	}
+	family, err := flowFamily(&snapshot.Flow{Orig: *t, Reply: snapshot.Tuple{Src: t.Dst, Dst: t.Src}})
 	if err != nil {
-		return b, errors.New("the original addresses must both be IPv4 or both IPv6")
+		return b, fmt.Errorf("the %s addresses must both be IPv4 or both IPv6", which)
 	}
 	start := len(b)
 	b = appendMsgHeader(b, typ, nlmFRequest|nlmFAck, seq)
 	b = appendNfgen(b, family)
-	b = appendTuple(b, ctaTupleOrig, &f.Orig, f.Proto)
+	b = appendTuple(b, dir, t, f.Proto)
 	if f.Zone != 0 {
 		b = appendBE16(b, ctaZone, f.Zone)
 	}

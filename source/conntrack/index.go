@@ -495,7 +495,13 @@ func (ix *flowIndex) each(backends []netip.Addr, all bool, fn func(*snapshot.Flo
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	var f snapshot.Flow
-	visit := func(backend [16]byte, b *backendFlows) { b.each(backend, &f, fn) }
+	ix.visitLocked(backends, all, func(backend [16]byte, b *backendFlows) { b.each(backend, &f, fn) })
+}
+
+// visitLocked calls visit with the flows of each of backends the index
+// holds, once each (of every backend when all is true), under the index's
+// lock. visit may put another store in a backend's place (own).
+func (ix *flowIndex) visitLocked(backends []netip.Addr, all bool, visit func([16]byte, *backendFlows)) {
 	if all {
 		for backend, b := range ix.byBackend {
 			visit(backend, b)

@@ -253,23 +253,7 @@ func (ix *flowIndex) lendJudged(backends []netip.Addr, all bool, keep func(*snap
 		}
 		v.lend(backend, b, n, anyGen)
 	}
-	if all {
-		for backend, b := range ix.byBackend {
-			visit(backend, b)
-		}
-	} else {
-		seen := map[[16]byte]bool{}
-		for _, a := range backends {
-			backend := a.As16()
-			if seen[backend] {
-				continue
-			}
-			seen[backend] = true
-			if b := ix.byBackend[backend]; b != nil {
-				visit(backend, b)
-			}
-		}
-	}
+	ix.visitLocked(backends, all, visit)
 	v.sort()
 	return v
 }
