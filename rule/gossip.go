@@ -123,10 +123,12 @@ func (r *GossipGhostMember) Evaluate(s *snapshot.Snapshot) []finding.Finding {
 		}
 	}
 	var out []finding.Finding
+	// The members' Listed times are on the clock of whoever read the
+	// views: views that carry the API server's clock as their reader
+	// measured it (a bundle's, a leader's) are compared through it, not
+	// through this reader's measure of its own clock.
 	api := s.Kube.APIClock
-	if !api.Measured && s.Gossip.APIClock.Measured {
-		// Saved views (a bundle's): the members' Listed times are on
-		// their reader's clock, which measured the API server's.
+	if s.Gossip.APIClock.Measured {
 		api = s.Gossip.APIClock
 	}
 	for vi := range s.Gossip.Views {

@@ -249,6 +249,12 @@ func TestGossipForceLeaveTarget(t *testing.T) {
 			s.Gossip.APIClock = measured("the API server's", 2*time.Minute, time.Second)
 			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "serf-2", "u2", "10.244.1.50", went.Add(time.Minute)))
 		}, false, "not after ghostwatch first read old listed"},
+		{"saved views whose reader measured the API server's clock two minutes ahead, read where the API server's clock is measured in step: the views' own measure counts", "serf", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
+			old.Listed = went
+			s.Kube.APIClock = measured("the API server's", 0, time.Second)
+			s.Gossip.APIClock = measured("the API server's", 2*time.Minute, time.Second)
+			s.Kube.Pods = append(s.Kube.Pods, pod("shop", "serf-2", "u2", "10.244.1.50", went.Add(time.Minute)))
+		}, false, "not after ghostwatch first read old listed"},
 		{"the API server's clock not measured: refused, and says why", "consul", func(old *snapshot.GossipMember, s *snapshot.Snapshot) {
 			old.Listed = went
 			s.Kube.APIClock = snapshot.Clock{Name: "the API server's"}
