@@ -70,9 +70,10 @@ type FlowJudgedTable interface {
 	DeleteJudgedEach(fs []snapshot.Flow, fn func(i int, err error)) error
 }
 
-// flowBatch is how many flows a FlowBatchTable reads back, then deletes,
-// at a time: the time between an entry's read-back and its delete stays
-// under a millisecond or two.
+// flowBatch is how many flows a FlowJudgedTable deletes, or a
+// FlowBatchTable reads back and then deletes, at a time: for the latter,
+// the time between an entry's read-back and its delete stays under a
+// millisecond or two.
 const flowBatch = 256
 
 // ActEach deletes each flow of the target that the kernel still holds as
@@ -95,7 +96,9 @@ func (fl *Flows) ActEach(ctx context.Context, t finding.Target, dryRun bool) Tal
 	bt, batched := fl.Table.(FlowBatchTable)
 	jt, judged := fl.Table.(FlowJudgedTable)
 	judged = judged && !dryRun
-	var chunk, passed []snapshot.Flow
+	// passed are the entries of a chunk read back as judged; missed,
+	// those a delete as judged did not find.
+	var chunk, passed, missed []snapshot.Flow
 	flush := func() {
 		if len(chunk) == 0 {
 			return
@@ -106,13 +109,13 @@ func (fl *Flows) ActEach(ctx context.Context, t finding.Target, dryRun bool) Tal
 			tl.note(err.Error())
 			return
 		}
-		passed = passed[:0]
+		passed, missed = passed[:0], missed[:0]
 		if judged {
 			// One system call for the batch; those the kernel did not
 			// find as judged are read back, to tell gone from replaced.
 			jt.DeleteJudgedEach(chunk, func(i int, err error) {
 				if errors.Is(err, syscall.ENOENT) {
-					passed = append(passed, chunk[i])
+					missed = append(missed, chunk[i])
 					return
 				}
 				tl.deleted(&chunk[i], err)
@@ -125,12 +128,12 @@ func (fl *Flows) ActEach(ctx context.Context, t finding.Target, dryRun bool) Tal
 				}
 			}
 			if batched {
-				bt.GetEach(passed, func(i int, got snapshot.Flow, err error) { refused(&passed[i], got, err) })
+				bt.GetEach(missed, func(i int, got snapshot.Flow, err error) { refused(&missed[i], got, err) })
 				return
 			}
-			for i := range passed {
-				got, err := fl.Table.Get(&passed[i])
-				refused(&passed[i], got, err)
+			for i := range missed {
+				got, err := fl.Table.Get(&missed[i])
+				refused(&missed[i], got, err)
 			}
 			return
 		}

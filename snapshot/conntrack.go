@@ -249,14 +249,22 @@ func (c *Conntrack) lentGroups() int32 {
 	return int32(c.lent.Groups())
 }
 
+// lentGroup reports whether group gi is lent, and its number among the
+// lent groups or among those kept.
+func (c *Conntrack) lentGroup(gi int32) (bool, int32) {
+	if l := c.lentGroups(); gi >= l {
+		return false, gi - l
+	}
+	return true, gi
+}
+
 // group returns group gi's backend and how many flows it holds.
 func (c *Conntrack) group(gi int32) (netip.Addr, int) {
-	if l := c.lentGroups(); gi < l {
-		return c.lent.Group(int(gi))
-	} else {
-		gi -= l
+	lent, i := c.lentGroup(gi)
+	if lent {
+		return c.lent.Group(int(i))
 	}
-	g := c.kept.group(gi)
+	g := c.kept.group(i)
 	if g.routes.Len() == 0 {
 		return netip.Addr{}, 0
 	}
@@ -266,13 +274,12 @@ func (c *Conntrack) group(gi int32) (netip.Addr, int) {
 // each calls fn with each flow of group gi and its position, in the reused
 // f, until fn returns false; it reports whether fn never did.
 func (c *Conntrack) each(gi int32, f *Flow, fn func(uint32, *Flow) bool) bool {
-	if l := c.lentGroups(); gi < l {
-		return c.lent.Each(int(gi), f, fn)
-	} else {
-		gi -= l
+	lent, i := c.lentGroup(gi)
+	if lent {
+		return c.lent.Each(int(i), f, fn)
 	}
 	pos := uint32(0)
-	return c.kept.each(c.kept.group(gi), f, func(f *Flow) bool {
+	return c.kept.each(c.kept.group(i), f, func(f *Flow) bool {
 		ok := fn(pos, f)
 		pos++
 		return ok
@@ -281,13 +288,12 @@ func (c *Conntrack) each(gi int32, f *Flow, fn func(uint32, *Flow) bool) bool {
 
 // at sets *f to the flow at position pos of group gi.
 func (c *Conntrack) at(gi int32, pos uint32, f *Flow) {
-	if l := c.lentGroups(); gi < l {
-		c.lent.At(int(gi), pos, f)
+	lent, i := c.lentGroup(gi)
+	if lent {
+		c.lent.At(int(i), pos, f)
 		return
-	} else {
-		gi -= l
 	}
-	c.kept.at(c.kept.group(gi), pos, f)
+	c.kept.at(c.kept.group(i), pos, f)
 }
 
 // Flows returns a copy of every kept flow, a backend's together: for a

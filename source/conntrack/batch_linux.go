@@ -50,12 +50,22 @@ const (
 	opDeleteJudged
 )
 
+func (op entryOp) String() string {
+	switch op {
+	case opGet:
+		return "get"
+	case opDelete:
+		return "delete"
+	}
+	return "delete as judged"
+}
+
 func (c *Conn) each(fs []snapshot.Flow, op entryOp, fn func(int, snapshot.Flow, error)) error {
 	if len(fs) == 0 {
 		return nil
 	}
 	get := op == opGet
-	what := map[entryOp]string{opGet: "get", opDelete: "delete", opDeleteJudged: "delete as judged"}[op]
+	what := op.String()
 	wrap := func(i int, err error) error {
 		if get {
 			return getError(&fs[i], err)

@@ -245,8 +245,8 @@ func newFlowIndex(now func() time.Time) *flowIndex {
 }
 
 // locate returns where f's record lives: its backend's flows (made when
-// create is true; the index's own, never a lent one), its key there, its own part, its backend, and whether
-// it is IPv4.
+// create is true; the index's own, never a lent one), its key there, its
+// own part, and its backend.
 func (ix *flowIndex) locate(f *snapshot.Flow, create bool) (*backendFlows, snapshot.FrontendKey, snapshot.FlowRest, [16]byte) {
 	backend, route, src, sport, rest := snapshot.SplitFlow(f)
 	b := ix.byBackend[backend]

@@ -89,14 +89,13 @@ func (v *indexView) Each(g int, f *snapshot.Flow, fn func(uint32, *snapshot.Flow
 func (v *indexView) At(g int, pos uint32, f *snapshot.Flow) {
 	vg := &v.groups[g]
 	b := vg.b
-	if n4 := uint32(len(b.v4.base)); pos < n4 {
+	n4 := uint32(len(b.v4.base))
+	if pos < n4 {
 		e := &b.v4.base[pos]
 		b.join4(vg.backend, e.k, e.r, f)
 		return
-	} else {
-		pos -= n4
 	}
-	e := &b.v6.base[pos]
+	e := &b.v6.base[pos-n4]
 	b.join6(vg.backend, e.k, e.r, f)
 }
 
