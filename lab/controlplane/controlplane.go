@@ -227,14 +227,47 @@ func Start(ctx context.Context, o Options) (cp *ControlPlane, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := cp.start("kube-controller-manager", filepath.Join(o.Bin, "kube-controller-manager"),
+	kcm, err := cp.start("kube-controller-manager", filepath.Join(o.Bin, "kube-controller-manager"),
 		"--kubeconfig="+kcmConfig, "--controllers=endpointslice-controller",
 		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0",
 		"--concurrent-service-endpoint-syncs=5", "--max-endpoints-per-slice="+strconv.Itoa(o.MaxEndpointsPerSlice),
-		"--v=2"); err != nil {
+		"--v=2")
+	if err != nil {
+		return nil, err
+	}
+	// The controller manager gives up and exits when the API server is
+	// not healthy within its first seconds: a test that stops or pauses
+	// the API server at once would race it. It is running once its
+	// EndpointSlice controller has synced its caches; it has no health
+	// port here, so its log says when.
+	if err := kcm.waitFor(ctx, 2*time.Minute, "its EndpointSlice controller synced", func(context.Context) error {
+		return logHas(kcm.log, endpointSliceSynced)
+	}); err != nil {
 		return nil, err
 	}
 	return cp, nil
+}
+
+// endpointSliceSynced is the controller manager's log line once its
+// EndpointSlice controller has synced its caches (`"Caches are synced"
+// controller="endpoint_slice"`, or `Caches are synced for endpoint_slice`
+// in releases that logged it unstructured).
+func endpointSliceSynced(line string) bool {
+	return strings.Contains(line, "Caches are synced") && strings.Contains(line, "endpoint_slice")
+}
+
+// logHas is nil once a line of the log at path satisfies match.
+func logHas(path string, match func(string) bool) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	for line := range strings.Lines(string(b)) {
+		if match(line) {
+			return nil
+		}
+	}
+	return errNotReady
 }
 
 // startAPIServer starts kube-apiserver with cp.apiArgs, its log named

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -32,6 +33,12 @@ func TestAPIServerFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cp.Stop()
+	// Start returns once the controller manager is past its own wait
+	// for a healthy API server: the faults below would otherwise make it
+	// give up and exit.
+	if err := logHas(filepath.Join(cp.Dir, "kube-controller-manager.log"), endpointSliceSynced); err != nil {
+		t.Fatalf("Start returned before the controller manager's EndpointSlice controller synced its caches (%v)", err)
+	}
 	cfg := cp.Config(UserAdmin)
 	cfg.Timeout = 2 * time.Second
 	client, err := kubernetes.NewForConfig(cfg)
