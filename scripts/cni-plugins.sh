@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Builds the CNI host-local IPAM plugin the lab/cni tests run, from the
-# version of github.com/containernetworking/plugins pinned in
-# tools/cni/go.mod. The binary goes to a cache directory outside the
-# repository, named by that version and the Go toolchain; when it already
-# holds it, nothing is built. Prints the directory on stdout (the tests read
-# the binary from GHOSTWATCH_CNI_BIN, that directory's host-local).
+# Builds the CNI plugins the lab runs, from the version of
+# github.com/containernetworking/plugins pinned in tools/cni/go.mod: the
+# host-local IPAM plugin the lab/cni tests run, and the plugins a kind node
+# chains for its pods (bridge, ptp, loopback, portmap) that the real node's
+# container runtime calls. The binaries go to a cache directory outside the
+# repository, named by that version and the Go toolchain; only those it
+# does not hold yet are built. Prints the directory on stdout (the tests read
+# it from GHOSTWATCH_CNI_BIN).
 #
 # Usage: scripts/cni-plugins.sh
 # Environment: GHOSTWATCH_KUBE_CACHE (default /var/cache/ghostwatch), under
@@ -18,11 +20,12 @@ cd "$(dirname "$0")/../tools/cni"
 plugins=$(go list -m -f '{{.Version}}' github.com/containernetworking/plugins)
 goversion=$(go env GOVERSION)
 dir="${GHOSTWATCH_KUBE_CACHE:-/var/cache/ghostwatch}/cni-$plugins-$goversion"
-bins=(host-local)
+# Each plugin's package, under the module.
+declare -A pkgs=([host-local]=ipam/host-local [bridge]=main/bridge [ptp]=main/ptp [loopback]=main/loopback [portmap]=meta/portmap)
 
-have=1
-for b in "${bins[@]}"; do [ -x "$dir/$b" ] || have=0; done
-if [ "$have" = 1 ]; then
+missing=()
+for b in host-local bridge ptp loopback portmap; do [ -x "$dir/$b" ] || missing+=("$b"); done
+if [ ${#missing[@]} = 0 ]; then
   echo "cni-plugins: $dir holds the CNI plugins $plugins already" >&2
   echo "$dir"
   exit 0
@@ -33,11 +36,11 @@ tmp=$(mktemp -d "$dir/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 ldflags="-s -w -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=$plugins"
 export CGO_ENABLED=0
-for b in "${bins[@]}"; do
+for b in "${missing[@]}"; do
   start=$SECONDS
   echo "cni-plugins: building $b $plugins ..." >&2
-  go build -trimpath -ldflags "$ldflags" -o "$tmp/$b" "github.com/containernetworking/plugins/plugins/ipam/$b"
+  go build -trimpath -ldflags "$ldflags" -o "$tmp/$b" "github.com/containernetworking/plugins/plugins/${pkgs[$b]}"
   echo "cni-plugins: $b built in $((SECONDS - start))s" >&2
 done
-for b in "${bins[@]}"; do mv "$tmp/$b" "$dir/$b"; done
+for b in "${missing[@]}"; do mv "$tmp/$b" "$dir/$b"; done
 echo "$dir"

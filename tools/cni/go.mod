@@ -11,6 +11,8 @@ require (
 	github.com/alexflint/go-filemutex v1.3.0 // indirect
 	github.com/containernetworking/cni v1.3.0 // indirect
 	github.com/coreos/go-iptables v0.8.0 // indirect
+	github.com/mattn/go-shellwords v1.0.12 // indirect
+	github.com/networkplumbing/go-nft v0.4.0 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/safchain/ethtool v0.6.2 // indirect
 	github.com/vishvananda/netlink v1.3.1 // indirect

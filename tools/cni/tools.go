@@ -1,8 +1,12 @@
 //go:build tools
 
-// Package cni pins the plugin scripts/cni-plugins.sh builds.
+// Package cni pins the plugins scripts/cni-plugins.sh builds.
 package cni
 
 import (
 	_ "github.com/containernetworking/plugins/plugins/ipam/host-local"
+	_ "github.com/containernetworking/plugins/plugins/main/bridge"
+	_ "github.com/containernetworking/plugins/plugins/main/loopback"
+	_ "github.com/containernetworking/plugins/plugins/main/ptp"
+	_ "github.com/containernetworking/plugins/plugins/meta/portmap"
 )
