@@ -2,10 +2,11 @@
 # Runs every test ghostwatch has: unit, golden, fuzz seeds and, as root, the
 # kernel tests that build network namespaces and the end-to-end tests against
 # a real kube-apiserver, EndpointSlice controller and kube-proxy. Installs
-# the Debian packages they use (conntrack, iproute2, iptables, nftables, and
-# prometheus for promtool) when missing, and builds the Kubernetes binaries (scripts/kube-binaries.sh: ~10
-# minutes cold), the CNI host-local plugin (scripts/cni-plugins.sh: ~1 minute
-# cold) and Calico's binaries (scripts/calico-binaries.sh: ~8 minutes cold)
+# the Debian packages they use (conntrack, iproute2, iptables, nftables,
+# prometheus for promtool, and containerd and runc for the real node) when
+# missing, and builds the Kubernetes binaries, the kubelet among them
+# (scripts/kube-binaries.sh: ~10 minutes cold, the kubelet ~2 more), the CNI plugins
+# (scripts/cni-plugins.sh: ~1 minute cold) and Calico's binaries (scripts/calico-binaries.sh: ~8 minutes cold)
 # and the Consul agent of seed 000 (scripts/consul-binary.sh: ~4-10 minutes
 # cold) once into a cache outside the repository, nothing after.
 # GHOSTWATCH_E2E=0 skips the builds and the tests that run those binaries.
@@ -36,6 +37,8 @@ command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v iptables-restore >/dev/null 2>&1 || need+=(iptables)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus) # promtool, for the alerting rules' tests
+command -v containerd >/dev/null 2>&1 || need+=(containerd) # the real node's runtime (lab/realnode)
+command -v runc >/dev/null 2>&1 || need+=(runc)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing ${need[*]} for the kernel tests" >&2

@@ -62,6 +62,10 @@ const (
 	// UserController is the controller's ServiceAccount, as
 	// deploy/controller binds it.
 	UserController = "system:serviceaccount:ghostwatch:ghostwatch-controller"
+	// UserKubelet is the real nodes' kubelets (lab/realnode): every
+	// node's, with the rights of an administrator, as no Node authorizer
+	// runs here.
+	UserKubelet = "kubelet"
 )
 
 // Options configure Start.
@@ -156,6 +160,7 @@ func Start(ctx context.Context, o Options) (cp *ControlPlane, err error) {
 		{UserKCM, "system:masters"},
 		{UserAgent, "system:serviceaccounts,system:serviceaccounts:ghostwatch"},
 		{UserController, "system:serviceaccounts,system:serviceaccounts:ghostwatch"},
+		{UserKubelet, "system:masters"},
 	} {
 		t := newToken()
 		cp.tokens[u.name] = t

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -37,6 +38,10 @@ type Node struct {
 
 // Name is the node namespace's name (for `ip netns exec`).
 func (n *Node) Name() string { return n.name }
+
+// Path is the node namespace's file, for nsenter --net= and setns: a
+// program started there shares the node's network and nothing else.
+func (n *Node) Path() string { return filepath.Join(netnsDir, n.name) }
 
 // Do runs fn on a thread inside the node's namespace: sockets and netlink
 // connections opened there belong to the node.
