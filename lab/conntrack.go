@@ -286,6 +286,11 @@ type env struct {
 	// firstConn is the client's first connection (its source address),
 	// the one the incident strands.
 	firstConn netip.AddrPort
+	// firstID is the conntrack ID of firstConn's entry, once the kernel was
+	// first shown translating it: the client may reconnect from the same
+	// port, and the new connection's entry is then another entry with the
+	// same tuple.
+	firstID uint32
 	// real, when set, is the real control plane: kube-proxy routes, the
 	// kubelet stand-in runs the pods, cluster is unused.
 	real *realWorld
@@ -490,10 +495,11 @@ func (e *env) showKernel(ctx context.Context) (ghost bool, err error) {
 				line += fmt.Sprintf(" SNAT -> %s", src)
 			}
 			lines = append(lines, fmt.Sprintf("%s %s timeout %ds", line, f.State, f.Timeout))
-			if f.Reply.Src == oldBackendIP && netip.AddrPortFrom(f.Orig.Src, f.Orig.SrcPort) == e.firstConn &&
-				f.State != "CLOSE" && f.State != "TIME_WAIT" {
-				ghost = true
+			if netip.AddrPortFrom(f.Orig.Src, f.Orig.SrcPort) == e.firstConn && f.Reply.Src == oldBackendIP && e.firstID == 0 {
+				e.firstID = f.ID
 			}
+			ghost = ghost || strandedEntry(f, e.firstConn, e.firstID)
+
 			return nil
 		})
 		return err
@@ -508,6 +514,20 @@ func (e *env) showKernel(ctx context.Context) (ghost bool, err error) {
 		e.tl.logf("kernel", "%s", l)
 	}
 	return ghost, nil
+}
+
+// strandedEntry reports whether f is the client's first connection's entry
+// (from first, conntrack ID id when known), still translated to the old
+// backend in a state that can carry traffic. An entry with the same tuple
+// and another ID is a new connection from the same port, not the ghost.
+func strandedEntry(f *snapshot.Flow, first netip.AddrPort, id uint32) bool {
+	if netip.AddrPortFrom(f.Orig.Src, f.Orig.SrcPort) != first || f.Reply.Src != oldBackendIP {
+		return false
+	}
+	if id != 0 && f.ID != id {
+		return false
+	}
+	return f.State != "CLOSE" && f.State != "TIME_WAIT"
 }
 
 // startClient connects the client and keeps requesting.

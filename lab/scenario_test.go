@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"net/netip"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/snapshot"
 )
 
 func requireRoot(t *testing.T) {
@@ -245,5 +247,38 @@ func TestTrafficPolicyIsWhatTheScenarioCreates(t *testing.T) {
 		if policy != tc.policy || !strings.HasPrefix(path, tc.path) {
 			t.Errorf("%s: %q, %q; want %q, %q...", tc.name, policy, path, tc.policy, tc.path)
 		}
+	}
+}
+
+// The client's first connection is stranded while its entry, by its
+// conntrack ID, still carries traffic to the old backend; a reconnection
+// from the same port is another entry with the same tuple (the old one,
+// reset, gave way to it), and is not the ghost.
+func TestStrandedEntry(t *testing.T) {
+	first := netip.MustParseAddrPort("203.0.113.10:43966")
+	entry := func(id uint32, state string) *snapshot.Flow {
+		return &snapshot.Flow{ID: id, State: state,
+			Orig:  snapshot.Tuple{Src: first.Addr(), SrcPort: first.Port(), Dst: netip.MustParseAddr("192.168.50.1"), DstPort: 30080},
+			Reply: snapshot.Tuple{Src: oldBackendIP, SrcPort: 8080, Dst: first.Addr(), DstPort: first.Port()}}
+	}
+	for _, c := range []struct {
+		f    *snapshot.Flow
+		id   uint32
+		want bool
+	}{
+		{entry(7, "ESTABLISHED"), 7, true},
+		{entry(7, "ESTABLISHED"), 0, true}, // the ID not known yet: the tuple decides
+		{entry(8, "ESTABLISHED"), 7, false},
+		{entry(7, "CLOSE"), 7, false},
+		{entry(7, "TIME_WAIT"), 7, false},
+	} {
+		if got := strandedEntry(c.f, first, c.id); got != c.want {
+			t.Errorf("entry %d %s, first ID %d: stranded %v, want %v", c.f.ID, c.f.State, c.id, got, c.want)
+		}
+	}
+	other := entry(7, "ESTABLISHED")
+	other.Orig.SrcPort = 40000
+	if strandedEntry(other, first, 7) {
+		t.Error("an entry from another port is the first connection's")
 	}
 }
