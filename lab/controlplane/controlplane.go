@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -88,7 +89,25 @@ type Options struct {
 	// never rotated while the control plane runs. It costs the API server
 	// a write per request; off by default.
 	AuditLog bool
+	// Workloads runs what real nodes' workloads need beside the
+	// EndpointSlice controller: kube-scheduler; the Deployment, ReplicaSet,
+	// DaemonSet, garbage-collector, namespace, ServiceAccount and
+	// kube-root-ca.crt publisher controllers; and the ServiceAccount
+	// admission plugin, so that pods mount their ServiceAccount's token as
+	// on a cluster. Off by default: a pod created in a namespace whose
+	// default ServiceAccount does not exist yet is then refused, and the
+	// stand-in kubelet's tests need none of it.
+	Workloads bool
 }
+
+// workloadControllers are the controller manager's controllers under
+// Options.Workloads.
+var workloadControllers = []string{"endpointslice-controller", "serviceaccount-controller",
+	"root-ca-certificate-publisher-controller", "deployment-controller", "replicaset-controller",
+	"daemonset-controller", "garbage-collector-controller", "namespace-controller",
+	// It lifts the not-ready taint a Node is created with once its
+	// kubelet reports it Ready, as on a cluster.
+	"node-lifecycle-controller"}
 
 // auditPolicy records every request at level Metadata, once it has been
 // answered (or, for a watch, once the answer started).
@@ -112,6 +131,8 @@ type ControlPlane struct {
 	// Port is its port on 127.0.0.1 (the same in every node namespace,
 	// through the node's forwarder).
 	Port int
+	// ServiceCIDR is the range ClusterIPs are allocated from.
+	ServiceCIDR netip.Prefix
 	// Dir holds everything the control plane wrote.
 	Dir    string
 	tmp    bool
@@ -138,7 +159,15 @@ func Start(ctx context.Context, o Options) (cp *ControlPlane, err error) {
 	if o.MaxEndpointsPerSlice <= 0 {
 		o.MaxEndpointsPerSlice = 100
 	}
+	if o.Workloads {
+		if err := testenv.HasExecutables("the Kubernetes binaries' directory", o.Bin, Script, "kube-scheduler"); err != nil {
+			return nil, err
+		}
+	}
 	cp = &ControlPlane{Dir: o.Dir, bin: o.Bin, tokens: map[string]string{}}
+	if cp.ServiceCIDR, err = netip.ParsePrefix(o.ServiceCIDR); err != nil {
+		return nil, fmt.Errorf("service CIDR: %w", err)
+	}
 	if cp.Dir == "" {
 		if cp.Dir, err = os.MkdirTemp("", "ghostwatch-cp-"); err != nil {
 			return nil, err
@@ -204,11 +233,13 @@ func Start(ctx context.Context, o Options) (cp *ControlPlane, err error) {
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file=" + cp.pki.saPubFile, "--service-account-signing-key-file=" + cp.pki.saKeyFile,
 		"--service-cluster-ip-range=" + o.ServiceCIDR,
-		// Pods are created without waiting for a default ServiceAccount:
-		// no controller here makes one, and the tests' pods need none.
-		"--disable-admission-plugins=ServiceAccount",
 		"--enable-priority-and-fairness=false",
 		"--allow-privileged=true",
+	}
+	if !o.Workloads {
+		// Pods are created without waiting for a default ServiceAccount:
+		// no controller makes one, and the stand-in's pods need none.
+		apiArgs = append(apiArgs, "--disable-admission-plugins=ServiceAccount")
 	}
 	if o.AuditLog {
 		policy := filepath.Join(cp.Dir, "audit-policy.yaml")
@@ -232,13 +263,23 @@ func Start(ctx context.Context, o Options) (cp *ControlPlane, err error) {
 	if err != nil {
 		return nil, err
 	}
+	controllers := []string{"endpointslice-controller"}
+	if o.Workloads {
+		controllers = workloadControllers
+	}
 	kcm, err := cp.start("kube-controller-manager", filepath.Join(o.Bin, "kube-controller-manager"),
-		"--kubeconfig="+kcmConfig, "--controllers=endpointslice-controller",
+		"--kubeconfig="+kcmConfig, "--controllers="+strings.Join(controllers, ","),
 		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0",
 		"--concurrent-service-endpoint-syncs=5", "--max-endpoints-per-slice="+strconv.Itoa(o.MaxEndpointsPerSlice),
-		"--v=2")
+		"--root-ca-file="+cp.pki.caFile, "--v=2")
 	if err != nil {
 		return nil, err
+	}
+	if o.Workloads {
+		if _, err := cp.start("kube-scheduler", filepath.Join(o.Bin, "kube-scheduler"),
+			"--kubeconfig="+kcmConfig, "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0", "--v=2"); err != nil {
+			return nil, err
+		}
 	}
 	// The controller manager gives up and exits when the API server is
 	// not healthy within its first seconds: a test that stops or pauses

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 )
@@ -147,11 +149,22 @@ func (cp *ControlPlane) RegisterNode(ctx context.Context, name string, ip netip.
 	if err != nil {
 		return fmt.Errorf("node %s: %w", name, err)
 	}
-	created.Status = corev1.NodeStatus{
-		Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}, {Type: corev1.NodeHostName, Address: name}},
-		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), Reason: "KubeletReady"}},
-	}
-	if _, err := cp.Admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+	// A controller (the node lifecycle controller, under
+	// Options.Workloads) may write the Node between the two requests.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		created.Status = corev1.NodeStatus{
+			Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}, {Type: corev1.NodeHostName, Address: name}},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), Reason: "KubeletReady"}},
+		}
+		_, err := cp.Admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			if latest, gerr := cp.Admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); gerr == nil {
+				created = latest
+			}
+		}
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("node %s status: %w", name, err)
 	}
 	return nil
