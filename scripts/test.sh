@@ -6,7 +6,8 @@
 # prometheus for promtool, and containerd and runc for the real node) when
 # missing, and builds the Kubernetes binaries, the kubelet among them
 # (scripts/kube-binaries.sh: ~10 minutes cold, the kubelet ~2 more), the CNI plugins
-# (scripts/cni-plugins.sh: ~1 minute cold) and Calico's binaries (scripts/calico-binaries.sh: ~8 minutes cold)
+# (scripts/cni-plugins.sh: ~1 minute cold), crictl (scripts/crictl-binary.sh:
+# ~2 minutes cold), Calico's binaries (scripts/calico-binaries.sh: ~8 minutes cold)
 # and the Consul agent of seed 000 (scripts/consul-binary.sh: ~4-10 minutes
 # cold) once into a cache outside the repository, nothing after.
 # GHOSTWATCH_E2E=0 skips the builds and the tests that run those binaries.
@@ -75,6 +76,10 @@ fi
 if [ "${GHOSTWATCH_E2E:-1}" != 0 ] && [ "$(id -u)" = 0 ] && [ -z "${GHOSTWATCH_CALICO_BIN:-}" ]; then
   GHOSTWATCH_CALICO_BIN=$(./scripts/calico-binaries.sh)
   export GHOSTWATCH_CALICO_BIN
+fi
+if [ "${GHOSTWATCH_E2E:-1}" != 0 ] && [ "$(id -u)" = 0 ] && [ -z "${GHOSTWATCH_CRICTL_BIN:-}" ]; then
+  GHOSTWATCH_CRICTL_BIN=$(./scripts/crictl-binary.sh)
+  export GHOSTWATCH_CRICTL_BIN
 fi
 if [ "${GHOSTWATCH_E2E:-1}" != 0 ] && [ "$(id -u)" = 0 ] && [ -z "${GHOSTWATCH_CONSUL_BIN:-}" ]; then
   GHOSTWATCH_CONSUL_BIN=$(./scripts/consul-binary.sh)

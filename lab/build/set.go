@@ -10,6 +10,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/lab/calico"
 	"github.com/ghostwatch/ghostwatch/lab/cni"
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
+	"github.com/ghostwatch/ghostwatch/lab/realnode"
 )
 
 // Set is one set of binaries a script of the repository builds from a
@@ -54,6 +55,12 @@ var Sets = []Set{
 		Binaries: []string{cni.HostLocalBinary}, Env: cni.BinEnv, Flag: "--cni-bin",
 		Script: cni.Script, Tools: "tools/cni",
 		Takes: 15 * time.Second, Cost: "on 2 cores; ~20 MB of module cache and ~80 MB of build cache",
+	},
+	{
+		Name: "crictl", What: "crictl, the container runtime's client",
+		Binaries: []string{realnode.Crictl}, Env: realnode.CrictlEnv, Flag: "--crictl-bin",
+		Script: realnode.CrictlScript, Tools: "tools/crictl",
+		Takes: 2 * time.Minute, Cost: "on 2 cores; the binary is ~30 MB",
 	},
 	{
 		Name: "consul", What: "the consul binary",

@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -25,9 +26,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 )
@@ -44,6 +47,24 @@ var Plugins = []string{"ptp", "host-local", "loopback", "portmap"}
 // (Debian: containerd, runc), and nsenter (util-linux).
 var Runtime = []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "nsenter"}
 
+// Crictl is the CRI client's executable (sigs.k8s.io/cri-tools), in the
+// directory CrictlEnv names; CrictlScript builds it into the cache.
+const (
+	Crictl       = "crictl"
+	CrictlEnv    = "GHOSTWATCH_CRICTL_BIN"
+	CrictlScript = "scripts/crictl-binary.sh"
+)
+
+// ErrNoCrictl is FindCrictl's error when CrictlEnv is unset and the cache
+// holds none.
+var ErrNoCrictl = errors.New("crictl is not built: run " + CrictlScript + " and set " + CrictlEnv + " to the directory it prints")
+
+// FindCrictl is the directory holding crictl: CrictlEnv's, else the
+// cache's.
+func FindCrictl() (string, error) {
+	return testenv.BinDir(CrictlEnv, CrictlScript, ErrNoCrictl, Crictl)
+}
+
 // SandboxImage is the image of every pod's sandbox (containerd's
 // sandbox_image): the lab's, imported with the node's images.
 const SandboxImage = "lab.ghostwatch.io/pause:1"
@@ -52,10 +73,14 @@ const SandboxImage = "lab.ghostwatch.io/pause:1"
 var ErrNoRuntime = errors.New("the container runtime is not installed")
 
 // Check reports what a real node lacks: the kubelet in kubeBin, a plugin in
-// cniBin, or a runtime program on PATH, each with what provides it.
-func Check(kubeBin, cniBin string) error {
+// cniBin, crictl in crictlBin, or a runtime program on PATH, each with what
+// provides it.
+func Check(kubeBin, cniBin, crictlBin string) error {
 	if err := isExecutable(filepath.Join(kubeBin, Kubelet)); err != nil {
 		return fmt.Errorf("the kubelet: %w; build it with %s", err, controlplane.Script)
+	}
+	if err := isExecutable(filepath.Join(crictlBin, Crictl)); err != nil {
+		return fmt.Errorf("crictl: %w; build it with %s", err, CrictlScript)
 	}
 	for _, p := range Plugins {
 		if err := isExecutable(filepath.Join(cniBin, p)); err != nil {
@@ -89,8 +114,8 @@ type Options struct {
 	PodCIDR netip.Prefix
 	// Mode is kube-proxy's mode (default iptables).
 	Mode controlplane.ProxyMode
-	// KubeBin and CNIBin are the binaries' directories (Check).
-	KubeBin, CNIBin string
+	// KubeBin, CNIBin and CrictlBin are the binaries' directories (Check).
+	KubeBin, CNIBin, CrictlBin string
 	// Images are OCI archives (lab/image) to import before the kubelet
 	// starts; one must hold SandboxImage.
 	Images []string
@@ -109,6 +134,7 @@ type Node struct {
 	HostLocalDir string
 
 	cp         *controlplane.ControlPlane
+	crictl     string
 	sock       string
 	cgroupRoot string
 	containerd *controlplane.Process
@@ -122,14 +148,14 @@ const Network = "kindnet"
 // imports o.Images, starts the kubelet, and returns once the kubelet has
 // registered the node Ready.
 func Start(ctx context.Context, cp *controlplane.ControlPlane, bed *netbed.Bed, name string, o Options) (_ *Node, err error) {
-	if err := Check(o.KubeBin, o.CNIBin); err != nil {
+	if err := Check(o.KubeBin, o.CNIBin, o.CrictlBin); err != nil {
 		return nil, err
 	}
 	cn, err := cp.AddNode(ctx, bed, name, controlplane.NodeOptions{IP: o.IP, PodCIDR: o.PodCIDR, Mode: o.Mode})
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{Node: cn, cp: cp, Dir: filepath.Join(cp.Dir, "node-"+name)}
+	n := &Node{Node: cn, cp: cp, Dir: filepath.Join(cp.Dir, "node-"+name), crictl: filepath.Join(o.CrictlBin, Crictl)}
 	defer func() {
 		if err != nil {
 			n.Stop()
@@ -141,6 +167,19 @@ func Start(ctx context.Context, cp *controlplane.ControlPlane, bed *netbed.Bed, 
 		if err := os.MkdirAll(filepath.Join(n.Dir, d), 0o700); err != nil {
 			return nil, err
 		}
+	}
+	// The node reaches ClusterIPs as a kind node does through its default
+	// route: a packet it sends needs a route before kube-proxy's rules
+	// translate it to a pod.
+	if err := n.Net.Do(func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		p := cp.ServiceCIDR
+		return netlink.RouteAdd(&netlink.Route{LinkIndex: lo.Attrs().Index, Dst: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}})
+	}); err != nil {
+		return nil, fmt.Errorf("node %s: route to the Service range %s: %w", name, cp.ServiceCIDR, err)
 	}
 	if err := n.writeCNI(o); err != nil {
 		return nil, err
@@ -332,24 +371,20 @@ func (n *Node) Check() error {
 	return n.Node.Check()
 }
 
-// Stop deletes the node's pods and waits (up to a minute) until the
-// kubelet has torn them down, so that their sandboxes, network namespaces
-// and mounts go as on a node; then stops the kubelet and containerd, kills
-// any container left, unmounts what is left under Dir and removes the
-// node's cgroups and namespace.
+// Stop stops the kubelet, then has the runtime stop and remove every pod
+// sandbox (crictl rmp: each container killed, its network deleted through
+// CNI, its namespace removed), as an operator tears a node down; then stops
+// containerd, kills any task left, unmounts what is left under Dir and
+// removes the node's cgroups, log links and namespace.
 func (n *Node) Stop() {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if n.kubelet != nil && n.kubelet.Check() == nil {
-		n.drain(ctx)
-	}
 	if n.kubelet != nil {
 		n.kubelet.Stop(10 * time.Second)
 	}
 	if n.containerd != nil && n.containerd.Check() == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		_ = n.crictlRun(ctx, "rmp", "--all", "--force")
 		n.killTasks(ctx)
-	}
-	if n.containerd != nil {
+		cancel()
 		n.containerd.Stop(10 * time.Second)
 	}
 	unmountUnder(n.Dir)
@@ -360,31 +395,13 @@ func (n *Node) Stop() {
 	n.Node.Stop()
 }
 
-// drain deletes every pod bound to the node at once and waits until none
-// is left.
-func (n *Node) drain(ctx context.Context) {
-	pods := n.cp.Admin.CoreV1().Pods("")
-	sel := metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name}
-	list, err := pods.List(ctx, sel)
+// crictlRun runs crictl against the node's containerd.
+func (n *Node) crictlRun(ctx context.Context, args ...string) error {
+	out, err := exec.CommandContext(ctx, n.crictl, append([]string{"--runtime-endpoint", "unix://" + n.sock, "--timeout", "30s"}, args...)...).CombinedOutput()
 	if err != nil {
-		return
+		return fmt.Errorf("crictl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
-	for _, p := range list.Items {
-		_ = n.cp.Admin.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
-	}
-	// Torn down: no task runs, and host-local has released every IP (the
-	// runtime deletes a sandbox's network, then its namespace, after its
-	// task ends).
-	for ctx.Err() == nil {
-		ids, err := n.tasks(ctx)
-		if err != nil {
-			return
-		}
-		if len(ids) == 0 && len(n.HandedOut()) == 0 {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	return nil
 }
 
 // HandedOut are the IPs host-local's store records as handed out.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -50,7 +52,14 @@ func startLab(t *testing.T) *lab {
 		t.Fatal(err)
 	}
 	cniBin := filepath.Dir(plugin)
-	if err := Check(kube, cniBin); errors.Is(err, ErrNoRuntime) {
+	crictl, err := FindCrictl()
+	if errors.Is(err, ErrNoCrictl) {
+		testenv.Unavailable(t, err.Error())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Check(kube, cniBin, crictl); errors.Is(err, ErrNoRuntime) {
 		testenv.Unavailable(t, err.Error())
 	} else if err != nil {
 		t.Fatal(err)
@@ -95,20 +104,67 @@ func startLab(t *testing.T) *lab {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { bed.Close() })
-	cp, err := controlplane.Start(ctx, controlplane.Options{Bin: kube})
+	cp, err := controlplane.Start(ctx, controlplane.Options{Bin: kube, Workloads: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cp.Stop)
 	n, err = Start(ctx, cp, bed, "node-1", Options{
 		IP: netip.MustParseAddr("172.18.0.2"), PodCIDR: netip.MustParsePrefix("10.244.1.0/24"),
-		KubeBin: kube, CNIBin: cniBin, Images: []string{images},
+		KubeBin: kube, CNIBin: cniBin, CrictlBin: crictl, Images: []string{images},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.Stop)
+	// Pods in default need its ServiceAccount, which a controller makes.
+	poll.Until(t, time.Minute, "the ServiceAccount default/default", func() bool {
+		_, err := cp.Admin.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		return err == nil
+	})
 	return &lab{cp: cp, node: n}
+}
+
+// web is the labpod HTTP backend's container, Ready by its own probe.
+func web() corev1.Container {
+	return corev1.Container{
+		Name: "web", Image: LabpodImage, Args: []string{"serve"}, ImagePullPolicy: corev1.PullNever,
+		Env:            []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
+		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1},
+	}
+}
+
+// pods says where each pod of ns is: its node, phase, conditions and
+// containers' states, for a message.
+func (l *lab) pods(ctx context.Context, ns string) string {
+	list, err := l.cp.Admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, p := range list.Items {
+		var conds []string
+		for _, c := range p.Status.Conditions {
+			conds = append(conds, fmt.Sprintf("%s=%s %s", c.Type, c.Status, c.Message))
+		}
+		var states []string
+		for _, c := range p.Status.ContainerStatuses {
+			states = append(states, fmt.Sprintf("%s %+v", c.Name, c.State))
+		}
+		out = append(out, fmt.Sprintf("%s on %q: %s [%s] %s", p.Name, p.Spec.NodeName, p.Status.Phase, strings.Join(conds, "; "), strings.Join(states, "; ")))
+	}
+	return strings.Join(out, "\n")
+}
+
+// get is the body of GET url from inside the node.
+func (l *lab) get(url string) (string, error) {
+	resp, err := l.node.Net.HTTPClient(5 * time.Second).Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return strings.TrimSpace(string(body)), err
 }
 
 // A pod bound to the real node runs as a container from the lab's image:
@@ -120,14 +176,7 @@ func TestPodOnRealNode(t *testing.T) {
 	ctx := context.Background()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-0"},
-		Spec: corev1.PodSpec{
-			NodeName: l.node.Name,
-			Containers: []corev1.Container{{
-				Name: "web", Image: LabpodImage, Args: []string{"serve"}, ImagePullPolicy: corev1.PullNever,
-				Env:            []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
-				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1},
-			}},
-		},
+		Spec:       corev1.PodSpec{NodeName: l.node.Name, Containers: []corev1.Container{web()}},
 	}
 	if _, err := l.cp.Admin.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -155,14 +204,76 @@ func TestPodOnRealNode(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(l.node.HostLocalDir, ip.String())); err != nil {
 		t.Errorf("host-local's store does not hold the pod's IP: %v", err)
 	}
-	resp, err := l.node.Net.HTTPClient(5 * time.Second).Get("http://" + netip.AddrPortFrom(ip, 8080).String())
+	got, err := l.get("http://" + netip.AddrPortFrom(ip, 8080).String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if got := strings.TrimSpace(string(body)); got != "web-0" {
+	if got != "web-0" {
 		t.Errorf("the pod answered %q, want its name web-0", got)
+	}
+	// The kubelet mounted the pod's ServiceAccount token, as on a cluster.
+	p, err := l.cp.Admin.CoreV1().Pods("default").Get(ctx, "web-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(p.Spec.Volumes, func(v corev1.Volume) bool { return v.Projected != nil }) {
+		t.Error("the pod has no projected ServiceAccount token volume")
+	}
+}
+
+// A Deployment's replicas are scheduled onto the real node, and its
+// Service answers from both at its ClusterIP, through the node's real
+// kube-proxy.
+func TestDeploymentBehindAService(t *testing.T) {
+	l := startLab(t)
+	ctx := context.Background()
+	labels := map[string]string{"app": "web"}
+	replicas := int32(2)
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{web()}},
+			},
+		},
+	}
+	if _, err := l.cp.Admin.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := l.cp.Admin.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
+		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.UntilNoted(t, 2*time.Minute, "the Deployment's two replicas available", func() (bool, string) {
+		if err := l.node.Check(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := l.cp.Admin.AppsV1().Deployments("default").Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return got.Status.AvailableReplicas == 2, fmt.Sprintf("%d available; %s", got.Status.AvailableReplicas, l.pods(ctx, "default"))
+	})
+	url := "http://" + netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80).String()
+	seen := map[string]bool{}
+	poll.UntilNoted(t, time.Minute, "both replicas answering at the ClusterIP", func() (bool, string) {
+		got, err := l.get(url)
+		if err != nil {
+			return false, err.Error()
+		}
+		seen[got] = true
+		return len(seen) == 2, fmt.Sprintf("answered by %v", slices.Sorted(maps.Keys(seen)))
+	})
+	for name := range seen {
+		if !strings.HasPrefix(name, "web-") {
+			t.Errorf("answered by %q, not a replica of the Deployment", name)
+		}
 	}
 }
 
