@@ -165,6 +165,19 @@ func TestChartRendersItsVariants(t *testing.T) {
 				t.Errorf("kind's store not mounted read-only: %+v", ds.Spec.Template.Spec.Containers[0].VolumeMounts)
 			}
 		}},
+		{"k3s: CNI configurations elsewhere", "agent: {cniConfDir: /var/lib/rancher/k3s/agent/etc/cni/net.d}\n", func(t *testing.T, objs []rendered) {
+			ds := decodeAs[appsv1.DaemonSet](t, find(objs, "DaemonSet", "gw-agent"))
+			spec := ds.Spec.Template.Spec
+			i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == "cni-conf" })
+			if i < 0 || spec.Volumes[i].HostPath == nil || spec.Volumes[i].HostPath.Path != "/var/lib/rancher/k3s/agent/etc/cni/net.d" {
+				t.Errorf("the CNI configurations are not read from k3s's directory: %+v", spec.Volumes)
+			}
+			if !slices.ContainsFunc(spec.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool {
+				return m.Name == "cni-conf" && m.MountPath == "/host/etc/cni/net.d" && m.ReadOnly
+			}) {
+				t.Errorf("the agent does not read them read-only as /etc/cni/net.d: %+v", spec.Containers[0].VolumeMounts)
+			}
+		}},
 		{"monitoring on", "prometheus: {monitor: {enabled: true}}\nprometheusRule: {enabled: true}\ndashboards: {enabled: true}\nnetworkPolicy: {enabled: true}\n", func(t *testing.T, objs []rendered) {
 			for _, name := range []string{"gw-agent", "gw-controller"} {
 				if find(objs, "ServiceMonitor", name) == nil {
