@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
@@ -25,7 +26,9 @@ type pki struct {
 	saKeyFile, saPubFile string
 }
 
-func newPKI(dir string) (*pki, error) {
+// newPKI writes a CA and the API server's certificate, valid for the
+// loopback addresses and ips.
+func newPKI(dir string, ips ...netip.Addr) (*pki, error) {
 	p := &pki{
 		caFile: filepath.Join(dir, "ca.crt"), certFile: filepath.Join(dir, "apiserver.crt"), keyFile: filepath.Join(dir, "apiserver.key"),
 		saKeyFile: filepath.Join(dir, "sa.key"), saPubFile: filepath.Join(dir, "sa.pub"),
@@ -57,7 +60,7 @@ func newPKI(dir string) (*pki, error) {
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		IPAddresses: append([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, netIPs(ips)...),
 		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, serving, caCert, &key.PublicKey, caKey)
@@ -91,6 +94,14 @@ func newPKI(dir string) (*pki, error) {
 		}
 	}
 	return p, nil
+}
+
+func netIPs(ips []netip.Addr) []net.IP {
+	out := make([]net.IP, 0, len(ips))
+	for _, ip := range ips {
+		out = append(out, ip.AsSlice())
+	}
+	return out
 }
 
 // newToken is a random bearer token.

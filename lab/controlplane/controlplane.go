@@ -148,6 +148,22 @@ type ControlPlane struct {
 	apiStarts int
 	// Admin is a client with every permission.
 	Admin kubernetes.Interface
+	// workloads is Options.Workloads.
+	workloads bool
+}
+
+// InClusterAddr is where pods reach the API server under
+// Options.Workloads: its advertised address, the kubernetes Service's
+// endpoint, which every node serves on its loopback through its forwarder
+// (198.18.0.0/15 is the range set aside for benchmarks and labs, RFC 2544).
+var InClusterAddr = netip.MustParseAddr("198.18.0.1")
+
+// advertise is the API server's --advertise-address.
+func (cp *ControlPlane) advertise() netip.Addr {
+	if cp.workloads {
+		return InClusterAddr
+	}
+	return netip.MustParseAddr("127.0.0.1")
 }
 
 // Start runs etcd, the API server and the controller manager, and returns
@@ -179,7 +195,14 @@ func Start(ctx context.Context, o Options) (cp *ControlPlane, err error) {
 			cp.Stop()
 		}
 	}()
-	if cp.pki, err = newPKI(cp.Dir); err != nil {
+	var sans []netip.Addr
+	if o.Workloads {
+		// Pods reach the API server at the kubernetes Service's ClusterIP
+		// (the range's first), translated to InClusterAddr.
+		sans = []netip.Addr{cp.ServiceCIDR.Masked().Addr().Next(), InClusterAddr}
+		cp.workloads = true
+	}
+	if cp.pki, err = newPKI(cp.Dir, sans...); err != nil {
 		return nil, err
 	}
 	var tokenFile strings.Builder
@@ -224,7 +247,7 @@ func Start(ctx context.Context, o Options) (cp *ControlPlane, err error) {
 
 	apiArgs := []string{
 		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=" + strconv.Itoa(cp.Port),
+		"--bind-address=127.0.0.1", "--advertise-address=" + cp.advertise().String(), "--secure-port=" + strconv.Itoa(cp.Port),
 		"--tls-cert-file=" + cp.pki.certFile, "--tls-private-key-file=" + cp.pki.keyFile,
 		// A kubelet API the tests serve (ServeKubeletAPI) holds a
 		// certificate of this CA.

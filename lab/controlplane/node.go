@@ -69,7 +69,9 @@ type Node struct {
 
 	proxy *process
 	fwd   net.Listener
-	wg    sync.WaitGroup
+	// inCluster serves InClusterAddr under Options.Workloads.
+	inCluster net.Listener
+	wg        sync.WaitGroup
 }
 
 // AddNode creates the namespace (through bed), the Node object (unless
@@ -81,6 +83,9 @@ func (cp *ControlPlane) AddNode(ctx context.Context, bed *netbed.Bed, name strin
 	}
 	no := o.NetOptions
 	no.Addrs = append(no.Addrs, netip.PrefixFrom(o.IP, o.IP.BitLen()))
+	if cp.workloads {
+		no.Addrs = append(no.Addrs, netip.PrefixFrom(InClusterAddr, InClusterAddr.BitLen()))
+	}
 	nn, err := bed.AddNode(name, no)
 	if err != nil {
 		return nil, err
@@ -95,7 +100,16 @@ func (cp *ControlPlane) AddNode(ctx context.Context, bed *netbed.Bed, name strin
 		return nil, fmt.Errorf("node %s: forwarder to the API server: %w", name, err)
 	}
 	n.wg.Add(1)
-	go n.forward()
+	go n.forward(n.fwd)
+	if cp.workloads {
+		// The kubernetes Service's endpoint, for pods and host-network
+		// pods alike.
+		if n.inCluster, err = nn.Listen("tcp", netip.AddrPortFrom(InClusterAddr, uint16(cp.Port)).String()); err != nil {
+			return nil, fmt.Errorf("node %s: forwarder to the API server at %s: %w", name, InClusterAddr, err)
+		}
+		n.wg.Add(1)
+		go n.forward(n.inCluster)
+	}
 
 	if !o.Registered {
 		if err := cp.RegisterNode(ctx, name, o.IP, o.PodCIDR); err != nil {
@@ -172,10 +186,10 @@ func (cp *ControlPlane) RegisterNode(ctx context.Context, name string, ip netip.
 
 // forward copies each connection to 127.0.0.1:port in the node to the API
 // server on the host's loopback.
-func (n *Node) forward() {
+func (n *Node) forward(ln net.Listener) {
 	defer n.wg.Done()
 	for {
-		c, err := n.fwd.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			return
 		}
@@ -230,6 +244,9 @@ func (n *Node) Stop() {
 	}
 	if n.fwd != nil {
 		n.fwd.Close()
+	}
+	if n.inCluster != nil {
+		n.inCluster.Close()
 	}
 }
 
