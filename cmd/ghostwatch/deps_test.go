@@ -16,7 +16,7 @@ import (
 // need. The agent runs this binary with NET_ADMIN on every node. Serf's
 // agent is read through source/gossip's own client of its RPC, so no
 // package of the Serf module may appear, nor memberlist, which Serf's
-// packages import, nor miekg/dns, which memberlist imports.
+// packages import, nor miekg/dns, which memberlist imports. Nor Helm.
 var forbidden = []string{
 	"github.com/ghostwatch/ghostwatch/lab",
 	"github.com/google/nftables",
@@ -26,6 +26,13 @@ var forbidden = []string{
 	"github.com/hashicorp/serf",
 	"github.com/hashicorp/memberlist",
 	"github.com/miekg/dns",
+	// Helm's library renders and installs the chart in the tests and the
+	// lab; its install action brings SQL drivers, an OCI registry client
+	// and containerd's.
+	"helm.sh/helm",
+	"github.com/lib/pq",
+	"oras.land",
+	"github.com/containerd",
 }
 
 // The production binary links no lab code, nor the modules only the lab

@@ -139,6 +139,11 @@ type Node struct {
 	cgroupRoot string
 	containerd *controlplane.Process
 	kubelet    *controlplane.Process
+	// kubeletArgv starts the kubelet again (StartKubelet); kubeletStarts
+	// counts its starts, for its logs' names.
+	kubeletArgv    []string
+	kubeletStarts  int
+	kubeletStopped bool
 }
 
 // Network is the name of the node's CNI network (kind's).
@@ -198,6 +203,10 @@ func Start(ctx context.Context, cp *controlplane.ControlPlane, bed *netbed.Bed, 
 	return n, nil
 }
 
+// CNIConfDir is where the node keeps its CNI network configurations (its
+// /etc/cni/net.d).
+func (n *Node) CNIConfDir() string { return filepath.Join(n.Dir, "cni", "conf") }
+
 // enter is the command line that runs argv in the node's network
 // namespace alone.
 func (n *Node) enter(argv ...string) []string {
@@ -228,7 +237,7 @@ func (n *Node) writeCNI(o Options) error {
   ]
 }
 `, Network, filepath.Dir(n.HostLocalDir), o.PodCIDR.Masked().String(), gw.String())
-	return os.WriteFile(filepath.Join(n.Dir, "cni", "conf", "10-"+Network+".conflist"), []byte(conf), 0o600)
+	return os.WriteFile(filepath.Join(n.CNIConfDir(), "10-"+Network+".conflist"), []byte(conf), 0o600)
 }
 
 func (n *Node) startContainerd(ctx context.Context, o Options) error {
@@ -257,7 +266,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     bin_dir = %q
     conf_dir = %q
 `, filepath.Join(dir, "root"), filepath.Join(dir, "state"), n.sock, n.sock+".ttrpc",
-		SandboxImage, o.CNIBin, filepath.Join(n.Dir, "cni", "conf"))
+		SandboxImage, o.CNIBin, n.CNIConfDir())
 	path := filepath.Join(dir, "config.toml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		return err
@@ -334,14 +343,34 @@ podLogsDir: %s
 		return err
 	}
 	root := filepath.Join(n.Dir, "kubelet")
-	p, err := n.cp.Run("kubelet-"+n.Name, nil, n.enter(filepath.Join(o.KubeBin, Kubelet),
+	n.kubeletArgv = n.enter(filepath.Join(o.KubeBin, Kubelet),
 		"--config="+path, "--kubeconfig="+kubeconfig, "--hostname-override="+n.Name,
-		"--node-ip="+o.IP.String(), "--root-dir="+root, "--cert-dir="+filepath.Join(root, "pki"), "--v=2")...)
+		"--node-ip="+o.IP.String(), "--root-dir="+root, "--cert-dir="+filepath.Join(root, "pki"), "--v=2")
+	return n.runKubelet(ctx)
+}
+
+// runKubelet starts the kubelet and waits until it is healthy and has
+// reported the node Ready.
+func (n *Node) runKubelet(ctx context.Context) error {
+	name := "kubelet-" + n.Name
+	if n.kubeletStarts++; n.kubeletStarts > 1 {
+		name += "-" + strconv.Itoa(n.kubeletStarts)
+	}
+	p, err := n.cp.Run(name, nil, n.kubeletArgv...)
 	if err != nil {
 		return err
 	}
-	n.kubelet = p
-	return p.WaitFor(ctx, 2*time.Minute, "Ready", func(ctx context.Context) error {
+	n.kubelet, n.kubeletStopped = p, false
+	hc := n.Net.HTTPClient(2 * time.Second)
+	return p.WaitFor(ctx, 2*time.Minute, "healthy and the node Ready", func(ctx context.Context) error {
+		resp, err := hc.Get("http://127.0.0.1:10248/healthz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("healthz: %s", resp.Status)
+		}
 		node, err := n.cp.Admin.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -355,13 +384,32 @@ podLogsDir: %s
 	})
 }
 
+// StopKubelet stops the kubelet (SIGTERM), as an operator stops its
+// service: the pods' containers run on.
+func (n *Node) StopKubelet() {
+	if n.kubelet != nil {
+		n.kubeletStopped = true
+		n.kubelet.Stop(10 * time.Second)
+	}
+}
+
+// StartKubelet starts the kubelet StopKubelet stopped, with the same
+// configuration, and waits until it is healthy and the node Ready.
+func (n *Node) StartKubelet(ctx context.Context) error {
+	if n.kubelet != nil && n.kubelet.Check() == nil {
+		return errors.New("the kubelet is running: stop it first")
+	}
+	return n.runKubelet(ctx)
+}
+
 // Kubelet is the node's kubelet process.
 func (n *Node) Kubelet() *controlplane.Process { return n.kubelet }
 
-// Check reports a node program that exited.
+// Check reports a node program that exited (the kubelet but when
+// StopKubelet stopped it).
 func (n *Node) Check() error {
 	for _, p := range []*controlplane.Process{n.containerd, n.kubelet} {
-		if p == nil {
+		if p == nil || p == n.kubelet && n.kubeletStopped {
 			continue
 		}
 		if err := p.Check(); err != nil {
@@ -432,6 +480,22 @@ func (n *Node) killTasks(ctx context.Context) {
 		_ = n.ctr(ctx, "tasks", "kill", "--signal", "SIGKILL", id)
 		_ = n.ctr(ctx, "tasks", "delete", "--force", id)
 	}
+}
+
+// LogTail is the last n lines of the log of every container of the pods
+// of namespace ns the node ran, each headed by its file.
+func (n *Node) LogTail(ns string, lines int) string {
+	files, _ := filepath.Glob(filepath.Join(n.podLogs(), ns+"_*", "*", "*.log"))
+	var out strings.Builder
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		l := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		fmt.Fprintf(&out, "== %s\n%s\n", strings.TrimPrefix(f, n.podLogs()+"/"), strings.Join(l[max(0, len(l)-lines):], "\n"))
+	}
+	return out.String()
 }
 
 // podLogs is the kubelet's podLogsDir, under Dir.

@@ -34,7 +34,14 @@ type lab struct {
 	node *Node
 }
 
-func startLab(t *testing.T) *lab {
+// labOption is something more a test's lab needs.
+type labOption int
+
+// withReleaseImage imports ghostwatch's release image (BuildReleaseImage)
+// into the node.
+const withReleaseImage labOption = 1
+
+func startLab(t *testing.T, opts ...labOption) *lab {
 	t.Helper()
 	testenv.RequireRoot(t, "a real node creates network namespaces and runs containers")
 	kube, err := controlplane.FindBinaries()
@@ -97,6 +104,14 @@ func startLab(t *testing.T) *lab {
 	if err != nil {
 		t.Fatal(err)
 	}
+	archives := []string{images}
+	if slices.Contains(opts, withReleaseImage) {
+		img, err := BuildReleaseImage(ctx, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		archives = append(archives, img)
+	}
 	b := make([]byte, 3)
 	rand.Read(b)
 	bed, err := netbed.New("gwn" + hex.EncodeToString(b)[:5])
@@ -111,12 +126,34 @@ func startLab(t *testing.T) *lab {
 	t.Cleanup(cp.Stop)
 	n, err = Start(ctx, cp, bed, "node-1", Options{
 		IP: netip.MustParseAddr("172.18.0.2"), PodCIDR: netip.MustParsePrefix("10.244.1.0/24"),
-		KubeBin: kube, CNIBin: cniBin, CrictlBin: crictl, Images: []string{images},
+		KubeBin: kube, CNIBin: cniBin, CrictlBin: crictl, Images: archives,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.Stop)
+	// Registered after Stop, run before it: a failed test shows what the
+	// ghostwatch pods said.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the ghostwatch pods' logs end:\n%s", n.LogTail("ghostwatch", 40))
+			// The agent on the node's network, at the chart's port.
+			base := "http://" + netip.AddrPortFrom(n.IP, 10280).String()
+			l := &lab{cp: cp, node: n}
+			if body, err := l.get(base + "/readyz"); err == nil {
+				t.Logf("the agent's /readyz: %s", body)
+			}
+			if body, err := l.get(base + "/metrics"); err == nil {
+				var keep []string
+				for line := range strings.Lines(body) {
+					if strings.HasPrefix(line, "ghostwatch_source_up") || strings.HasPrefix(line, "ghostwatch_findings") || strings.HasPrefix(line, "ghostwatch_audits_total") {
+						keep = append(keep, strings.TrimSpace(line))
+					}
+				}
+				t.Logf("the agent's metrics:\n%s", strings.Join(keep, "\n"))
+			}
+		}
+	})
 	// Pods in default need its ServiceAccount, which a controller makes.
 	poll.Until(t, time.Minute, "the ServiceAccount default/default", func() bool {
 		_, err := cp.Admin.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
