@@ -28,18 +28,26 @@ import (
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 )
 
-// lab is a control plane and one real node, for a test.
+// lab is a control plane and real nodes, for a test.
 type lab struct {
-	cp   *controlplane.ControlPlane
-	node *Node
+	cp *controlplane.ControlPlane
+	// node is the first of nodes.
+	node  *Node
+	nodes []*Node
 }
 
 // labOption is something more a test's lab needs.
 type labOption int
 
-// withReleaseImage imports ghostwatch's release image (BuildReleaseImage)
-// into the node.
-const withReleaseImage labOption = 1
+// The options.
+const (
+	// withReleaseImage imports ghostwatch's release image
+	// (BuildReleaseImage) into the nodes.
+	withReleaseImage labOption = iota + 1
+	// withSecondNode starts node-2 (172.18.0.3, pods in 10.244.2.0/24)
+	// beside node-1, linked as two machines are.
+	withSecondNode
+)
 
 func startLab(t *testing.T, opts ...labOption) *lab {
 	t.Helper()
@@ -71,32 +79,18 @@ func startLab(t *testing.T, opts ...labOption) *lab {
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	// Registered first, run last: the node leaves no pod namespace, mount
+	// Registered first, run last: the nodes leave no pod namespace, mount
 	// or cgroup behind once stopped.
 	before := podNamespaces(t)
-	var n *Node
+	l := &lab{}
 	t.Cleanup(func() {
-		if n == nil {
-			return
-		}
 		for _, ns := range podNamespaces(t) {
 			if !slices.Contains(before, ns) {
-				t.Errorf("the stopped node left the pod network namespace %s", ns)
+				t.Errorf("the stopped nodes left the pod network namespace %s", ns)
 			}
 		}
-		if points := mountsUnder(n.Dir); len(points) > 0 {
-			t.Errorf("the stopped node left mounts: %s", strings.Join(points, ", "))
-		}
-		links, _ := os.ReadDir(containerLogLinks)
-		for _, e := range links {
-			if target, _ := os.Readlink(filepath.Join(containerLogLinks, e.Name())); strings.HasPrefix(target, n.Dir+"/") {
-				t.Errorf("the stopped node left a link to its container's log: %s", e.Name())
-			}
-		}
-		for _, h := range cgroupHierarchies() {
-			if _, err := os.Stat(filepath.Join(h, n.cgroupRoot)); err == nil {
-				t.Errorf("the stopped node left its cgroup %s", filepath.Join(h, n.cgroupRoot))
-			}
+		for _, n := range l.nodes {
+			checkLeftNothing(t, n)
 		}
 	})
 	ctx := context.Background()
@@ -124,42 +118,88 @@ func startLab(t *testing.T, opts ...labOption) *lab {
 		t.Fatal(err)
 	}
 	t.Cleanup(cp.Stop)
-	n, err = Start(ctx, cp, bed, "node-1", Options{
-		IP: netip.MustParseAddr("172.18.0.2"), PodCIDR: netip.MustParsePrefix("10.244.1.0/24"),
-		KubeBin: kube, CNIBin: cniBin, CrictlBin: crictl, Images: archives,
-	})
-	if err != nil {
-		t.Fatal(err)
+	l.cp = cp
+	count := 1
+	if slices.Contains(opts, withSecondNode) {
+		count = 2
 	}
-	t.Cleanup(n.Stop)
-	// Registered after Stop, run before it: a failed test shows what the
-	// ghostwatch pods said.
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("the ghostwatch pods' logs end:\n%s", n.LogTail("ghostwatch", 40))
-			// The agent on the node's network, at the chart's port.
-			base := "http://" + netip.AddrPortFrom(n.IP, 10280).String()
-			l := &lab{cp: cp, node: n}
-			if body, err := l.get(base + "/readyz"); err == nil {
-				t.Logf("the agent's /readyz: %s", body)
-			}
-			if body, err := l.get(base + "/metrics"); err == nil {
-				var keep []string
-				for line := range strings.Lines(body) {
-					if strings.HasPrefix(line, "ghostwatch_source_up") || strings.HasPrefix(line, "ghostwatch_findings") || strings.HasPrefix(line, "ghostwatch_audits_total") {
-						keep = append(keep, strings.TrimSpace(line))
-					}
-				}
-				t.Logf("the agent's metrics:\n%s", strings.Join(keep, "\n"))
-			}
+	for i := range count {
+		n, err := Start(ctx, cp, bed, fmt.Sprintf("node-%d", i+1), Options{
+			IP:      netip.AddrFrom4([4]byte{172, 18, 0, byte(2 + i)}),
+			PodCIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(1 + i), 0}), 24),
+			KubeBin: kube, CNIBin: cniBin, CrictlBin: crictl, Images: archives,
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-	})
+		l.nodes = append(l.nodes, n)
+		t.Cleanup(n.Stop)
+		// Registered after Stop, run before it: a failed test shows what
+		// the ghostwatch pods said.
+		t.Cleanup(func() {
+			if t.Failed() {
+				l.explain(t, n)
+			}
+		})
+	}
+	l.node = l.nodes[0]
+	if count == 2 {
+		// The network between the machines: each node routes the other's
+		// pod range and address through the link.
+		a, z := l.nodes[0], l.nodes[1]
+		if err := bed.ConnectNodes(
+			a.Net, netbed.Uplink{Addr: netip.MustParsePrefix("172.19.0.1/30"), Routes: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24"), netip.PrefixFrom(z.IP, 32)}},
+			z.Net, netbed.Uplink{Addr: netip.MustParsePrefix("172.19.0.2/30"), Routes: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.PrefixFrom(a.IP, 32)}},
+		); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// Pods in default need its ServiceAccount, which a controller makes.
 	poll.Until(t, time.Minute, "the ServiceAccount default/default", func() bool {
 		_, err := cp.Admin.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 		return err == nil
 	})
-	return &lab{cp: cp, node: n}
+	return l
+}
+
+// explain logs what the ghostwatch pods on n said, and the agent's
+// readiness and findings, for a failed test.
+func (l *lab) explain(t *testing.T, n *Node) {
+	t.Logf("the ghostwatch pods' logs on %s end:\n%s", n.Name, n.LogTail("ghostwatch", 40))
+	// The agent on the node's network, at the chart's port.
+	base := "http://" + netip.AddrPortFrom(n.IP, 10280).String()
+	if body, err := l.get(base + "/readyz"); err == nil {
+		t.Logf("the agent's /readyz on %s: %s", n.Name, body)
+	}
+	if body, err := l.get(base + "/metrics"); err == nil {
+		var keep []string
+		for line := range strings.Lines(body) {
+			if strings.HasPrefix(line, "ghostwatch_source_up") || strings.HasPrefix(line, "ghostwatch_findings") || strings.HasPrefix(line, "ghostwatch_audits_total") {
+				keep = append(keep, strings.TrimSpace(line))
+			}
+		}
+		t.Logf("the agent's metrics on %s:\n%s", n.Name, strings.Join(keep, "\n"))
+	}
+}
+
+// checkLeftNothing fails t if the stopped node n left a mount, a log link
+// or its cgroup.
+func checkLeftNothing(t *testing.T, n *Node) {
+	t.Helper()
+	if points := mountsUnder(n.Dir); len(points) > 0 {
+		t.Errorf("the stopped node %s left mounts: %s", n.Name, strings.Join(points, ", "))
+	}
+	links, _ := os.ReadDir(containerLogLinks)
+	for _, e := range links {
+		if target, _ := os.Readlink(filepath.Join(containerLogLinks, e.Name())); strings.HasPrefix(target, n.Dir+"/") {
+			t.Errorf("the stopped node %s left a link to its container's log: %s", n.Name, e.Name())
+		}
+	}
+	for _, h := range cgroupHierarchies() {
+		if _, err := os.Stat(filepath.Join(h, n.cgroupRoot)); err == nil {
+			t.Errorf("the stopped node %s left its cgroup %s", n.Name, filepath.Join(h, n.cgroupRoot))
+		}
+	}
 }
 
 // web is the labpod HTTP backend's container, Ready by its own probe.
@@ -329,4 +369,62 @@ func podNamespaces(t *testing.T) []string {
 		}
 	}
 	return out
+}
+
+// Two real nodes linked as two machines are: a replica scheduled onto
+// node-2 takes its IP from node-2's range, and node-1 reaches it at its
+// Service's ClusterIP through node-1's kube-proxy and the link, as a
+// client on one node reaches a backend on another (seed 001's shape).
+func TestPodsAcrossRealNodes(t *testing.T) {
+	l := startLab(t, withSecondNode)
+	ctx := context.Background()
+	labels := map[string]string{"app": "web"}
+	one := int32(1)
+	spec := corev1.PodSpec{Containers: []corev1.Container{web()}, NodeSelector: map[string]string{"kubernetes.io/hostname": "node-2"}}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
+		Spec: appsv1.DeploymentSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec}},
+	}
+	if _, err := l.cp.Admin.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := l.cp.Admin.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
+		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pod corev1.Pod
+	poll.UntilNoted(t, 2*time.Minute, "the replica Ready on node-2", func() (bool, string) {
+		for _, n := range l.nodes {
+			if err := n.Check(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		list, err := l.cp.Admin.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+		if err != nil || len(list.Items) != 1 {
+			return false, l.pods(ctx, "default")
+		}
+		pod = list.Items[0]
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return true, ""
+			}
+		}
+		return false, l.pods(ctx, "default")
+	})
+	if ip, err := netip.ParseAddr(pod.Status.PodIP); err != nil || pod.Spec.NodeName != "node-2" || !netip.MustParsePrefix("10.244.2.0/24").Contains(ip) {
+		t.Fatalf("the replica runs on %q at %q, want node-2 in 10.244.2.0/24", pod.Spec.NodeName, pod.Status.PodIP)
+	}
+	url := "http://" + netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80).String()
+	var got string
+	poll.UntilNoted(t, time.Minute, "node-1 answered by the replica on node-2 at the ClusterIP", func() (bool, string) {
+		got, err = l.get(url)
+		if err != nil {
+			return false, err.Error()
+		}
+		return got == pod.Name, "answered " + got
+	})
 }
