@@ -31,6 +31,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ghostwatch/ghostwatch/internal/testenv"
+	"github.com/ghostwatch/ghostwatch/lab/cni"
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 )
@@ -76,32 +77,19 @@ var ErrNoRuntime = errors.New("the container runtime is not installed")
 // cniBin, crictl in crictlBin, or a runtime program on PATH, each with what
 // provides it.
 func Check(kubeBin, cniBin, crictlBin string) error {
-	if err := isExecutable(filepath.Join(kubeBin, Kubelet)); err != nil {
-		return fmt.Errorf("the kubelet: %w; build it with %s", err, controlplane.Script)
+	if err := testenv.HasExecutables("the Kubernetes binaries' directory "+kubeBin, kubeBin, controlplane.Script, Kubelet); err != nil {
+		return err
 	}
-	if err := isExecutable(filepath.Join(crictlBin, Crictl)); err != nil {
-		return fmt.Errorf("crictl: %w; build it with %s", err, CrictlScript)
+	if err := testenv.HasExecutables("crictl's directory "+crictlBin, crictlBin, CrictlScript, Crictl); err != nil {
+		return err
 	}
-	for _, p := range Plugins {
-		if err := isExecutable(filepath.Join(cniBin, p)); err != nil {
-			return fmt.Errorf("the CNI plugin %s: %w; build it with scripts/cni-plugins.sh", p, err)
-		}
+	if err := testenv.HasExecutables("the CNI plugins' directory "+cniBin, cniBin, cni.Script, Plugins...); err != nil {
+		return err
 	}
 	for _, p := range Runtime {
 		if _, err := exec.LookPath(p); err != nil {
 			return fmt.Errorf("%w: %s is not on PATH; install Debian's containerd and runc (apt-get install containerd runc)", ErrNoRuntime, p)
 		}
-	}
-	return nil
-}
-
-func isExecutable(path string) error {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return err
-	}
-	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
-		return fmt.Errorf("%s is not an executable file", path)
 	}
 	return nil
 }
@@ -401,9 +389,6 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 	}
 	return n.runKubelet(ctx)
 }
-
-// Kubelet is the node's kubelet process.
-func (n *Node) Kubelet() *controlplane.Process { return n.kubelet }
 
 // Check reports a node program that exited (the kubelet but when
 // StopKubelet stopped it).

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -155,7 +154,7 @@ func startLab(t *testing.T, opts ...labOption) *lab {
 		}
 	}
 	// Pods in default need its ServiceAccount, which a controller makes.
-	poll.Until(t, time.Minute, "the ServiceAccount default/default", func() bool {
+	poll.Until(t, poll.Patience, "the ServiceAccount default/default", func() bool {
 		_, err := cp.Admin.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 		return err == nil
 	})
@@ -259,7 +258,7 @@ func TestPodOnRealNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ip netip.Addr
-	poll.UntilNoted(t, 2*time.Minute, "the pod Ready on the real node", func() (bool, string) {
+	poll.UntilNoted(t, poll.Patience, "the pod Ready on the real node", func() (bool, string) {
 		if err := l.node.Check(); err != nil {
 			t.Fatal(err)
 		}
@@ -303,43 +302,10 @@ func TestPodOnRealNode(t *testing.T) {
 // kube-proxy.
 func TestDeploymentBehindAService(t *testing.T) {
 	l := startLab(t)
-	ctx := context.Background()
-	labels := map[string]string{"app": "web"}
-	replicas := int32(2)
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &replicas,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{web()}},
-			},
-		},
-	}
-	if _, err := l.cp.Admin.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	svc, err := l.cp.Admin.CoreV1().Services("default").Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
-		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	poll.UntilNoted(t, 2*time.Minute, "the Deployment's two replicas available", func() (bool, string) {
-		if err := l.node.Check(); err != nil {
-			t.Fatal(err)
-		}
-		got, err := l.cp.Admin.AppsV1().Deployments("default").Get(ctx, "web", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return got.Status.AvailableReplicas == 2, fmt.Sprintf("%d available; %s", got.Status.AvailableReplicas, l.pods(ctx, "default"))
-	})
-	url := "http://" + netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80).String()
+	l.deployment(t, "web", 2)
+	url := l.service(t, "web")
 	seen := map[string]bool{}
-	poll.UntilNoted(t, time.Minute, "both replicas answering at the ClusterIP", func() (bool, string) {
+	poll.UntilNoted(t, poll.Patience, "both replicas answering at the ClusterIP", func() (bool, string) {
 		got, err := l.get(url)
 		if err != nil {
 			return false, err.Error()
@@ -378,26 +344,12 @@ func podNamespaces(t *testing.T) []string {
 func TestPodsAcrossRealNodes(t *testing.T) {
 	l := startLab(t, withSecondNode)
 	ctx := context.Background()
-	labels := map[string]string{"app": "web"}
-	one := int32(1)
-	spec := corev1.PodSpec{Containers: []corev1.Container{web()}, NodeSelector: map[string]string{"kubernetes.io/hostname": "node-2"}}
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
-		Spec: appsv1.DeploymentSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec}},
-	}
-	if _, err := l.cp.Admin.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	svc, err := l.cp.Admin.CoreV1().Services("default").Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
-		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l.deployment(t, "web", 1, func(spec *corev1.PodSpec) {
+		spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "node-2"}
+	})
+	url := l.service(t, "web")
 	var pod corev1.Pod
-	poll.UntilNoted(t, 2*time.Minute, "the replica Ready on node-2", func() (bool, string) {
+	poll.UntilNoted(t, poll.Patience, "the replica Ready on node-2", func() (bool, string) {
 		for _, n := range l.nodes {
 			if err := n.Check(); err != nil {
 				t.Fatal(err)
@@ -418,9 +370,9 @@ func TestPodsAcrossRealNodes(t *testing.T) {
 	if ip, err := netip.ParseAddr(pod.Status.PodIP); err != nil || pod.Spec.NodeName != "node-2" || !netip.MustParsePrefix("10.244.2.0/24").Contains(ip) {
 		t.Fatalf("the replica runs on %q at %q, want node-2 in 10.244.2.0/24", pod.Spec.NodeName, pod.Status.PodIP)
 	}
-	url := "http://" + netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80).String()
 	var got string
-	poll.UntilNoted(t, time.Minute, "node-1 answered by the replica on node-2 at the ClusterIP", func() (bool, string) {
+	var err error
+	poll.UntilNoted(t, poll.Patience, "node-1 answered by the replica on node-2 at the ClusterIP", func() (bool, string) {
 		got, err = l.get(url)
 		if err != nil {
 			return false, err.Error()

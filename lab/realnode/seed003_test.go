@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
@@ -35,7 +36,7 @@ func TestSeed003OnRealNode(t *testing.T) {
 	t.Log("the replicas scaled up")
 	l.scale(t, "web", 6)
 	var dup []string
-	poll.UntilNoted(t, 2*time.Minute, "two running pods with the same IP", func() (bool, string) {
+	poll.UntilNoted(t, poll.Patience, "two running pods with the same IP", func() (bool, string) {
 		byIP := map[string][]string{}
 		for name, ip := range l.running(t, "default") {
 			byIP[ip] = append(byIP[ip], name)
@@ -67,7 +68,7 @@ func TestSeed003OnRealNode(t *testing.T) {
 func TestSeed003PreventedOnRealNode(t *testing.T) {
 	l := seed003Wiped(t, "  remedies: [hostlocal-reserve]\n")
 	before := l.running(t, "default")
-	poll.UntilNoted(t, 2*time.Minute, "the running replicas' reservations written back", func() (bool, string) {
+	poll.UntilNoted(t, poll.Patience, "the running replicas' reservations written back", func() (bool, string) {
 		held := map[string]bool{}
 		for _, ip := range l.node.HandedOut() {
 			held[ip.String()] = true
@@ -132,7 +133,7 @@ func seed003Wiped(t *testing.T, agentValues string) *lab {
 	// unbooked, critical for the one host-local hands out next (its
 	// findings are its metrics, its readiness and its nodes/findings
 	// answer; Events are the controller's, and the agent's actions').
-	poll.UntilNoted(t, 2*time.Minute, "the agent reporting ipam-unbooked-ip, critical", func() (bool, string) {
+	poll.UntilNoted(t, poll.Patience, "the agent reporting ipam-unbooked-ip, critical", func() (bool, string) {
 		m, err := l.agentMetrics()
 		if err != nil {
 			return false, err.Error()
@@ -145,26 +146,42 @@ func seed003Wiped(t *testing.T, agentValues string) *lab {
 	return l
 }
 
-// deployment creates Deployment name of n labpod web replicas and waits
-// until they are available.
-func (l *lab) deployment(t *testing.T, name string, n int32) {
+// deployment creates Deployment name of n labpod web replicas, its pod
+// spec changed by each of edit, and waits until they are available.
+func (l *lab) deployment(t *testing.T, name string, n int32, edit ...func(*corev1.PodSpec)) {
 	t.Helper()
 	labels := map[string]string{"app": name}
+	spec := corev1.PodSpec{Containers: []corev1.Container{web()}}
+	for _, e := range edit {
+		e(&spec)
+	}
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: &n,
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{web()}},
-			},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec},
 		},
 	}
 	if _, err := l.cp.Admin.AppsV1().Deployments("default").Create(context.Background(), d, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	l.available(t, name, n)
+}
+
+// service creates Service name (port 80) in front of Deployment name's
+// replicas and returns its ClusterIP's URL.
+func (l *lab) service(t *testing.T, name string) string {
+	t.Helper()
+	svc, err := l.cp.Admin.CoreV1().Services("default").Create(context.Background(), &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": name},
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "http://" + netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80).String()
 }
 
 // scale sets Deployment name's replicas and waits until they are
@@ -186,7 +203,7 @@ func (l *lab) scale(t *testing.T, name string, n int32) {
 func (l *lab) available(t *testing.T, name string, n int32) {
 	t.Helper()
 	ctx := context.Background()
-	poll.UntilNoted(t, 2*time.Minute, fmt.Sprintf("Deployment %s: %d replicas available", name, n), func() (bool, string) {
+	poll.UntilNoted(t, poll.Patience, fmt.Sprintf("Deployment %s: %d replicas available", name, n), func() (bool, string) {
 		if err := l.node.Check(); err != nil {
 			t.Fatal(err)
 		}
@@ -242,7 +259,7 @@ func (l *lab) running(t *testing.T, ns string) map[string]string {
 func (l *lab) waitEvent(t *testing.T, ns, reason string, match func(corev1.Event) bool) corev1.Event {
 	t.Helper()
 	var got corev1.Event
-	poll.UntilNoted(t, 2*time.Minute, "an Event "+reason+" in "+ns, func() (bool, string) {
+	poll.UntilNoted(t, poll.Patience, "an Event "+reason+" in "+ns, func() (bool, string) {
 		list, err := l.cp.Admin.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("reason", reason).String()})
 		if err != nil {
 			return false, err.Error()
