@@ -650,11 +650,18 @@ func (c *Controller) logSkipped(now map[string]finding.Skipped) {
 	c.skipped = now
 }
 
-// key identifies a finding across passes: its rule, subject and the
-// objects it concerns.
+// key identifies a finding across passes: its rule, subject, the objects
+// it concerns and the gossip members it names. A finding that comes to
+// name another member is reported again: a dead member alone on an
+// address, then beside the live one that joined there.
 func key(f finding.Finding) string {
 	var b strings.Builder
 	b.WriteString(f.Rule + "|" + f.Severity.String() + "|" + f.Subject.IP)
+	for _, k := range []string{"member", "other_member"} {
+		if v, ok := f.Evidence[k].(string); ok {
+			b.WriteString("|" + k + "=" + v)
+		}
+	}
 	var uids []string
 	for _, o := range f.Concerns {
 		uids = append(uids, o.Kind+"/"+o.Namespace+"/"+o.Name+"/"+o.UID)

@@ -198,6 +198,10 @@ func TestMemberlistGhostReportedByTheController(t *testing.T) {
 	start := func(name, addr string, port int) *memberlisttest.Member {
 		c := pkggossip.DefaultPodConfig(name, "shop/cache")
 		memberlisttest.Shorten(c)
+		// The survivor keeps the dead member listed for as long as the
+		// test may take on a loaded machine (shortened, it would forget
+		// it 3 s after its death, maybe before the newcomer joins).
+		c.GossipToTheDeadTime = 10 * time.Minute
 		c.BindAddr, c.BindPort, c.AdvertisePort = addr, port, port
 		view := pkggossip.Watch(c)
 		m, err := memberlisttest.Start(c, func(ml *memberlist.Memberlist) http.Handler {
@@ -241,15 +245,24 @@ func TestMemberlistGhostReportedByTheController(t *testing.T) {
 	}
 	poll.Until(t, poll.Patience, "the old member dead in the survivor's list", func() bool { return members("dead") == 1 })
 	newcomer := start("cache-2-9e8d", "127.0.0.22", old.Port())
-	if _, err := client.CoreV1().Pods("shop").Create(ctx, gossipPodObj("cache-2", "u2", "127.0.0.22", "memberlist", httpPort(newcomer), time.Now()), metav1.CreateOptions{}); err != nil {
+	// cache-2 is stamped created beyond the timestamps' resolution after
+	// the death, so that the controller proves it another identity at
+	// once, as it does whenever the pod comes a second or more later.
+	created := time.Now().Add(3 * time.Second)
+	if _, err := client.CoreV1().Pods("shop").Create(ctx, gossipPodObj("cache-2", "u2", "127.0.0.22", "memberlist", httpPort(newcomer), created), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Before cache-2's member joins, the dead member is reported on the
+	// new pod's address alone; once it has joined, the finding names both
+	// and is reported again.
+	poll.Until(t, poll.Patience, "the dead member reported alone on the new pod", func() bool {
+		return slices.ContainsFunc(r.ev.With("GossipGhostMember"), func(ev string) bool {
+			return strings.HasPrefix(ev, "Pod Warning shop/cache-2") && strings.Contains(ev, "node-127-0-0-22 is dead, and shop/cache-2 now holds 127.0.0.22")
+		})
+	})
 	if _, err := newcomer.ML.Join([]string{survivor.Address()}); err != nil {
 		t.Fatal(err)
 	}
-	// A pass between cache-2's creation and its member's join reports
-	// the dead member on the new pod's address first, alone; once the
-	// member has joined, the finding names both.
 	both := func(ev string) bool {
 		return strings.HasPrefix(ev, "Pod Warning shop/cache-2") &&
 			strings.Contains(ev, "node-127-0-0-22 (dead) and cache-2-9e8d (alive) share 127.0.0.22")
