@@ -171,7 +171,7 @@ func (e *realEnv) addNode(t *testing.T, name string, ip netip.Addr, podCIDR neti
 		}
 		n.Stop()
 	})
-	if err := e.bed.ConnectNodes(
+	if _, err := e.bed.ConnectNodes(
 		e.node.Net, netbed.Uplink{Addr: netip.MustParsePrefix("172.30.0.1/30"), Routes: []netip.Prefix{podCIDR, hostPfx(ip)}},
 		n.Net, netbed.Uplink{Addr: netip.MustParsePrefix("172.30.0.2/30"), Routes: []netip.Prefix{realPodCIDR, hostPfx(realNodeIP)}},
 	); err != nil {

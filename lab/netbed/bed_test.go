@@ -339,10 +339,11 @@ func TestConnectNodesRoutesBetweenPods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.ConnectNodes(
+	link, err := b.ConnectNodes(
 		n1, Uplink{Addr: netip.MustParsePrefix("172.30.0.1/30"), Routes: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24")}},
 		n2, Uplink{Addr: netip.MustParsePrefix("172.30.0.2/30"), Routes: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}},
-	); err != nil {
+	)
+	if err != nil {
 		t.Fatal(err)
 	}
 	client, err := b.AddHost("c", n1, pfx("10.244.1.10"))
@@ -366,5 +367,27 @@ func TestConnectNodesRoutesBetweenPods(t *testing.T) {
 	line, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil || strings.TrimSpace(line) != "across" {
 		t.Fatalf("answer %q, %v; want across", line, err)
+	}
+
+	// Cut at n2's end, the link drops what n1 sends across without a
+	// word: a dial is neither refused nor told the host is unreachable,
+	// it goes unanswered.
+	if err := link.Cut(n2); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if c, err := client.Dial(ctx, "tcp", "", "10.244.2.10:8080"); err == nil {
+		c.Close()
+		t.Error("dialed across a cut link")
+	} else if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("dial across a cut link: %v, want it unanswered", err)
+	}
+	n3, err := b.AddNode("n3", NodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := link.Cut(n3); err == nil {
+		t.Error("cut a link at a node that is not one of its ends")
 	}
 }

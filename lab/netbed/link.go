@@ -20,11 +20,19 @@ type Uplink struct {
 	Routes []netip.Prefix
 }
 
+// Link is the network between two nodes (ConnectNodes).
+type Link struct {
+	ends [2]struct {
+		n    *Node
+		name string
+	}
+}
+
 // ConnectNodes joins two nodes with a veth pair, as the network between
 // two machines: each end gets its address, and each node routes the
 // other's prefixes through it. The link stays up when pods come and go,
 // like a node's uplink.
-func (b *Bed) ConnectNodes(a *Node, aEnd Uplink, z *Node, zEnd Uplink) error {
+func (b *Bed) ConnectNodes(a *Node, aEnd Uplink, z *Node, zEnd Uplink) (*Link, error) {
 	a.mu.Lock()
 	a.links++
 	aName := "up" + strconv.Itoa(a.links)
@@ -40,7 +48,7 @@ func (b *Bed) ConnectNodes(a *Node, aEnd Uplink, z *Node, zEnd Uplink) error {
 			PeerNamespace: netlink.NsFd(z.handle),
 		})
 	}); err != nil {
-		return fmt.Errorf("linking %s and %s: %w", a.name, z.name, err)
+		return nil, fmt.Errorf("linking %s and %s: %w", a.name, z.name, err)
 	}
 	for _, end := range []struct {
 		n    *Node
@@ -66,7 +74,7 @@ func (b *Bed) ConnectNodes(a *Node, aEnd Uplink, z *Node, zEnd Uplink) error {
 			}
 			return nil
 		}); err != nil {
-			return fmt.Errorf("node %s, link %s: %w", end.n.name, end.name, err)
+			return nil, fmt.Errorf("node %s, link %s: %w", end.n.name, end.name, err)
 		}
 	}
 	// A packet sent before both ends are operationally up is dropped.
@@ -84,16 +92,42 @@ func (b *Bed) ConnectNodes(a *Node, aEnd Uplink, z *Node, zEnd Uplink) error {
 				}
 				return err
 			}); err != nil {
-				return err
+				return nil, err
 			}
 			if state == netlink.OperUp {
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("link %s of %s is not up after 5s (%s)", end.name, end.n.name, state)
+				return nil, fmt.Errorf("link %s of %s is not up after 5s (%s)", end.name, end.n.name, state)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	return nil
+	l := &Link{}
+	l.ends[0].n, l.ends[0].name = a, aName
+	l.ends[1].n, l.ends[1].name = z, zName
+	return l, nil
+}
+
+// Cut takes n's end of the link down, as when machine n loses its
+// network: the other node keeps its end and its routes through the link,
+// and what it sends across is dropped without a word, as to a machine
+// that lost power. Packets from n's side go nowhere either.
+func (l *Link) Cut(n *Node) error {
+	for _, end := range l.ends {
+		if end.n != n {
+			continue
+		}
+		return n.do(func() error {
+			link, err := netlink.LinkByName(end.name)
+			if err != nil {
+				return err
+			}
+			if err := netlink.LinkSetDown(link); err != nil {
+				return fmt.Errorf("node %s: taking link %s down: %w", n.name, end.name, err)
+			}
+			return nil
+		})
+	}
+	return fmt.Errorf("node %s is not an end of the link", n.name)
 }
