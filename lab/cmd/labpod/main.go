@@ -3,6 +3,9 @@
 //
 //	labpod pause                  the pod sandbox's process: waits for SIGTERM
 //	labpod serve [-listen :8080]  an HTTP backend that answers with its pod's name
+//	labpod client -target HOST:PORT [-interval 200ms] [-listen :8081]
+//	                              a pooled keep-alive client (lab/keepalive) of
+//	                              target; its log as JSON at GET /log
 //
 // It is built and packed into images by the lab (lab/realnode), never
 // shipped.
@@ -10,19 +13,23 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/ghostwatch/ghostwatch/lab/keepalive"
 )
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: labpod pause | serve [-listen ADDR]")
+		fmt.Fprintln(os.Stderr, "usage: labpod pause | serve [-listen ADDR] | client -target HOST:PORT [-interval D] [-listen ADDR]")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -33,8 +40,10 @@ func main() {
 		<-ctx.Done()
 	case "serve":
 		err = serve(ctx, os.Args[2:])
+	case "client":
+		err = client(ctx, os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown role %q: want pause or serve", os.Args[1])
+		err = fmt.Errorf("unknown role %q: want pause, serve or client", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "labpod:", err)
@@ -71,4 +80,40 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 	return nil
+}
+
+// client runs a keep-alive client of -target until ctx ends, and serves
+// its log at GET /log.
+func client(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("client", flag.ContinueOnError)
+	target := fs.String("target", "", "HOST:PORT to send requests to (required)")
+	interval := fs.Duration("interval", 200*time.Millisecond, "time between requests")
+	listen := fs.String("listen", ":8081", "address to serve the log on")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *target == "" {
+		return errors.New("client: -target is required")
+	}
+	k := &keepalive.Client{Host: *target, Dial: func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", *target)
+	}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /log", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(k.Log())
+	})
+	// Ready once it listens: the probe needs no answer from the target.
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {})
+	srv := &http.Server{Addr: *listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	go k.Run(ctx, *interval)
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	return srv.Close()
 }
