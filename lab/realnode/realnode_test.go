@@ -29,10 +29,13 @@ import (
 
 // lab is a control plane and real nodes, for a test.
 type lab struct {
-	cp *controlplane.ControlPlane
+	cp  *controlplane.ControlPlane
+	bed *netbed.Bed
 	// node is the first of nodes.
 	node  *Node
 	nodes []*Node
+	// link is the network between the two nodes, withSecondNode.
+	link *netbed.Link
 }
 
 // labOption is something more a test's lab needs.
@@ -112,6 +115,7 @@ func startLab(t *testing.T, opts ...labOption) *lab {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { bed.Close() })
+	l.bed = bed
 	cp, err := controlplane.Start(ctx, controlplane.Options{Bin: kube, Workloads: true})
 	if err != nil {
 		t.Fatal(err)
@@ -146,10 +150,11 @@ func startLab(t *testing.T, opts ...labOption) *lab {
 		// The network between the machines: each node routes the other's
 		// pod range and address through the link.
 		a, z := l.nodes[0], l.nodes[1]
-		if err := bed.ConnectNodes(
+		l.link, err = bed.ConnectNodes(
 			a.Net, netbed.Uplink{Addr: netip.MustParsePrefix("172.19.0.1/30"), Routes: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24"), netip.PrefixFrom(z.IP, 32)}},
 			z.Net, netbed.Uplink{Addr: netip.MustParsePrefix("172.19.0.2/30"), Routes: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.PrefixFrom(a.IP, 32)}},
-		); err != nil {
+		)
+		if err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -277,8 +277,8 @@ func (l *lab) waitEvent(t *testing.T, ns, reason string, match func(corev1.Event
 	return got
 }
 
-// agentMetrics are the agent's ghostwatch_findings and ghostwatch_source_up
-// samples, read on the node's network at the chart's port.
+// agentMetrics are the ghostwatch_ samples of the agent on the first
+// node, read on its network at the chart's port, by series.
 func (l *lab) agentMetrics() (map[string]float64, error) {
 	body, err := l.get("http://" + netip.AddrPortFrom(l.node.IP, 10280).String() + "/metrics")
 	if err != nil {
@@ -286,7 +286,7 @@ func (l *lab) agentMetrics() (map[string]float64, error) {
 	}
 	out := map[string]float64{}
 	for line := range strings.Lines(body) {
-		if !strings.HasPrefix(line, "ghostwatch_findings") && !strings.HasPrefix(line, "ghostwatch_source_up") {
+		if !strings.HasPrefix(line, "ghostwatch_") {
 			continue
 		}
 		name, value, ok := strings.Cut(strings.TrimSpace(line), " ")
@@ -295,4 +295,20 @@ func (l *lab) agentMetrics() (map[string]float64, error) {
 		}
 	}
 	return out, nil
+}
+
+// sum adds the samples of metric name whose series hold every label of
+// labels (as name="value").
+func sum(m map[string]float64, name string, labels ...string) float64 {
+	var n float64
+	for series, v := range m {
+		metric, rest, _ := strings.Cut(series, "{")
+		if metric != name {
+			continue
+		}
+		if !slices.ContainsFunc(labels, func(l string) bool { return !strings.Contains(rest, l) }) {
+			n += v
+		}
+	}
+	return n
 }
