@@ -362,7 +362,7 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 	cfg := agent.Config{
 		NodeName: node,
 		Sources:  sources,
-		Ledgers:  []source.Source{&hostlocal.Source{Root: o.hostRoot}, &caliconode.Source{Root: o.hostRoot}, &proxy.Source{KubeProxy: o.kubeProxyMetrics, Log: log}},
+		Ledgers:  []source.Source{&hostlocal.Watch{Source: hostlocal.Source{Root: o.hostRoot}, Log: log}, &caliconode.Source{Root: o.hostRoot}, &proxy.Source{KubeProxy: o.kubeProxyMetrics, Log: log}},
 		Rules:    rules,
 		Remedies: rems,
 

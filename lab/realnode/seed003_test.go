@@ -111,10 +111,9 @@ func seed003Wiped(t *testing.T, agentValues string) *lab {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The agent reads host-local's store at each audit, not on a change
-	// to it: at the shipped interval (2 minutes) it would tell of the
-	// wiped store up to 2 minutes late.
-	values := l.chartValues() + "  extraArgs: [--audit-interval=5s]\n" + agentValues
+	// The agent's shipped settings: it watches host-local's store, and
+	// audits when the store is wiped, not at its next full audit.
+	values := l.chartValues() + agentValues
 	if _, err := InstallChart(ctx, kubeconfig, "gw", "ghostwatch", values, t.Logf); err != nil {
 		t.Fatal(err)
 	}
