@@ -27,7 +27,7 @@ func NewMetrics(reg prometheus.Registerer, rules []rule.Rule) *Metrics {
 	m := &Metrics{
 		Metrics: sink.NewMetrics(reg, rules),
 		Audits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "audits_total",
-			Help: "Audits run, by what triggered them (start, timer, grace, retry, or what changed: cluster, holders, new-flow, events-lost) and outcome (complete, degraded)."},
+			Help: "Audits run, by what triggered them (start, timer, grace, retry, or what changed: cluster, holders, new-flow, events-lost, hostlocal) and outcome (complete, degraded)."},
 			[]string{"trigger", "outcome"}),
 		Degraded: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "degraded",
 			Help: "1 while the agent refuses to act, by reason (cache-stale, source-error, budget-exceeded, cap-exceeded)."}, []string{"reason"}),
