@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -34,6 +36,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
+	"github.com/ghostwatch/ghostwatch/source/hostlocal"
 	"github.com/ghostwatch/ghostwatch/source/kube/live"
 )
 
@@ -287,7 +290,7 @@ func (h *harness) actions(result remedy.Result) float64 {
 
 // triggers are what may start an audit: the agent's own, and what the
 // sources say changed.
-var triggers = []string{triggerStart, triggerTimer, triggerChange, triggerGrace, triggerRetry, "cluster", "holders", "new-flow", "events-lost"}
+var triggers = []string{triggerStart, triggerTimer, triggerChange, triggerGrace, triggerRetry, "cluster", "holders", "new-flow", "events-lost", hostlocal.Name}
 
 // audits reads how many audits with the outcome (complete, degraded) have
 // run.
@@ -401,6 +404,38 @@ func TestAFailingLedgerLeavesTheRestOfTheAudit(t *testing.T) {
 	if !strings.Contains(h.logs.String(), "a ledger cannot be read") {
 		t.Errorf("no log of the failing ledger:\n%s", h.logs.String())
 	}
+}
+
+// host-local's store wiped while nothing in the cluster changes (no pod
+// comes or goes) starts an audit at once, not at the next full one.
+func TestAuditsWhenHostLocalsStoreChanges(t *testing.T) {
+	root := t.TempDir()
+	for p, content := range map[string]string{
+		"etc/cni/net.d/10-kindnet.conflist":       `{"name":"kindnet","plugins":[{"type":"ptp","ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.1.0/24"}]]}}]}`,
+		"var/lib/cni/networks/kindnet/10.244.1.5": "c1\neth0",
+	} {
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, p), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := startWith(t, fake.NewClientset(cluster()...), reportOnly, func(_ *harness, c *Config) {
+		c.AuditInterval = time.Hour
+		c.Ledgers = []source.Source{&hostlocal.Watch{Source: hostlocal.Source{Root: root}}}
+	})
+	h.settle(t, 1)
+	byStore := func() float64 {
+		return testutil.ToFloat64(h.agent.cfg.Metrics.Audits.WithLabelValues(hostlocal.Name, "complete"))
+	}
+	if n := byStore(); n != 0 {
+		t.Fatalf("%v audits by a change of the store before it changed", n)
+	}
+	if err := os.RemoveAll(filepath.Join(root, "var/lib/cni/networks/kindnet")); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, patience, "an audit started by the wiped store", func() bool { return byStore() >= 1 })
 }
 
 // ciliumLedger is the proxy source on a node whose Services Cilium's
