@@ -7,9 +7,10 @@
 # missing, and builds the Kubernetes binaries, the kubelet among them
 # (scripts/kube-binaries.sh: ~10 minutes cold, the kubelet ~2 more), the CNI plugins
 # (scripts/cni-plugins.sh: ~1 minute cold), crictl (scripts/crictl-binary.sh:
-# ~2 minutes cold), Calico's binaries (scripts/calico-binaries.sh: ~8 minutes cold)
-# and the Consul agent of seed 000 (scripts/consul-binary.sh: ~4-10 minutes
-# cold) once into a cache outside the repository, nothing after.
+# ~2 minutes cold), Calico's binaries (scripts/calico-binaries.sh: ~8 minutes cold),
+# Prometheus with its Kubernetes discovery (scripts/prometheus-binary.sh: ~6
+# minutes cold) and the Consul agent of seed 000 (scripts/consul-binary.sh:
+# ~4-10 minutes cold) once into a cache outside the repository, nothing after.
 # GHOSTWATCH_E2E=0 skips the builds and the tests that run those binaries.
 # Under CI=true nothing may skip: the script fails when it is not root, when
 # it cannot install those packages, or when GHOSTWATCH_E2E=0, and the tests
@@ -80,6 +81,10 @@ fi
 if [ "${GHOSTWATCH_E2E:-1}" != 0 ] && [ "$(id -u)" = 0 ] && [ -z "${GHOSTWATCH_CRICTL_BIN:-}" ]; then
   GHOSTWATCH_CRICTL_BIN=$(./scripts/crictl-binary.sh)
   export GHOSTWATCH_CRICTL_BIN
+fi
+if [ "${GHOSTWATCH_E2E:-1}" != 0 ] && [ "$(id -u)" = 0 ] && [ -z "${GHOSTWATCH_PROMETHEUS_BIN:-}" ]; then
+  GHOSTWATCH_PROMETHEUS_BIN=$(./scripts/prometheus-binary.sh)
+  export GHOSTWATCH_PROMETHEUS_BIN
 fi
 if [ "${GHOSTWATCH_E2E:-1}" != 0 ] && [ "$(id -u)" = 0 ] && [ -z "${GHOSTWATCH_CONSUL_BIN:-}" ]; then
   GHOSTWATCH_CONSUL_BIN=$(./scripts/consul-binary.sh)

@@ -37,9 +37,14 @@ func TestChartOnRealNode(t *testing.T) {
 // chartValues are the chart's values for the lab's node, as an SRE would
 // write them for a cluster whose nodes keep their CNI files in other
 // places: the lab's image, and where the node keeps its CNI
-// configurations and host-local's stores. They end inside agent:, for a
+// configurations and host-local's stores; withMonitoring, the
+// ServiceMonitors and PrometheusRule too. They end inside agent:, for a
 // caller to add to.
 func (l *lab) chartValues() string {
-	return fmt.Sprintf("image: {tag: %s, pullPolicy: Never}\nagent:\n  hostLocalDataDir: %s\n  cniConfDir: %s\n",
+	v := fmt.Sprintf("image: {tag: %s, pullPolicy: Never}\nagent:\n  hostLocalDataDir: %s\n  cniConfDir: %s\n",
 		LabVersion, filepath.Dir(l.node.HostLocalDir), l.node.CNIConfDir())
+	if l.monitored {
+		v = monitoringValues + v
+	}
+	return v
 }

@@ -36,6 +36,9 @@ type lab struct {
 	nodes []*Node
 	// link is the network between the two nodes, withSecondNode.
 	link *netbed.Link
+	// monitored: withMonitoring; prom, once started.
+	monitored bool
+	prom      *prometheus
 }
 
 // labOption is something more a test's lab needs.
@@ -49,6 +52,10 @@ const (
 	// withSecondNode starts node-2 (172.18.0.3, pods in 10.244.2.0/24)
 	// beside node-1, linked as two machines are.
 	withSecondNode
+	// withMonitoring installs the Prometheus Operator's CRDs, so that the
+	// chart is installed with its ServiceMonitors and PrometheusRule
+	// (chartValues), for startPrometheus.
+	withMonitoring
 )
 
 func startLab(t *testing.T, opts ...labOption) *lab {
@@ -122,6 +129,12 @@ func startLab(t *testing.T, opts ...labOption) *lab {
 	}
 	t.Cleanup(cp.Stop)
 	l.cp = cp
+	if slices.Contains(opts, withMonitoring) {
+		if _, err := cp.InstallCRDs(ctx, os.DirFS("testdata/monitoring-crds")); err != nil {
+			t.Fatal(err)
+		}
+		l.monitored = true
+	}
 	count := 1
 	if slices.Contains(opts, withSecondNode) {
 		count = 2
@@ -239,7 +252,11 @@ func (l *lab) pods(ctx context.Context, ns string) string {
 
 // get is the body of GET url from inside the node.
 func (l *lab) get(url string) (string, error) {
-	resp, err := l.node.Net.HTTPClient(5 * time.Second).Get(url)
+	c := l.node.Net.HTTPClient(5 * time.Second)
+	// A client per call: its connection is closed with it, not left idle
+	// to count against a server's limit (Prometheus accepts 512).
+	defer c.CloseIdleConnections()
+	resp, err := c.Get(url)
 	if err != nil {
 		return "", err
 	}

@@ -60,6 +60,10 @@ func TestSeed003OnRealNode(t *testing.T) {
 		}
 		t.Logf("Event on %s: %s", pod, e.Message)
 	}
+	// The chart's alerts fire in Prometheus: the duplicate at once, the
+	// unbooked IPs once they have stood the rule's minute.
+	l.prom.waitAlert(t, "GhostwatchDuplicatePodIP", "firing", poll.Patience)
+	l.prom.waitAlert(t, "GhostwatchUnbookedPodIP", "firing", 3*time.Minute)
 }
 
 // With hostlocal-reserve on, the agent writes the running replicas'
@@ -101,7 +105,7 @@ func TestSeed003PreventedOnRealNode(t *testing.T) {
 // host-local hands out next, before anything else changed.
 func seed003Wiped(t *testing.T, agentValues string) *lab {
 	t.Helper()
-	l := startLab(t, withReleaseImage)
+	l := startLab(t, withReleaseImage, withMonitoring)
 	ctx := context.Background()
 	// The replicas first, so that they hold the range's first IPs and the
 	// controller's pods the next: the duplicates the scale-up makes are
@@ -118,6 +122,8 @@ func seed003Wiped(t *testing.T, agentValues string) *lab {
 		t.Fatal(err)
 	}
 	l.allReady(t, "ghostwatch", 3)
+	l.prom = l.startPrometheus(t, "ghostwatch")
+	l.prom.waitTargetsUp(t, `namespace="ghostwatch"`, 3)
 	before := l.running(t, "default")
 
 	t.Log("the kubelet stopped, host-local's state directory removed, the kubelet started")

@@ -3,6 +3,7 @@ package realnode
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -22,8 +23,11 @@ import (
 // a keep-alive client outside the cluster sends requests to a Deployment
 // behind a NodePort of node-1, its one replica on node-2 (strandAcross).
 func TestSeed004OnRealNodes(t *testing.T) {
-	l := startLab(t, withReleaseImage, withSecondNode)
+	l := startLab(t, withReleaseImage, withSecondNode, withMonitoring)
 	l.installRemedying(t)
+	l.prom = l.startPrometheus(t, "ghostwatch")
+	// An agent on each node, two controller replicas.
+	l.prom.waitTargetsUp(t, `namespace="ghostwatch"`, 4)
 	l.deployment(t, "api", 1, onNode("node-2"), shortGrace)
 	port := l.nodePort(t, "api")
 
@@ -38,6 +42,21 @@ func TestSeed004OnRealNodes(t *testing.T) {
 	go func() { defer close(done); ka.Run(run, 200*time.Millisecond) }()
 	t.Cleanup(func() { stop(); <-done })
 	l.strandAcross(t, "api", "a client outside the cluster, at node-1's NodePort "+to.String(), func() (keepalive.Log, error) { return ka.Log(), nil })
+	// In Prometheus, the stale flow's alert went pending while the agent
+	// waited out its grace, and is gone now that the flow is: it never
+	// stood the rule's two minutes.
+	poll.UntilNoted(t, poll.Patience, "GhostwatchStaleConntrackFlows pending while the flow was stale, and gone since", func() (bool, string) {
+		was, err := l.prom.query(`max_over_time(ALERTS{alertname="GhostwatchStaleConntrackFlows",alertstate="pending"}[10m])`)
+		if err != nil {
+			return false, err.Error()
+		}
+		now, err := l.prom.alerts()
+		if err != nil {
+			return false, err.Error()
+		}
+		_, standing := now["GhostwatchStaleConntrackFlows"]
+		return len(was) == 1 && !standing, fmt.Sprintf("pending in the last 10 minutes: %v; alerts now: %v", was, now)
+	})
 }
 
 // Seed 001 on two real nodes, the chart installed with stale-nat-flow on:
