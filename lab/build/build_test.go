@@ -194,7 +194,7 @@ func TestLookup(t *testing.T) {
 			t.Errorf("Lookup(%s) = %v, %v", s.Name, got, err)
 		}
 	}
-	if _, err := Lookup("k8s"); err == nil || err.Error() != `nothing called "k8s" to build: want kube, calico, cni, crictl, consul, all` {
+	if _, err := Lookup("k8s"); err == nil || err.Error() != `nothing called "k8s" to build: want kube, calico, cni, crictl, prometheus, consul, all` {
 		t.Errorf("Lookup(k8s): %v", err)
 	}
 }

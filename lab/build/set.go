@@ -63,6 +63,12 @@ var Sets = []Set{
 		Takes: 2 * time.Minute, Cost: "on 2 cores; the binary is ~30 MB",
 	},
 	{
+		Name: "prometheus", What: "Prometheus, with its Kubernetes service discovery",
+		Binaries: []string{realnode.Prometheus}, Env: realnode.PrometheusEnv, Flag: "--prometheus-bin",
+		Script: realnode.PrometheusScript, Tools: "tools/prometheus",
+		Takes: 6 * time.Minute, Cost: "on 2 cores; the binary is ~76 MB",
+	},
+	{
 		Name: "consul", What: "the consul binary",
 		Binaries: []string{consultest.Binary}, Env: consultest.BinEnv, Flag: "--consul-bin",
 		Script: consultest.Script, Tools: "tools/consul",

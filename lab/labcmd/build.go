@@ -114,7 +114,7 @@ func newBuildCommand(streams genericiooptions.IOStreams, b builder) *cobra.Comma
 	}
 	cmd := &cobra.Command{
 		Use:   "build {" + strings.Join(build.Names(), "|") + "}...",
-		Short: "Build the binaries the labs run (Kubernetes, Calico, the CNI plugins, crictl, Consul) into the build cache",
+		Short: "Build the binaries the labs run (Kubernetes, Calico, the CNI plugins, crictl, Prometheus, Consul) into the build cache",
 		Long: `build builds, from source, the binaries some labs run but the lab does not
 link, into the build cache: $` + testenv.CacheEnv + `, default ` + testenv.DefaultCache + `,
 a directory per version set, where the labs find them without a flag.

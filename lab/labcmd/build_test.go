@@ -64,7 +64,7 @@ func emptyCache(t *testing.T) string {
 func TestBuildCommandHelp(t *testing.T) {
 	code, out, errOut := run(t, "", "build", "--help")
 	for _, want := range []string{
-		"ghostwatch-lab build {kube|calico|cni|crictl|consul|all}...",
+		"ghostwatch-lab build {kube|calico|cni|crictl|prometheus|consul|all}...",
 		"$GHOSTWATCH_KUBE_CACHE, default /var/cache/ghostwatch",
 		"  kube    etcd, kube-apiserver, kube-controller-manager, kube-proxy\n          about 10 minutes on 2 cores; ~1 GB of module cache and ~4 GB of build cache",
 		"  calico  calico-kube-controllers, calicoctl, calico-ipam\n          about 8 minutes",
@@ -79,7 +79,7 @@ func TestBuildCommandHelp(t *testing.T) {
 		}
 	}
 	code, out, _ = run(t, "", "__complete", "build", "")
-	if names, _, _ := strings.Cut(out, ":"); code != cmdline.ExitOK || names != "kube\ncalico\ncni\ncrictl\nconsul\nall\n" {
+	if names, _, _ := strings.Cut(out, ":"); code != cmdline.ExitOK || names != "kube\ncalico\ncni\ncrictl\nprometheus\nconsul\nall\n" {
 		t.Errorf("completing build: %q", out)
 	}
 }
@@ -92,10 +92,10 @@ func TestBuildCommand(t *testing.T) {
 	cache := emptyCache(t)
 	f := &fakeBuilder{dir: cache}
 	code, out, errOut := runWith(t, f.builder(), "", "build", "cni", "all", "cni")
-	if code != cmdline.ExitOK || !slices.Equal(f.built, []string{"cni", "kube", "calico", "crictl", "consul"}) {
+	if code != cmdline.ExitOK || !slices.Equal(f.built, []string{"cni", "kube", "calico", "crictl", "prometheus", "consul"}) {
 		t.Fatalf("build cni all cni: exit %d, built %v, stderr %q", code, f.built, errOut)
 	}
-	if want := strings.Join([]string{cache + "/cni", cache + "/kube", cache + "/calico", cache + "/crictl", cache + "/consul", ""}, "\n"); out != want {
+	if want := strings.Join([]string{cache + "/cni", cache + "/kube", cache + "/calico", cache + "/crictl", cache + "/prometheus", cache + "/consul", ""}, "\n"); out != want {
 		t.Errorf("stdout %q, want %q", out, want)
 	}
 	wantErr := "building the CNI host-local plugin (host-local) into " + cache + ": about 15 seconds on 2 cores; ~20 MB of module cache and ~80 MB of build cache; " +
@@ -114,8 +114,8 @@ func TestBuildCommand(t *testing.T) {
 		args  []string
 		want  string
 	}{
-		{args: []string{"build"}, want: "ghostwatch: name what to build: kube, calico, cni, crictl, consul, all\n"},
-		{args: []string{"build", "kube", "k8s"}, want: "ghostwatch: nothing called \"k8s\" to build: want kube, calico, cni, crictl, consul, all\n"},
+		{args: []string{"build"}, want: "ghostwatch: name what to build: kube, calico, cni, crictl, prometheus, consul, all\n"},
+		{args: []string{"build", "kube", "k8s"}, want: "ghostwatch: nothing called \"k8s\" to build: want kube, calico, cni, crictl, prometheus, consul, all\n"},
 		{cache: file, args: []string{"build", "kube"},
 			want: "ghostwatch: the build cache " + file + " is not writable (mkdir " + file + ": not a directory): set GHOSTWATCH_KUBE_CACHE to a directory you can write, or build as root\n"},
 	} {

@@ -30,16 +30,6 @@ import (
 // PrometheusRule.
 const monitoringValues = "prometheus: {monitor: {enabled: true, interval: 1s}}\nprometheusRule: {enabled: true}\n"
 
-// Prometheus's directory: PrometheusEnv's, else the cache's that
-// PrometheusScript builds (Debian's prometheus has no Kubernetes service
-// discovery).
-const (
-	PrometheusEnv    = "GHOSTWATCH_PROMETHEUS_BIN"
-	PrometheusScript = "scripts/prometheus-binary.sh"
-)
-
-var errNoPrometheus = errors.New("Prometheus is not built: run " + PrometheusScript + " and set " + PrometheusEnv + " to the directory it prints")
-
 var (
 	serviceMonitors = schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "servicemonitors"}
 	prometheusRules = schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "prometheusrules"}
@@ -61,14 +51,14 @@ type prometheus struct {
 // second. It returns once Prometheus is ready.
 func (l *lab) startPrometheus(t *testing.T, ns string) *prometheus {
 	t.Helper()
-	binDir, err := testenv.BinDir(PrometheusEnv, PrometheusScript, errNoPrometheus, "prometheus")
-	if errors.Is(err, errNoPrometheus) {
+	binDir, err := FindPrometheus()
+	if errors.Is(err, ErrNoPrometheus) {
 		testenv.Unavailable(t, err.Error())
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(binDir, "prometheus")
+	bin := filepath.Join(binDir, Prometheus)
 	ctx := context.Background()
 	kubeconfig, err := l.cp.WriteKubeconfig(controlplane.UserAdmin)
 	if err != nil {
