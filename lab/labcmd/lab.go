@@ -19,6 +19,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/lab"
 	"github.com/ghostwatch/ghostwatch/lab/build"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
+	"github.com/ghostwatch/ghostwatch/lab/realnode"
 )
 
 // NewRootCommand builds the ghostwatch-lab command tree writing to streams:
@@ -328,8 +329,10 @@ func newLabCleanupCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		Short: "Remove the namespaces a lab that no longer runs left behind",
 		Long: `cleanup removes the network namespaces named <prefix>-* that a lab which is
 no longer running left behind (killed with SIGKILL or by the OOM killer),
-and with them their links, rules and conntrack entries. It prints each one it
-removes; with none to remove it says so and exits 0.
+and with them their links, rules and conntrack entries. A real node's
+namespace goes with what its node left: its containerd, shims, kubelet and
+pods' processes, its mounts, its pods' namespaces and its cgroups. It prints
+each one it removes; with none to remove it says so and exits 0.
 
 It refuses while a lab runs with the prefix (it holds
 /run/ghostwatch/lab-<prefix>.lock), and leaves alone the namespaces of a running
@@ -337,7 +340,7 @@ lab whose longer prefix starts with this one. It needs root.`,
 		Example: "  sudo ghostwatch-lab cleanup\n  sudo ghostwatch-lab cleanup --prefix gw-h1",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			removed, err := netbed.Cleanup(prefix)
+			removed, err := netbed.Cleanup(prefix, realnode.Reap)
 			for _, n := range removed {
 				fmt.Fprintf(streams.Out, "removed network namespace %s\n", n)
 			}

@@ -101,9 +101,12 @@ func (c *Claim) Release() error {
 // running left behind, holding the prefix meanwhile so that no lab starts
 // on it. It refuses with a *BusyError while a lab holds the prefix, and
 // leaves alone the namespaces of running labs whose longer prefix starts
-// with this one's. It returns the names it removed; none when there was
+// with this one's. Before removing a namespace it calls each of reap with
+// its name, to remove what else the lab left there (a real node's
+// processes, mounts and cgroups: realnode.Reap); a namespace whose reaping
+// failed is kept. It returns the names it removed; none when there was
 // nothing to do.
-func Cleanup(prefix string) (removed []string, err error) {
+func Cleanup(prefix string, reap ...func(name string) error) (removed []string, err error) {
 	c, err := lockPrefix(prefix)
 	if err != nil {
 		return nil, err
@@ -115,6 +118,10 @@ func Cleanup(prefix string) (removed []string, err error) {
 	}
 	var errs []error
 	for _, n := range names {
+		if err := reapAll(n, reap); err != nil {
+			errs = append(errs, fmt.Errorf("network namespace %s kept: %w", n, err))
+			continue
+		}
 		if err := DeleteNamespace(n); err != nil && !errors.Is(err, os.ErrNotExist) {
 			if errors.Is(err, unix.EPERM) {
 				err = ErrNotRoot
@@ -236,4 +243,12 @@ func runningPrefixes(prefix string) []string {
 		f.Close()
 	}
 	return live
+}
+
+func reapAll(name string, reap []func(string) error) error {
+	var errs []error
+	for _, r := range reap {
+		errs = append(errs, r(name))
+	}
+	return errors.Join(errs...)
 }

@@ -148,7 +148,9 @@ func Start(ctx context.Context, cp *controlplane.ControlPlane, bed *netbed.Bed, 
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{Node: cn, cp: cp, Dir: filepath.Join(cp.Dir, "node-"+name), crictl: filepath.Join(o.CrictlBin, Crictl)}
+	// Named after the node's namespace, as its cgroup root is: Reap finds
+	// what a killed node left by that name.
+	n := &Node{Node: cn, cp: cp, Dir: filepath.Join(cp.Dir, cn.Net.Name()), crictl: filepath.Join(o.CrictlBin, Crictl)}
 	defer func() {
 		if err != nil {
 			n.Stop()

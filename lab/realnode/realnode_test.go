@@ -117,7 +117,7 @@ func startLab(t *testing.T, opts ...labOption) *lab {
 	}
 	b := make([]byte, 3)
 	rand.Read(b)
-	bed, err := netbed.New("gwn" + hex.EncodeToString(b)[:5])
+	bed, err := netbed.New("gwn-" + hex.EncodeToString(b)[:4])
 	if err != nil {
 		t.Fatal(err)
 	}
