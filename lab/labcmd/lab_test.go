@@ -338,3 +338,27 @@ func TestLabCleanup(t *testing.T) {
 		t.Errorf("cleanup with nothing left: exit %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
 	}
 }
+
+// cluster refuses what it cannot stand up before it builds or starts
+// anything, and its help says what it needs and how to remove a killed one.
+func TestClusterCommand(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"cluster", "--nodes", "3"}, "--nodes 3: want 1 or 2"},
+		{[]string{"cluster", "--remedy", "gossip-force-leave"}, "--remedy gossip-force-leave: the agent's remedies are stale-nat-flow and hostlocal-reserve"},
+		{[]string{"cluster", "extra"}, "unknown command"},
+	} {
+		code, out, errOut := run(t, "", c.args...)
+		if code != cmdline.ExitError || out != "" || !strings.Contains(errOut, c.says) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d saying %q", c.args, code, out, errOut, cmdline.ExitError, c.says)
+		}
+	}
+	code, out, _ := run(t, "", "cluster", "--help")
+	for _, want := range []string{"needs root", "checkout of ghostwatch", "ghostwatch-lab cleanup --prefix gwn", "--nodes", "--remedy"} {
+		if code != cmdline.ExitOK || !strings.Contains(out, want) {
+			t.Errorf("cluster --help: exit %d, lacks %q:\n%s", code, want, out)
+		}
+	}
+}

@@ -2,8 +2,6 @@ package realnode
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -61,33 +59,6 @@ const (
 func startLab(t *testing.T, opts ...labOption) *lab {
 	t.Helper()
 	testenv.RequireRoot(t, "a real node creates network namespaces and runs containers")
-	kube, err := controlplane.FindBinaries()
-	if errors.Is(err, controlplane.ErrNoBinaries) {
-		testenv.Unavailable(t, err.Error())
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	plugin, err := cni.FindHostLocal()
-	if errors.Is(err, cni.ErrNoBinary) {
-		testenv.Unavailable(t, err.Error())
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	cniBin := filepath.Dir(plugin)
-	crictl, err := FindCrictl()
-	if errors.Is(err, ErrNoCrictl) {
-		testenv.Unavailable(t, err.Error())
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := Check(kube, cniBin, crictl); errors.Is(err, ErrNoRuntime) {
-		testenv.Unavailable(t, err.Error())
-	} else if err != nil {
-		t.Fatal(err)
-	}
 	// Registered first, run last: the nodes leave no pod namespace, mount
 	// or cgroup behind once stopped.
 	before := podNamespaces(t)
@@ -103,53 +74,20 @@ func startLab(t *testing.T, opts ...labOption) *lab {
 		}
 	})
 	ctx := context.Background()
-	images, err := BuildImages(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	archives := []string{images}
-	if slices.Contains(opts, withReleaseImage) {
-		img, err := BuildReleaseImage(ctx, t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		archives = append(archives, img)
-	}
-	b := make([]byte, 3)
-	rand.Read(b)
-	bed, err := netbed.New("gwn-" + hex.EncodeToString(b)[:4])
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bed.Close() })
-	l.bed = bed
-	cp, err := controlplane.Start(ctx, controlplane.Options{Bin: kube, Workloads: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cp.Stop)
-	l.cp = cp
-	if slices.Contains(opts, withMonitoring) {
-		if _, err := cp.InstallCRDs(ctx, os.DirFS("testdata/monitoring-crds")); err != nil {
-			t.Fatal(err)
-		}
-		l.monitored = true
-	}
-	count := 1
+	o := ClusterOptions{Nodes: 1, Release: slices.Contains(opts, withReleaseImage)}
 	if slices.Contains(opts, withSecondNode) {
-		count = 2
+		o.Nodes = 2
 	}
-	for i := range count {
-		n, err := Start(ctx, cp, bed, fmt.Sprintf("node-%d", i+1), Options{
-			IP:      netip.AddrFrom4([4]byte{172, 18, 0, byte(2 + i)}),
-			PodCIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(1 + i), 0}), 24),
-			KubeBin: kube, CNIBin: cniBin, CrictlBin: crictl, Images: archives,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		l.nodes = append(l.nodes, n)
-		t.Cleanup(n.Stop)
+	c, err := StartCluster(ctx, o)
+	switch {
+	case errors.Is(err, controlplane.ErrNoBinaries), errors.Is(err, cni.ErrNoBinary), errors.Is(err, ErrNoCrictl), errors.Is(err, ErrNoRuntime):
+		testenv.Unavailable(t, err.Error())
+	case err != nil:
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	l.cp, l.bed, l.nodes, l.node, l.link = c.CP, c.Bed, c.Nodes, c.Nodes[0], c.Link
+	for _, n := range l.nodes {
 		// Registered after Stop, run before it: a failed test shows what
 		// the ghostwatch pods said.
 		t.Cleanup(func() {
@@ -158,24 +96,12 @@ func startLab(t *testing.T, opts ...labOption) *lab {
 			}
 		})
 	}
-	l.node = l.nodes[0]
-	if count == 2 {
-		// The network between the machines: each node routes the other's
-		// pod range and address through the link.
-		a, z := l.nodes[0], l.nodes[1]
-		l.link, err = bed.ConnectNodes(
-			a.Net, netbed.Uplink{Addr: netip.MustParsePrefix("172.19.0.1/30"), Routes: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24"), netip.PrefixFrom(z.IP, 32)}},
-			z.Net, netbed.Uplink{Addr: netip.MustParsePrefix("172.19.0.2/30"), Routes: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.PrefixFrom(a.IP, 32)}},
-		)
-		if err != nil {
+	if slices.Contains(opts, withMonitoring) {
+		if _, err := l.cp.InstallCRDs(ctx, os.DirFS("testdata/monitoring-crds")); err != nil {
 			t.Fatal(err)
 		}
+		l.monitored = true
 	}
-	// Pods in default need its ServiceAccount, which a controller makes.
-	poll.Until(t, poll.Patience, "the ServiceAccount default/default", func() bool {
-		_, err := cp.Admin.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
-		return err == nil
-	})
 	return l
 }
 
