@@ -139,7 +139,7 @@ The incidents, with kubectl:
   Seed 003, a running pod's IP handed to a second pod: remove host-local's store
   while the pods run, as the report's restart did, and scale up.
     sudo rm -rf %[2]s
-    kubectl -n ghostwatch logs ds/gw-agent | grep ipam-unbooked-ip   # before the duplicate
+    sudo ip netns exec %[4]s curl -s %[5]s:10280/metrics | grep 'ipam-unbooked-ip",severity="critical"'   # 1: before any duplicate
     kubectl scale deployment web --replicas 8
     kubectl get events --field-selector reason=DuplicatePodIP
 
@@ -149,6 +149,6 @@ The incidents, with kubectl:
     sudo -E go test ./lab/realnode -run 'TestSeed00[14]' -v
 
 Ctrl-C removes the cluster. If this process is killed: sudo ghostwatch-lab cleanup --prefix %[3]s
-`, realnode.LabpodImage, n.HostLocalDir, realnode.ClusterPrefix)
+`, realnode.LabpodImage, n.HostLocalDir, realnode.ClusterPrefix, n.Net.Name(), n.IP)
 	return b.String()
 }
