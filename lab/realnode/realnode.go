@@ -577,6 +577,11 @@ func unmountUnder(dir string) {
 
 // mountsUnder are the mount points at or under dir.
 func mountsUnder(dir string) []string {
+	return mountPoints(func(p string) bool { return p == dir || strings.HasPrefix(p, dir+"/") })
+}
+
+// mountPoints are this process's mount points that keep accepts.
+func mountPoints(keep func(string) bool) []string {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil
@@ -587,8 +592,7 @@ func mountsUnder(dir string) []string {
 		if len(f) < 5 {
 			continue
 		}
-		p := unescapeMount(f[4])
-		if p == dir || strings.HasPrefix(p, dir+"/") {
+		if p := unescapeMount(f[4]); keep(p) {
 			points = append(points, p)
 		}
 	}

@@ -131,21 +131,7 @@ func inCgroup(root string) []int {
 // mountsNamed are the mount points with a path component named name,
 // deepest first.
 func mountsNamed(name string) []string {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	var points []string
-	for line := range strings.Lines(string(b)) {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		p := unescapeMount(f[4])
-		if slices.Contains(strings.Split(p, "/"), name) {
-			points = append(points, p)
-		}
-	}
+	points := mountPoints(func(p string) bool { return slices.Contains(strings.Split(p, "/"), name) })
 	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
 	return points
 }

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/internal/testenv"
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 )
@@ -61,6 +62,15 @@ func TestReap(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The pod's process is in its namespace once ip has entered it.
+	var podSt unix.Stat_t
+	if err := unix.Stat(filepath.Join("/run/netns", podNet), &podSt); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, poll.Patience, "the pod's process in its namespace", func() bool {
+		var st unix.Stat_t
+		return unix.Stat("/proc/"+strconv.Itoa(pod.Process.Pid)+"/ns/net", &st) == nil && st.Ino == podSt.Ino
+	})
 	dir := filepath.Join(t.TempDir(), ns, "kubelet", "pods", "x", "volume")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
