@@ -26,6 +26,9 @@ import (
 type Client struct {
 	Dial func(context.Context) (net.Conn, error)
 	Host string
+	// OnOutcome, when set, is called with each outcome as it is logged,
+	// from Run's goroutine.
+	OnOutcome func(Outcome)
 
 	mu  sync.Mutex
 	log []Outcome
@@ -115,6 +118,18 @@ func (k *Client) record(conn int, answer string, err error) {
 	k.mu.Lock()
 	k.log = append(k.log, o)
 	k.mu.Unlock()
+	if k.OnOutcome != nil {
+		k.OnOutcome(o)
+	}
+}
+
+// String says what happened: "conn 1: api-0" or "conn 1: read: connection
+// reset by peer".
+func (o Outcome) String() string {
+	if o.Err != "" {
+		return fmt.Sprintf("conn %d: %s", o.Conn, o.Err)
+	}
+	return fmt.Sprintf("conn %d: %s", o.Conn, o.Answer)
 }
 
 // Log is what happened so far, in order.
@@ -166,10 +181,7 @@ func (l Log) String() string {
 		}
 	}
 	for _, o := range l {
-		s := fmt.Sprintf("conn %d: %s", o.Conn, o.Answer)
-		if o.Err != "" {
-			s = fmt.Sprintf("conn %d: %s", o.Conn, o.Err)
-		}
+		s := o.String()
 		if s == last {
 			run++
 			continue

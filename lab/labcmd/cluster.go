@@ -143,12 +143,37 @@ The incidents, with kubectl:
     kubectl scale deployment web --replicas 8
     kubectl get events --field-selector reason=DuplicatePodIP
 
-  Seeds 001 and 004, a connection translated to a deleted pod: with --nodes 2 and
-  --remedy stale-nat-flow, the tests of lab/realnode play them in full (a link cut
-  between the nodes during a rollout, so that the old pod's FIN is lost):
-    sudo -E go test ./lab/realnode -run 'TestSeed00[14]' -v
+%[6]s
 
 Ctrl-C removes the cluster. If this process is killed: sudo ghostwatch-lab cleanup --prefix %[3]s
-`, realnode.LabpodImage, n.HostLocalDir, realnode.ClusterPrefix, n.Net.Name(), n.IP)
+`, realnode.LabpodImage, n.HostLocalDir, realnode.ClusterPrefix, n.Net.Name(), n.IP, seed001Guide(c))
 	return b.String()
+}
+
+// seed001Guide says how to play seed 001 by hand on two nodes: a pooled
+// client on node-1, its backend on node-2, node-2 cut off from node-1 and
+// the backend rolled onto node-1, so that the old pod's FIN is lost.
+func seed001Guide(c *realnode.Cluster) string {
+	if len(c.Nodes) < 2 {
+		return `  Seeds 001 and 004, a connection translated to a deleted pod: with --nodes 2 (and
+  --remedy stale-nat-flow for the agent to clear it), this guide plays seed 001;
+  the tests of lab/realnode play both: sudo -E go test ./lab/realnode -run 'TestSeed00[14]' -v`
+	}
+	node2 := c.Nodes[1]
+	return fmt.Sprintf(`  Seed 001, a pooled connection translated to a deleted pod: a backend on node-2,
+  a client pod on node-1 holding one keep-alive connection to it at its ClusterIP.
+    kubectl create deployment db --image %[1]s -- /labpod serve
+    kubectl patch deployment db -p '{"spec":{"template":{"spec":{"nodeSelector":{"kubernetes.io/hostname":"node-2"}}}}}'
+    kubectl expose deployment db --port 80 --target-port 8080
+    kubectl run app --image %[1]s --overrides '{"apiVersion":"v1","spec":{"nodeSelector":{"kubernetes.io/hostname":"node-1"}}}' \
+      --command -- /labpod client -target "$(kubectl get service db -o jsonpath='{.spec.clusterIP}'):80"
+    kubectl logs -f app &      # one line each time what the client sees changes
+  A rollout on a healthy node closes the connection (the old pod's FIN): cut node-2
+  off node-1 first, then roll the backend onto node-1.
+    sudo ip netns exec %[2]s ip link set %[3]s down
+    kubectl patch deployment db -p '{"spec":{"template":{"spec":{"nodeSelector":{"kubernetes.io/hostname":"node-1"}}}}}'
+  The client's request is retransmitted into the void; with --remedy stale-nat-flow
+  the agent deletes the flow after its grace, the client is reset and reconnects.
+    kubectl get events --field-selector reason=StaleFlowDeleted
+    sudo ip netns exec %[2]s ip link set %[3]s up   # node-2 back`, realnode.LabpodImage, node2.Net.Name(), c.Link.End(node2.Net))
 }

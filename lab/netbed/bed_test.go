@@ -390,4 +390,7 @@ func TestConnectNodesRoutesBetweenPods(t *testing.T) {
 	if err := link.Cut(n3); err == nil {
 		t.Error("cut a link at a node that is not one of its ends")
 	}
+	if link.End(n2) == "" || link.End(n3) != "" {
+		t.Errorf("ends: n2 %q, n3 %q", link.End(n2), link.End(n3))
+	}
 }

@@ -109,6 +109,17 @@ func (b *Bed) ConnectNodes(a *Node, aEnd Uplink, z *Node, zEnd Uplink) (*Link, e
 	return l, nil
 }
 
+// End is the name of the link's end in node n ("" when n is not an end):
+// `ip link set NAME down` in n's namespace is Cut by hand.
+func (l *Link) End(n *Node) string {
+	for _, end := range l.ends {
+		if end.n == n {
+			return end.name
+		}
+	}
+	return ""
+}
+
 // Cut takes n's end of the link down, as when machine n loses its
 // network: the other node keeps its end and its routes through the link,
 // and what it sends across is dropped without a word, as to a machine

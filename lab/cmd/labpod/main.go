@@ -5,7 +5,8 @@
 //	labpod serve [-listen :8080]  an HTTP backend that answers with its pod's name
 //	labpod client -target HOST:PORT [-interval 200ms] [-listen :8081]
 //	                              a pooled keep-alive client (lab/keepalive) of
-//	                              target; its log as JSON at GET /log
+//	                              target; its log as JSON at GET /log, and each
+//	                              change of outcome on stdout
 //
 // It is built and packed into images by the lab (lab/realnode), never
 // shipped.
@@ -95,9 +96,17 @@ func client(ctx context.Context, args []string) error {
 	if *target == "" {
 		return errors.New("client: -target is required")
 	}
+	// Each change of outcome is a line of the container's log (kubectl
+	// logs), with when it came.
+	last := ""
 	k := &keepalive.Client{Host: *target, Dial: func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", *target)
+	}, OnOutcome: func(o keepalive.Outcome) {
+		if s := o.String(); s != last {
+			fmt.Printf("%s %s\n", o.At.UTC().Format("15:04:05.000"), s)
+			last = s
+		}
 	}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /log", func(w http.ResponseWriter, r *http.Request) {
