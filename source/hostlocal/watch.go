@@ -32,6 +32,8 @@ type Watch struct {
 	// noted are the names of the last entries the events named, newest
 	// last.
 	noted []string
+	// warned is the last error logged.
+	warned string
 }
 
 // maxNoted bounds Watch.noted.
@@ -39,8 +41,20 @@ const maxNoted = 64
 
 var _ source.Live = (*Watch)(nil)
 
+// warn logs err, once until it changes: a directory that cannot be
+// watched would otherwise be said at every change.
 func (w *Watch) warn(err error) {
-	if w.Log != nil {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if msg == w.warned {
+		return
+	}
+	w.warned = msg
+	if err != nil && w.Log != nil {
 		w.Log.Warn("host-local's store is read at audits only, not watched between them", "err", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -42,16 +43,20 @@ func (w *Watch) Start(ctx context.Context) error {
 	// closing it ends a read under way.
 	f := os.NewFile(uintptr(fd), "inotify")
 	context.AfterFunc(ctx, func() { f.Close() })
-	if err := w.arm(fd); err != nil {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
 		w.warn(err)
+		return nil
 	}
-	go w.read(f, fd)
+	w.warn(w.arm(rc))
+	go w.read(f, rc)
 	return nil
 }
 
 // read takes the events until f is closed: after each batch it watches the
 // directories made since, and says the ledger changed.
-func (w *Watch) read(f *os.File, fd int) {
+func (w *Watch) read(f *os.File, rc syscall.RawConn) {
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := f.Read(buf)
@@ -67,9 +72,7 @@ func (w *Watch) read(f *os.File, fd int) {
 		w.note(buf[:n])
 		// What the events say is read again by Collect; a queue
 		// overflow (IN_Q_OVERFLOW) says the same: something changed.
-		if err := w.arm(fd); err != nil {
-			w.warn(err)
-		}
+		w.warn(w.arm(rc))
 		w.mu.Lock()
 		w.changed = true
 		fn := w.fn
@@ -80,9 +83,10 @@ func (w *Watch) read(f *os.File, fd int) {
 	}
 }
 
-// arm watches every directory Collect reads that exists now. Watching a
-// directory twice is watching it once.
-func (w *Watch) arm(fd int) error {
+// arm watches every directory Collect reads that exists now, through
+// rc, the inotify descriptor (which stays valid while in use even if the
+// watch ends meanwhile). Watching a directory twice is watching it once.
+func (w *Watch) arm(rc syscall.RawConn) error {
 	root := w.Root
 	if root == "" {
 		root = "/"
@@ -112,7 +116,11 @@ func (w *Watch) arm(fd int) error {
 		dirs = dirs[:maxWatched]
 	}
 	for _, d := range dirs {
-		if err := watchDir(fd, root, d); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		var err error
+		if rc.Control(func(fd uintptr) { err = watchDir(int(fd), root, d) }) != nil {
+			return nil // the watch has ended
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}

@@ -3,10 +3,14 @@
 package hostlocal
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -108,5 +112,19 @@ func TestWatchFollowsNoLink(t *testing.T) {
 	w.mu.Unlock()
 	if slices.Contains(noted, "10.244.2.9") || slices.Contains(noted, "out-of-root") || !slices.Contains(noted, "sentinel") {
 		t.Errorf("events named %q: want the sentinel, nothing from outside the host root", noted)
+	}
+}
+
+// What cannot be watched is logged once until it changes, not at every
+// change of the store.
+func TestWatchWarnsOnce(t *testing.T) {
+	var buf bytes.Buffer
+	w := &Watch{Log: slog.New(slog.NewTextHandler(&buf, nil))}
+	a := errors.New("watching /var/lib/cni/networks/x: permission denied")
+	for _, err := range []error{a, a, a, nil, a, errors.New("another")} {
+		w.warn(err)
+	}
+	if n := strings.Count(buf.String(), "level=WARN"); n != 3 {
+		t.Errorf("%d warnings, want 3 (the first, again after it cleared, another):\n%s", n, buf.String())
 	}
 }
