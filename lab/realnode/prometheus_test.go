@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -134,8 +135,8 @@ func (l *lab) startPrometheus(t *testing.T, ns string) *prometheus {
 	return p
 }
 
-// labelName is a Kubernetes label's name in a discovered target's meta
-// labels, as Prometheus writes it.
+// notLabelChar is what Prometheus replaces with "_" when it writes a
+// Kubernetes label's name into a discovered target's meta labels.
 var notLabelChar = regexp.MustCompile(`[^a-zA-Z0-9_]`)
 
 // scrapeJobs are the scrape configurations of ServiceMonitor m's
@@ -149,13 +150,7 @@ func scrapeJobs(t *testing.T, m *unstructured.Unstructured, kubeconfig string) [
 	selector, _, _ := unstructured.NestedStringMap(m.Object, "spec", "selector", "matchLabels")
 	endpoints, _, _ := unstructured.NestedSlice(m.Object, "spec", "endpoints")
 	var keep []any
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range selector {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, k := range slices.Sorted(maps.Keys(selector)) {
 		name := notLabelChar.ReplaceAllString(k, "_")
 		keep = append(keep, map[string]any{
 			"action":        "keep",

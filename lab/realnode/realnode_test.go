@@ -158,6 +158,16 @@ func web() corev1.Container {
 	}
 }
 
+// ready says whether p is Ready.
+func ready(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
 // pods says where each pod of ns is: its node, phase, conditions and
 // containers' states, for a message.
 func (l *lab) pods(ctx context.Context, ns string) string {
@@ -218,11 +228,9 @@ func TestPodOnRealNode(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				ip, _ = netip.ParseAddr(p.Status.PodIP)
-				return true, ""
-			}
+		if ready(p) {
+			ip, _ = netip.ParseAddr(p.Status.PodIP)
+			return true, ""
 		}
 		return false, fmt.Sprintf("phase %s, conditions %v, containers %v", p.Status.Phase, p.Status.Conditions, p.Status.ContainerStatuses)
 	})
@@ -318,12 +326,7 @@ func TestPodsAcrossRealNodes(t *testing.T) {
 			return false, l.pods(ctx, "default")
 		}
 		pod = list.Items[0]
-		for _, c := range pod.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				return true, ""
-			}
-		}
-		return false, l.pods(ctx, "default")
+		return ready(&pod), l.pods(ctx, "default")
 	})
 	if ip, err := netip.ParseAddr(pod.Status.PodIP); err != nil || pod.Spec.NodeName != "node-2" || !netip.MustParsePrefix("10.244.2.0/24").Contains(ip) {
 		t.Fatalf("the replica runs on %q at %q, want node-2 in 10.244.2.0/24", pod.Spec.NodeName, pod.Status.PodIP)

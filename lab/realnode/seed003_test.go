@@ -232,15 +232,13 @@ func (l *lab) allReady(t *testing.T, ns string, n int) {
 		if err != nil {
 			return false, err.Error()
 		}
-		ready := 0
-		for _, p := range list.Items {
-			for _, c := range p.Status.Conditions {
-				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-					ready++
-				}
+		up := 0
+		for i := range list.Items {
+			if ready(&list.Items[i]) {
+				up++
 			}
 		}
-		return len(list.Items) == n && ready == n, l.pods(ctx, ns)
+		return len(list.Items) == n && up == n, l.pods(ctx, ns)
 	})
 }
 

@@ -173,16 +173,6 @@ func onNode(name string) func(*corev1.PodSpec) {
 	}
 }
 
-// ready says whether p is Ready.
-func ready(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // only is Deployment name's one pod.
 func (l *lab) only(t *testing.T, name string) corev1.Pod {
 	t.Helper()
