@@ -380,6 +380,16 @@ func (c *cell) actions() tally { return c.f.tally(c.remedy).minus(c.before) }
 // ghost's.
 func (c *cell) expect(want int) tally {
 	d := c.actions()
+	if c.remedy != remedyFlow && int(d.done) < want {
+		// What the remedy acted on can show (a member gone from the
+		// survivor's list) before the replica counts the action, and a
+		// scrape a loaded machine answers late reads as none: wait for
+		// the count as long as any wait, then judge it below.
+		for deadline := time.Now().Add(poll.Patience); int(d.done) < want && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+			d = c.actions()
+		}
+	}
 	if d.failed > 0 {
 		c.Errorf("%v actions failed", d.failed)
 	}
