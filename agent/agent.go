@@ -109,6 +109,15 @@ type Agent struct {
 	// pending are the changes taken by audits that did not complete: the
 	// next audit judges them too.
 	pending source.Changes
+	// waiting is the last complete audit, without the findings its
+	// remedies have since acted on, while some of its findings wait out
+	// their grace period and nothing has changed since: when the first is
+	// due, the remedies act on it without reading again. Nil otherwise.
+	waiting *audit.Result
+	// allLive is true when every source and ledger says when it changes
+	// (source.Live) and none lends its records (source.Lender): only then
+	// would a pass with no changes read what the last one read.
+	allLive bool
 	// ledgerErr is, by source, the error of the other ledgers at the last
 	// audit ("" when read).
 	ledgerErr map[string]string
@@ -124,6 +133,14 @@ type Agent struct {
 	unreadyErr atomic.Pointer[string]
 	seen       int64
 	audited    bool
+
+	// changed is when the sources last said they changed, and how many
+	// times they have.
+	changed struct {
+		sync.Mutex
+		n  uint64
+		at time.Time
+	}
 
 	mu     sync.Mutex
 	status Status
@@ -172,9 +189,14 @@ func New(cfg Config) *Agent {
 	if cfg.Events != nil {
 		a.events = &sink.Events{Recorder: cfg.Events, Node: cfg.NodeName}
 	}
+	a.allLive = true
 	for _, src := range slices.Concat(cfg.Sources, cfg.Ledgers) {
-		if l, ok := src.(source.Live); ok {
+		l, ok := src.(source.Live)
+		if ok {
 			a.live = append(a.live, l)
+		}
+		if _, lends := src.(source.Lender); !ok || lends {
+			a.allLive = false
 		}
 	}
 	for _, rem := range cfg.Remedies {
@@ -234,7 +256,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		return errors.New("agent: remedies need a source that re-reads the cluster afresh before acting")
 	}
 	for _, l := range a.live {
-		l.OnChange(func() { signal(a.poke) })
+		l.OnChange(func() {
+			a.noteChange()
+			signal(a.poke)
+		})
 		if err := l.Start(ctx); err != nil {
 			return fmt.Errorf("agent: starting %s: %w", l.Name(), err)
 		}
@@ -332,6 +357,34 @@ func (a *Agent) watchReady(ctx context.Context) {
 // maxRetry bounds how long a degraded agent waits before it looks again.
 const maxRetry = 30 * time.Second
 
+// unsure reports whether a live source may have changed without saying
+// so (source.Unsure).
+func (a *Agent) unsure() bool {
+	for _, l := range a.live {
+		if u, ok := l.(source.Unsure); ok && u.Unsure() {
+			return true
+		}
+	}
+	return false
+}
+
+// noteChange records that a source said it changed, and when.
+func (a *Agent) noteChange() {
+	now := a.cfg.Now()
+	a.changed.Lock()
+	a.changed.n++
+	a.changed.at = now
+	a.changed.Unlock()
+}
+
+// changeMark returns how many times the sources said they changed, and
+// when they last did.
+func (a *Agent) changeMark() (uint64, time.Time) {
+	a.changed.Lock()
+	defer a.changed.Unlock()
+	return a.changed.n, a.changed.at
+}
+
 func signal(c chan struct{}) {
 	select {
 	case c <- struct{}{}:
@@ -358,6 +411,10 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string, full bool) (wait 
 		a.seen, a.audited = a.unready.Load(), true
 	}
 	defer func() { a.seen = a.unready.Load() }()
+	// Taken before the changes are: every change taken had its handler
+	// run by the time returned, unless one runs again before the audit
+	// ends (then the audit's end stands for it).
+	mark, markAt := a.changeMark()
 	// Taken before the ledgers are read: a change that lands in between
 	// is judged now and again at the next audit, never missed.
 	changes := a.pending
@@ -384,6 +441,13 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string, full bool) (wait 
 			return 0
 		}
 	}
+	if trigger == triggerGrace && changes.Empty() && a.waiting != nil && a.unready.Load() == a.seen && !a.unsure() {
+		// Nothing has changed since the last complete audit: its
+		// findings are what another would find, and the remedies act
+		// on those now due without reading again.
+		return a.actAgain(ctx)
+	}
+	a.waiting = nil
 	for _, src := range slices.Concat(cfg.Sources, cfg.Ledgers) {
 		if f, ok := src.(source.Focuser); ok {
 			f.Focus(changes, full)
@@ -434,15 +498,66 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string, full bool) (wait 
 		m.Publish(res.Findings)
 		m.setNotJudged(res.Skipped)
 	}
-	var limits, refused []string
+	var since remedy.Since
+	if n, _ := a.changeMark(); n == mark && a.allLive && !a.unsure() && !markAt.IsZero() && len(changes.Addrs) > 0 {
+		// No source spoke while the audit read: what it read of the
+		// addresses the changes named is what the sources held when the
+		// last of those changes arrived, and a ghost there has held
+		// since.
+		since = func(f finding.Finding) time.Time {
+			if g, err := netip.ParseAddr(f.Target.Group()); err == nil {
+				if _, ok := changes.Addrs[g.Unmap()]; ok {
+					return markAt
+				}
+			}
+			return time.Time{}
+		}
+	}
+	wait, refused := a.act(ctx, res, since)
+	if m != nil {
+		m.Audits.WithLabelValues(trigger, "complete").Inc()
+	}
+	a.mu.Lock()
+	a.status.LastAudit, a.status.Degraded, a.status.Findings = cfg.Now(), "", len(res.Findings)
+	a.status.Refused = refused
+	a.status.Blind = notJudged(res.Skipped, notJudgedBlind)
+	a.status.Unread = notJudged(res.Skipped, notJudgedSourceError)
+	a.mu.Unlock()
+	cfg.Log.Debug("audit", "trigger", trigger, "full", full, "findings", len(res.Findings))
+	return wait
+}
+
+// actAgain runs the remedies on the findings of the last complete audit
+// that have not been acted on, when nothing changed since it: the first
+// of those waiting out their grace period is due.
+func (a *Agent) actAgain(ctx context.Context) time.Duration {
+	res := a.waiting
+	a.last = res.Snapshot
+	wait, refused := a.act(ctx, res, nil)
+	a.mu.Lock()
+	a.status.Refused = refused
+	a.mu.Unlock()
+	a.cfg.Log.Debug("grace period over: acting on the last complete audit's findings", "findings", len(res.Findings))
+	return wait
+}
+
+// act runs the remedies on the findings of a complete audit, res, whose
+// snapshot a.last holds, and lets it go. It keeps res, without the
+// findings acted on, while others wait out their grace period (waiting).
+// It returns how long until the first of those is due (0: none), and
+// what limits refused.
+func (a *Agent) act(ctx context.Context, res *audit.Result, since remedy.Since) (wait time.Duration, refused string) {
+	cfg := a.cfg
+	var limits, why []string
+	acted := map[any]bool{}
 	for _, rem := range cfg.Remedies {
-		w, limit, why := a.remedy(ctx, rem, res)
+		w, limit, reason := a.remedy(ctx, rem, res, since, acted)
 		if w > 0 && (wait == 0 || w < wait) {
 			wait = w
 		}
 		if limit != "" {
 			limits = append(limits, limit)
-			refused = append(refused, limit+": "+why)
+			why = append(why, limit+": "+reason)
 		}
 	}
 	a.last = nil
@@ -455,22 +570,26 @@ func (a *Agent) auditOnce(ctx context.Context, trigger string, full bool) (wait 
 		}
 		wait = 0
 	}
-	if m != nil {
-		m.Audits.WithLabelValues(trigger, "complete").Inc()
+	if m := cfg.Metrics; m != nil {
 		m.setDegraded(limits...)
 	}
-	a.graceDue = time.Time{}
+	a.graceDue, a.waiting = time.Time{}, nil
 	if wait > 0 {
 		a.graceDue = cfg.Now().Add(wait)
+		if a.allLive {
+			a.waiting = res
+			if len(acted) > 0 {
+				left := &audit.Result{Snapshot: res.Snapshot}
+				for _, f := range res.Findings {
+					if f.Target == nil || !acted[f.Target.Key()] {
+						left.Findings = append(left.Findings, f)
+					}
+				}
+				a.waiting = left
+			}
+		}
 	}
-	a.mu.Lock()
-	a.status.LastAudit, a.status.Degraded, a.status.Findings = cfg.Now(), "", len(res.Findings)
-	a.status.Refused = strings.Join(refused, "; ")
-	a.status.Blind = notJudged(res.Skipped, notJudgedBlind)
-	a.status.Unread = notJudged(res.Skipped, notJudgedSourceError)
-	a.mu.Unlock()
-	cfg.Log.Debug("audit", "trigger", trigger, "full", full, "findings", len(res.Findings))
-	return wait
+	return wait, strings.Join(why, "; ")
 }
 
 // notJudged says which rules were skipped for reason (notJudgedReason),
@@ -510,9 +629,9 @@ func (a *Agent) graceWait() time.Duration {
 // action. It returns how long to wait before looking again at findings
 // waiting out their grace period (until the first of them is due), and the
 // degraded reason when a limit refused actions, and the limit's words.
-func (a *Agent) remedy(ctx context.Context, rem *remedy.Remedy, res *audit.Result) (wait time.Duration, limit, why string) {
+func (a *Agent) remedy(ctx context.Context, rem *remedy.Remedy, res *audit.Result, since remedy.Since, acted map[any]bool) (wait time.Duration, limit, why string) {
 	cfg := a.cfg
-	actions, err := rem.Apply(ctx, res.Snapshot, res.Findings)
+	actions, err := rem.ApplySince(ctx, res.Snapshot, res.Findings, since)
 	var be *remedy.BudgetError
 	switch {
 	case errors.As(err, &be):
@@ -524,6 +643,9 @@ func (a *Agent) remedy(ctx context.Context, rem *remedy.Remedy, res *audit.Resul
 	}
 	for _, act := range actions {
 		a.report(rem.Rule, act)
+		if act.Result == remedy.Done || act.Result == remedy.Gone {
+			acted[act.Finding.Target.Key()] = true
+		}
 		var ce *remedy.CapError
 		if errors.As(act.Limit, &ce) && limit == "" {
 			limit, why = reasonCapExceeded, ce.Error()
@@ -596,7 +718,7 @@ func (a *Agent) degrade(trigger, reason string, err error) {
 	for _, rem := range a.cfg.Remedies {
 		rem.Reset()
 	}
-	a.graceDue = time.Time{}
+	a.graceDue, a.waiting = time.Time{}, nil
 	a.cfg.Log.Warn("audit incomplete: no action taken, grace periods start over", "trigger", trigger, "reason", reason, "err", err)
 	if m := a.cfg.Metrics; m != nil {
 		m.Audits.WithLabelValues(trigger, "degraded").Inc()

@@ -149,6 +149,9 @@ type Remedy struct {
 	Now func() time.Time
 
 	firstSeen map[any]time.Time
+	// settled is when the last pass, or the last Reset, ended: a target
+	// that pass did not report cannot have held since before it.
+	settled time.Time
 }
 
 // ID is the remedy's ID.
@@ -156,7 +159,7 @@ func (r *Remedy) ID() string { return r.Rule.Remedy.ID }
 
 // Reset forgets every grace period. Call it after a pass that was degraded
 // or incomplete: evidence must hold through complete passes only.
-func (r *Remedy) Reset() { r.firstSeen = nil }
+func (r *Remedy) Reset() { r.firstSeen, r.settled = nil, r.now() }
 
 func (r *Remedy) now() time.Time {
 	if r.Now != nil {
@@ -171,7 +174,24 @@ func (r *Remedy) now() time.Time {
 // ErrIncompleteEvidence or a *BudgetError when nothing could be done at
 // all.
 func (r *Remedy) Apply(ctx context.Context, s *snapshot.Snapshot, fs []finding.Finding) ([]Action, error) {
+	return r.ApplySince(ctx, s, fs, nil)
+}
+
+// Since says when the evidence of a finding a pass reports for the first
+// time came to be known: when the change that brought it reached the
+// process (its handler's time, on the remedy's clock), or zero when that
+// is not known.
+type Since func(finding.Finding) time.Time
+
+// ApplySince is Apply, with the grace period of each target reported for
+// the first time starting when since says its evidence came to be known,
+// rather than at this pass: a change's evidence holds from the moment it
+// arrived, not from the moment a pass got round to judging it. It never
+// starts before the last pass (or Reset) ended, which did not report the
+// target, nor after this one began; nil since is Apply.
+func (r *Remedy) ApplySince(ctx context.Context, s *snapshot.Snapshot, fs []finding.Finding, since Since) ([]Action, error) {
 	t := r.now()
+	defer func() { r.settled = r.now() }()
 	need := r.Rule.Sources
 	if r.Rule.Remedy != nil && r.Rule.Remedy.Ledger != "" {
 		need = append(append([]string(nil), need...), r.Rule.Remedy.Ledger)
@@ -191,6 +211,11 @@ func (r *Remedy) Apply(ctx context.Context, s *snapshot.Snapshot, fs []finding.F
 		first, ok := r.firstSeen[k]
 		if !ok {
 			first = t
+			if since != nil {
+				if at := since(f); !at.IsZero() && at.Before(t) {
+					first = maxTime(at, r.settled)
+				}
+			}
 		}
 		seen[k] = first
 		a := Action{Remedy: r.ID(), Rule: f.Rule, Finding: f}
@@ -258,6 +283,13 @@ func (r *Remedy) Apply(ctx context.Context, s *snapshot.Snapshot, fs []finding.F
 		r.actOnGroup(ctx, t, actions, groups[g])
 	}
 	return actions, nil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // actOnGroup re-checks one group and acts on what survives the re-check.

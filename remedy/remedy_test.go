@@ -339,3 +339,49 @@ func TestBuild(t *testing.T) {
 		t.Errorf("no actuator: %v", err)
 	}
 }
+
+// A target's grace period starts when its evidence came to be known, as
+// the caller says, but never before the last pass (or Reset) ended, which
+// did not report it, nor after this pass began.
+func TestGraceStartsWhenTheEvidenceCame(t *testing.T) {
+	c := t0()
+	a, b, d := staleFinding("10.244.3.47", 1000), staleFinding("10.244.3.48", 1001), staleFinding("10.244.3.49", 1002)
+	r := newRemedy(c, newTable(a, b, d))
+	ctx := context.Background()
+	if _, err := r.Apply(ctx, ready(), nil); err != nil {
+		t.Fatal(err)
+	}
+	last := c.Now()
+	c.Advance(8 * time.Second)
+	now := c.Now()
+	since := func(f finding.Finding) time.Time {
+		switch f.Target.Group() {
+		case "10.244.3.47":
+			return last.Add(time.Second)
+		case "10.244.3.48":
+			return last.Add(-time.Hour) // before the last pass, which did not report it
+		}
+		return time.Time{} // unknown
+	}
+	all := []finding.Finding{a, b, d}
+	as, err := r.ApplySince(ctx, ready(), all, since)
+	if err != nil || results(as) != "pending,pending,pending" {
+		t.Fatalf("%s, %v", results(as), err)
+	}
+	for i, want := range []time.Time{last.Add(time.Second + r.Grace), last.Add(r.Grace), now.Add(r.Grace)} {
+		if !as[i].Due.Equal(want) {
+			t.Errorf("finding %d due %s, want %s", i, as[i].Due, want)
+		}
+	}
+	c.Advance(3 * time.Second)
+	if as, err := r.ApplySince(ctx, ready(), all, since); err != nil || results(as) != "done,done,pending" {
+		t.Fatalf("3 s later: %s, %v", results(as), err)
+	}
+	r.Reset()
+	reset := c.Now()
+	c.Advance(time.Second)
+	as, _ = r.ApplySince(ctx, ready(), []finding.Finding{d}, func(finding.Finding) time.Time { return reset.Add(-time.Minute) })
+	if want := reset.Add(r.Grace); results(as) != "pending" || !as[0].Due.Equal(want) {
+		t.Errorf("after a Reset: %s, due %s, want pending, due %s", results(as), as[0].Due, want)
+	}
+}

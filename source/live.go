@@ -48,6 +48,14 @@ type Settler interface {
 	Settled() bool
 }
 
+// Unsure is a Live source that may, for a while, change without saying so
+// (its watch could not be set up): while Unsure says so, a program reads
+// it afresh rather than take its silence for no change. It may be called
+// from any goroutine.
+type Unsure interface {
+	Unsure() bool
+}
+
 // Progresser is a Source that can say, while it collects, what it is
 // waiting on ("looking up the pods at 20000 addresses in one list of
 // every pod: 12000 pods read in 8s"), so that a status read during a long

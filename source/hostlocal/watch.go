@@ -59,6 +59,16 @@ func (w *Watch) warn(err error) {
 	}
 }
 
+var _ source.Unsure = (*Watch)(nil)
+
+// Unsure reports whether the store may have changed unseen: it could not
+// be watched, last time the watch was set up (source.Unsure).
+func (w *Watch) Unsure() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.warned != ""
+}
+
 // Ready is always nil: what Collect reads, it reads at each audit.
 func (w *Watch) Ready(time.Time) error { return nil }
 

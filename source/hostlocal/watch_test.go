@@ -128,3 +128,20 @@ func TestWatchWarnsOnce(t *testing.T) {
 		t.Errorf("%d warnings, want 3 (the first, again after it cleared, another):\n%s", n, buf.String())
 	}
 }
+
+// While the store cannot be watched, the watch says its silence is no
+// proof that nothing changed.
+func TestWatchUnsureWhileItCannotWatch(t *testing.T) {
+	w := &Watch{}
+	if w.Unsure() {
+		t.Error("unsure before any failure")
+	}
+	w.warn(errors.New("inotify: too many open files"))
+	if !w.Unsure() {
+		t.Error("sure while the store cannot be watched")
+	}
+	w.warn(nil)
+	if w.Unsure() {
+		t.Error("unsure once the store is watched again")
+	}
+}
