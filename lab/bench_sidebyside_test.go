@@ -188,9 +188,9 @@ func BenchmarkSideBySide(b *testing.B) {
 		})
 	}
 	b.Run("kernel-ops", func(b *testing.B) {
-		var one, batched sbsOps
+		var one, batched, judged sbsOps
 		for b.Loop() {
-			one, batched = sbsKernelOps(b, node, n, false), sbsKernelOps(b, node, n, true)
+			one, batched, judged = sbsKernelOps(b, node, n, opsOne), sbsKernelOps(b, node, n, opsBatched), sbsKernelOps(b, node, n, opsJudged)
 		}
 		b.ReportMetric(float64(n), "flows")
 		b.ReportMetric(float64(sbsOpsFlows), "entries")
@@ -198,6 +198,7 @@ func BenchmarkSideBySide(b *testing.B) {
 		b.ReportMetric(one.del, "delete-us/entry")
 		b.ReportMetric(batched.get, "batched-get-us/entry")
 		b.ReportMetric(batched.del, "batched-delete-us/entry")
+		b.ReportMetric(judged.del, "judged-delete-us/entry")
 	})
 	b.Run("backend-death", func(b *testing.B) {
 		kills := envInt(b, "GHOSTWATCH_BENCH_KILLS", 10)
@@ -685,18 +686,43 @@ const sbsOpsFlows = 2666
 // sbsOps is what one read-back and one delete cost an entry, in µs.
 type sbsOps struct{ get, del float64 }
 
+// How sbsKernelOps reads back and deletes.
+const (
+	// opsOne: one system call an entry, by original tuple.
+	opsOne = iota
+	// opsBatched: many entries a system call, by original tuple.
+	opsBatched
+	// opsJudged: deleted as the agent's remedy does, many a system call
+	// by reply tuple, zone and ID, while a subscriber reads the table's
+	// events as the agent does (the kernel then reports each delete).
+	opsJudged
+)
+
 // sbsKernelOps adds sbsOpsFlows entries to the node's table (to a backend
-// of their own, beyond the table's flows), reads each back and deletes it,
-// one system call an entry or batched as the agent's remedy does, and
-// returns what each cost an entry.
-func sbsKernelOps(b *testing.B, node *netbed.Node, n int, batched bool) sbsOps {
+// of their own, beyond the table's flows), reads each back and deletes
+// them as how says, and returns what each cost an entry.
+func sbsKernelOps(b *testing.B, node *netbed.Node, n int, how int) sbsOps {
 	var ops sbsOps
+	batched := how != opsOne
 	err := node.Do(func() error {
 		c, err := conntrack.Open()
 		if err != nil {
 			return err
 		}
 		defer c.Close()
+		if how == opsJudged {
+			sub, err := conntrack.Subscribe()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				sub.Run(ctx, func(conntrack.Event) error { return nil })
+			}()
+			defer func() { cancel(); <-done; sub.Close() }()
+		}
 		fs := make([]snapshot.Flow, sbsOpsFlows)
 		for i := range fs {
 			f := sbsFlow(n + 1000000 + i)
@@ -731,9 +757,12 @@ func sbsKernelOps(b *testing.B, node *netbed.Node, n int, batched bool) sbsOps {
 		}
 		ops.get = float64(time.Since(start).Microseconds()) / sbsOpsFlows
 		start = time.Now()
-		if batched {
+		switch how {
+		case opsJudged:
+			note(c.DeleteJudgedEach(fs, func(_ int, err error) { note(err) }))
+		case opsBatched:
 			note(c.DeleteEach(fs, func(_ int, err error) { note(err) }))
-		} else {
+		default:
 			for i := range fs {
 				note(c.Delete(&fs[i]))
 			}

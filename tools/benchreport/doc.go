@@ -135,14 +135,16 @@ func writeDoc(w *strings.Builder, m *model) {
 		num(m.val("backend-death", n, "grace-ms")/1000, 0), countOr(killsOf(m)))
 	p("The grace period is the agent's own choice (it waits for the evidence to hold before acting, ")
 	p("docs/agent.md); the time beyond it is what the agent's reaction and the deletes cost.\n\n")
-	if g, d := m.val("kernel-ops", n, "batched-get-us/entry"), m.val("kernel-ops", n, "batched-delete-us/entry"); g > 0 && d > 0 {
+	if j := m.val("kernel-ops", n, "judged-delete-us/entry"); j > 0 {
 		per := m.val("backend-death", n, "flows/pod")
-		p("Before it deletes a flow the agent reads it back from the kernel, to delete it only if it is still the entry it judged ")
-		p("(docs/agent.md). On this machine the kernel takes %s µs to read an entry back and %s µs to delete it, batched as the agent does ", num(g, 1), num(d, 1))
-		p("(%s and %s µs one system call an entry): for the %s flows of one pod at %s flows that is %s of the kernel's time alone. ",
-			num(m.val("kernel-ops", n, "get-us/entry"), 1), num(m.val("kernel-ops", n, "delete-us/entry"), 1), countOr(per), count(n), ms(per*(g+d)/1000))
-		p("The time beyond the grace also holds the agent's first look after the pod's deletion (its 50 ms debounce, then an audit), ")
-		p("which starts the grace, and its last look when the grace ends (an audit and the re-check against the API server).\n\n")
+		p("The agent deletes a flow by its reply tuple, zone and ID, which only the entry it judged has (docs/agent.md), ")
+		p("256 a system call, without reading it back first. On this machine the kernel takes %s µs an entry to delete so ", num(j, 1))
+		p("while a subscriber reads the table's events, as the agent does (%s µs by original tuple, batched, with no subscriber; ", num(m.val("kernel-ops", n, "batched-delete-us/entry"), 1))
+		p("%s µs one system call an entry; reading an entry back %s µs batched): for the %s flows of one pod at %s flows, %s of the kernel's time. ",
+			num(m.val("kernel-ops", n, "delete-us/entry"), 1), num(m.val("kernel-ops", n, "batched-get-us/entry"), 1), countOr(per), count(n), ms(m.kernelDeletes(n)))
+		p("The grace starts when the agent learned of the pod's deletion, and when it ends with nothing changed since, the agent acts on ")
+		p("its last audit's findings without reading the table again: the time beyond it is the API server's watch delivering the deletion, ")
+		p("the re-check's quorum reads, and the deletes.\n\n")
 	}
 	p("| flows | flows per pod | p50 | p99 | p50 beyond the grace | p99 beyond the grace |\n|---|---|---|---|---|---|\n")
 	for _, f := range m.flows {
