@@ -27,6 +27,8 @@ type ClusterOptions struct {
 	// Release imports ghostwatch's release image (BuildReleaseImage), for
 	// its chart.
 	Release bool
+	// Mode is the nodes' kube-proxy mode (default iptables).
+	Mode controlplane.ProxyMode
 	// Prefix names the cluster's network namespaces (<Prefix>-node-1, ...;
 	// at most 8 characters). Default: ClusterPrefix and 4 random hex
 	// digits, so that `ghostwatch-lab cleanup --prefix gwn` removes what a
@@ -126,6 +128,7 @@ func StartCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error)
 		n, err := Start(ctx, c.CP, c.Bed, name, Options{
 			IP:      netip.AddrFrom4([4]byte{172, 18, 0, byte(2 + i)}),
 			PodCIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(1 + i), 0}), 24),
+			Mode:    o.Mode,
 			KubeBin: o.KubeBin, CNIBin: o.CNIBin, CrictlBin: o.CrictlBin, Images: archives,
 		})
 		if err != nil {

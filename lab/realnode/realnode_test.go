@@ -55,6 +55,8 @@ const (
 	// chart is installed with its ServiceMonitors and PrometheusRule
 	// (chartValues), for startPrometheus.
 	withMonitoring
+	// withNFTables runs kube-proxy in nftables mode, not iptables.
+	withNFTables
 )
 
 func startLab(t *testing.T, opts ...labOption) *lab {
@@ -81,6 +83,9 @@ func startLab(t *testing.T, opts ...labOption) *lab {
 	o := ClusterOptions{Nodes: 1, Release: slices.Contains(opts, withReleaseImage)}
 	if slices.Contains(opts, withSecondNode) {
 		o.Nodes = 2
+	}
+	if slices.Contains(opts, withNFTables) {
+		o.Mode = controlplane.ProxyNFTables
 	}
 	c, err := StartCluster(ctx, o)
 	switch {

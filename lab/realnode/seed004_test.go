@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/ghostwatch/ghostwatch/internal/poll"
-	"github.com/ghostwatch/ghostwatch/lab/controlplane"
 	"github.com/ghostwatch/ghostwatch/lab/keepalive"
 )
 
@@ -87,14 +86,7 @@ func TestSeed001OnRealNodes(t *testing.T) {
 // for an agent on each node and both controller replicas.
 func (l *lab) installRemedying(t *testing.T) {
 	t.Helper()
-	kubeconfig, err := l.cp.WriteKubeconfig(controlplane.UserAdmin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := InstallChart(context.Background(), kubeconfig, "gw", "ghostwatch", l.chartValues()+"  remedies: [stale-nat-flow]\n", t.Logf); err != nil {
-		t.Fatal(err)
-	}
-	l.allReady(t, "ghostwatch", len(l.nodes)+2)
+	l.install(t, l.chartValues()+"  remedies: [stale-nat-flow]\n")
 }
 
 // shortGrace gives a pod 2 s to stop, not 30.
@@ -187,13 +179,16 @@ func (l *lab) only(t *testing.T, name string) corev1.Pod {
 }
 
 // nodePort creates NodePort Service name in front of Deployment name's
-// replicas and returns its node port.
-func (l *lab) nodePort(t *testing.T, name string) uint16 {
+// replicas, each of edit changing its spec, and returns its node port.
+func (l *lab) nodePort(t *testing.T, name string, edit ...func(*corev1.ServiceSpec)) uint16 {
 	t.Helper()
+	spec := corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": name},
+		Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}
+	for _, e := range edit {
+		e(&spec)
+	}
 	svc, err := l.cp.Admin.CoreV1().Services("default").Create(context.Background(), &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": name},
-			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: spec,
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,484 @@
+package realnode
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/ghostwatch/ghostwatch/lab/controlplane"
+	"github.com/ghostwatch/ghostwatch/lab/keepalive"
+)
+
+// The error window sweep: how long a keep-alive client outside the node
+// fails when the one replica it talks to is replaced and its goodbye is
+// lost, with the chart as it ships (stale-nat-flow on). It is a
+// measurement, not a test of the suite: it runs only when asked
+// (scripts/measure-window.sh).
+const (
+	// sweepEnv: how many replacements, in all.
+	sweepEnv = "GHOSTWATCH_REAL_SWEEP"
+	// sweepModeEnv: kube-proxy's mode, iptables (default) or nftables.
+	sweepModeEnv = "GHOSTWATCH_REAL_SWEEP_MODE"
+	// sweepGraceEnv: the agent's --grace; empty: the chart's default.
+	sweepGraceEnv = "GHOSTWATCH_REAL_SWEEP_GRACE"
+	// sweepLanesEnv: how many Deployments are replaced side by side
+	// (default 3: 15 ghosts a minute, under the shipped budget of 20).
+	sweepLanesEnv = "GHOSTWATCH_REAL_SWEEP_LANES"
+)
+
+// TestErrorWindowSweep replaces, again and again, the one replica of each
+// of several Deployments behind NodePorts of the real node, each with a
+// keep-alive client outside the node. Before each replacement the node
+// drops the old pod's FIN and RST segments, as a lost link would: the
+// client's connection is left translated to the old pod, and only the
+// agent's delete of that flow lets its next retransmission reach the new
+// replica, which resets it. For each replacement it logs the time from
+// the old pod's deletion in the API to the agent's delete of its flow and
+// to the client's first answer from the new replica; at the end, every
+// flow the agent deleted is judged against the pods' lives: one whose
+// backend address a pod held at that moment was a healthy flow.
+func TestErrorWindowSweep(t *testing.T) {
+	total, err := strconv.Atoi(os.Getenv(sweepEnv))
+	if os.Getenv(sweepEnv) == "" {
+		t.Skipf("a measurement of minutes to hours: set %s to a count of replacements, or run scripts/measure-window.sh", sweepEnv)
+	}
+	if err != nil || total <= 0 {
+		t.Fatalf("%s=%q: want a positive count", sweepEnv, os.Getenv(sweepEnv))
+	}
+	lanes := 3
+	if s := os.Getenv(sweepLanesEnv); s != "" {
+		if lanes, err = strconv.Atoi(s); err != nil || lanes <= 0 || lanes > 20 {
+			t.Fatalf("%s=%q: want 1 to 20", sweepLanesEnv, s)
+		}
+	}
+	opts := []labOption{withReleaseImage}
+	switch m := os.Getenv(sweepModeEnv); m {
+	case "", "iptables":
+	case "nftables":
+		opts = append(opts, withNFTables)
+	default:
+		t.Fatalf("%s=%q: want iptables or nftables", sweepModeEnv, m)
+	}
+	l := startLab(t, opts...)
+	values := l.chartValues() + "  remedies: [stale-nat-flow]\n"
+	if g := os.Getenv(sweepGraceEnv); g != "" {
+		if _, err := time.ParseDuration(g); err != nil {
+			t.Fatalf("%s=%q: %v", sweepGraceEnv, g, err)
+		}
+		values += "  extraArgs: [--grace=" + g + "]\n"
+	}
+	l.install(t, values)
+	lives := l.watchPods(t)
+
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var (
+		mu      sync.Mutex
+		done    int
+		results []replacement
+		failed  error
+	)
+	next := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if done >= total || failed != nil {
+			return false
+		}
+		done++
+		return true
+	}
+	var wg, clients sync.WaitGroup
+	for k := range lanes {
+		name := fmt.Sprintf("api-%d", k)
+		l.deployment(t, name, 1, shortGrace)
+		// The clients' source kept (Local): with Cluster, kube-proxy
+		// masquerades them to the pod's own interface, and the kernel
+		// forgets every flow masqueraded through an interface when it
+		// goes, the old pod's with it.
+		port := l.nodePort(t, name, func(s *corev1.ServiceSpec) {
+			s.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		})
+		host, err := l.bed.AddHost(fmt.Sprintf("client-%d", k), l.node.Net, netip.PrefixFrom(netip.AddrFrom4([4]byte{203, 0, 113, byte(10 + k)}), 32))
+		if err != nil {
+			t.Fatal(err)
+		}
+		to := netip.AddrPortFrom(l.node.IP, port).String()
+		log := &laneLog{}
+		ka := &keepalive.Client{Host: name, Dial: func(ctx context.Context) (net.Conn, error) { return host.Dial(ctx, "tcp", "", to) },
+			OnOutcome: log.add}
+		clients.Go(func() { ka.Run(ctx, 100*time.Millisecond) })
+		wg.Go(func() {
+			for i := 0; next(); i++ {
+				r, err := l.replace(ctx, name, i, log, lives)
+				mu.Lock()
+				if err != nil && failed == nil {
+					failed = fmt.Errorf("%s, replacement %d: %w", name, i, err)
+				}
+				if err == nil {
+					if r.story != "" {
+						t.Log(r.story)
+					}
+					results = append(results, r)
+					if n := len(results); n%25 == 0 || n == total {
+						t.Logf("%d of %d replacements", n, total)
+					}
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	// The lanes end first; then the clients, when ctx does.
+	wg.Wait()
+	stop()
+	clients.Wait()
+	if failed != nil {
+		t.Fatal(failed)
+	}
+
+	deletes := l.agentDeletes(t)
+	healthy, ghosts := 0, 0
+	for _, d := range deletes {
+		if p := lives.holder(d.backend, d.at); p != "" {
+			healthy++
+			t.Errorf("healthy flow deleted at %s: its backend %s was pod %s's", d.at.Format(time.RFC3339Nano), d.backend, p)
+			continue
+		}
+		ghosts++
+	}
+	var toDelete, toAnswer, retransmit []time.Duration
+	for i := range results {
+		r := &results[i]
+		// The agent may act a moment before the test's watch sees the
+		// deletion: a pod whose containers all ended no longer holds its
+		// address, and its object goes after.
+		if d := firstDelete(deletes, r.oldIP, r.began); !d.IsZero() {
+			toDelete = append(toDelete, d.Sub(r.deleted))
+			retransmit = append(retransmit, r.answered.Sub(d))
+		}
+		toAnswer = append(toAnswer, r.answered.Sub(r.deleted))
+	}
+	mode := os.Getenv(sweepModeEnv)
+	if mode == "" {
+		mode = "iptables"
+	}
+	grace := os.Getenv(sweepGraceEnv)
+	if grace == "" {
+		grace = "the chart's default"
+	}
+	t.Logf("window-sweep row: mode=%s grace=%q replacements=%d ghost_deletes=%d healthy_deletes=%d "+
+		"deleted_to_flow_deleted_p50=%s max=%s flow_deleted_to_answered_p50=%s max=%s deleted_to_answered_p50=%s p99=%s max=%s",
+		mode, grace, len(results), ghosts, healthy,
+		pct(toDelete, 0.5), pct(toDelete, 1), pct(retransmit, 0.5), pct(retransmit, 1), pct(toAnswer, 0.5), pct(toAnswer, 0.99), pct(toAnswer, 1))
+	if len(toDelete) < len(results) {
+		t.Errorf("the agent deleted the flows of %d of %d replaced pods", len(toDelete), len(results))
+	}
+}
+
+// pct is the p-th percentile of ds, to the millisecond.
+func pct(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(p*float64(len(s))))].Round(time.Millisecond)
+}
+
+// install installs the chart with values and waits for its pods.
+func (l *lab) install(t *testing.T, values string) {
+	t.Helper()
+	kubeconfig, err := l.cp.WriteKubeconfig(controlplane.UserAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := InstallChart(context.Background(), kubeconfig, "gw", "ghostwatch", values, t.Logf); err != nil {
+		t.Fatal(err)
+	}
+	l.allReady(t, "ghostwatch", len(l.nodes)+2)
+}
+
+// replacement is what one replacement's client saw.
+type replacement struct {
+	oldIP netip.Addr
+	// deleted is when the old pod was deleted from the API; answered,
+	// when the client was first answered by the new one after it.
+	deleted, answered time.Time
+	// story is what the client saw, for the first replacements of a lane.
+	story string
+	// began is when the replacement began, its goodbye dropped.
+	began time.Time
+}
+
+// laneLog is what a lane's client saw, kept as it comes (its
+// keepalive.Client.OnOutcome), read from where the lane left off.
+type laneLog struct {
+	mu  sync.Mutex
+	log []keepalive.Outcome
+}
+
+func (l *laneLog) add(o keepalive.Outcome) {
+	l.mu.Lock()
+	l.log = append(l.log, o)
+	l.mu.Unlock()
+}
+
+// find returns the first outcome at or after position *from that match
+// says is the one, and moves *from past what it read.
+func (l *laneLog) find(from *int, match func(keepalive.Outcome) bool) (keepalive.Outcome, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for ; *from < len(l.log); *from++ {
+		if o := l.log[*from]; match(o) {
+			return o, true
+		}
+	}
+	return keepalive.Outcome{}, false
+}
+
+// replace replaces Deployment name's one replica (its i-th replacement)
+// with the old pod's goodbye dropped, and returns once its client is
+// answered by the new one.
+func (l *lab) replace(ctx context.Context, name string, i int, log *laneLog, lives *podLives) (replacement, error) {
+	var r replacement
+	old, err := l.onlyPod(ctx, name)
+	if err != nil {
+		return r, err
+	}
+	r.oldIP = netip.MustParseAddr(old.Status.PodIP)
+	since := time.Now()
+	at := 0
+	if err := waitFor(ctx, "the client answered by "+old.Name, func() bool {
+		_, ok := log.find(&at, func(o keepalive.Outcome) bool { return o.At.After(since) && o.Err == "" && o.Answer == old.Name })
+		return ok
+	}); err != nil {
+		return r, err
+	}
+	r.began = time.Now()
+	drop := l.dropGoodbyes(r.oldIP)
+	if err := drop("-I"); err != nil {
+		return r, err
+	}
+	defer drop("-D")
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"lab.ghostwatch.io/replacement":"%d"}}}}}`, i)
+	if _, err := l.cp.Admin.AppsV1().Deployments("default").Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return r, err
+	}
+	if err := waitFor(ctx, old.Name+" deleted", func() bool {
+		r.deleted = lives.deletedAt(old.Name)
+		return !r.deleted.IsZero()
+	}); err != nil {
+		return r, err
+	}
+	err = waitFor(ctx, "the client answered by a new replica", func() bool {
+		o, ok := log.find(&at, func(o keepalive.Outcome) bool {
+			return o.At.After(r.deleted) && o.Err == "" && o.Answer != old.Name && o.Answer != ""
+		})
+		r.answered = o.At
+		return ok
+	})
+	if i < 2 {
+		// What the client saw, from its last answer by the old pod on.
+		log.mu.Lock()
+		var seen keepalive.Log
+		for _, o := range log.log {
+			if o.At.After(since) && !o.At.After(r.answered) {
+				seen = append(seen, o)
+			}
+		}
+		log.mu.Unlock()
+		r.story = fmt.Sprintf("%s replaced (%s), deleted at %s: %s", old.Name, r.oldIP, r.deleted.Format("15:04:05.000"), seen)
+	}
+	return r, err
+}
+
+// waitFor waits until cond holds, for up to two minutes.
+func waitFor(ctx context.Context, what string, cond func() bool) error {
+	end := time.Now().Add(2 * time.Minute)
+	for !cond() {
+		if time.Now().After(end) {
+			return fmt.Errorf("timed out after 2m0s waiting for %s", what)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// onlyPod is Deployment name's one pod that is not being deleted.
+func (l *lab) onlyPod(ctx context.Context, name string) (corev1.Pod, error) {
+	var p corev1.Pod
+	err := waitFor(ctx, "one Ready pod of "+name, func() bool {
+		list, err := l.cp.Admin.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
+		if err != nil || len(list.Items) != 1 || !ready(&list.Items[0]) || list.Items[0].DeletionTimestamp != nil {
+			return false
+		}
+		p = list.Items[0]
+		return true
+	})
+	return p, err
+}
+
+// dropGoodbyes returns what adds ("-I") or removes ("-D") the node's
+// rules that drop the FIN and RST segments pod address ip sends, before
+// conntrack sees them: its goodbye is lost, as with a link down.
+func (l *lab) dropGoodbyes(ip netip.Addr) func(op string) error {
+	return func(op string) error {
+		for _, flag := range []string{"FIN", "RST"} {
+			out, err := exec.Command("ip", "netns", "exec", l.node.Net.Name(), "iptables", "-w", "-t", "raw", op, "PREROUTING",
+				"-s", ip.String()+"/32", "-p", "tcp", "--tcp-flags", flag, flag, "-j", "DROP").CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("iptables %s: %v: %s", op, err, out)
+			}
+		}
+		return nil
+	}
+}
+
+// podLives is when each pod of default held its address, from a watch.
+type podLives struct {
+	mu   sync.Mutex
+	pods map[string]*podLife
+}
+
+type podLife struct {
+	ip       netip.Addr
+	from, to time.Time // to: zero while it lives
+}
+
+// watchPods follows the pods of default until the test ends.
+func (l *lab) watchPods(t *testing.T) *podLives {
+	t.Helper()
+	lives := &podLives{pods: map[string]*podLife{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// A watch ends when the API server says (after half an hour or
+		// so): the next goes on from the last version seen.
+		rv := ""
+		for ctx.Err() == nil {
+			w, err := l.cp.Admin.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
+			if err != nil {
+				rv = ""
+				time.Sleep(100 * time.Millisecond) // the API server is busy; ask again
+				continue
+			}
+			for ev := range w.ResultChan() {
+				p, ok := ev.Object.(*corev1.Pod)
+				if !ok {
+					rv = "" // an error: its version is gone; start from now
+					continue
+				}
+				rv = p.ResourceVersion
+				lives.saw(p, ev.Type == watch.Deleted)
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return lives
+}
+
+// saw notes what the watch said of p.
+func (pl *podLives) saw(p *corev1.Pod, deleted bool) {
+	now := time.Now()
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	life := pl.pods[p.Name]
+	if life == nil && p.Status.PodIP != "" {
+		life = &podLife{ip: netip.MustParseAddr(p.Status.PodIP), from: now}
+		pl.pods[p.Name] = life
+	}
+	if life != nil && deleted && life.to.IsZero() {
+		life.to = now
+	}
+}
+
+// deletedAt is when pod name was deleted; zero until it is.
+func (pl *podLives) deletedAt(name string) time.Time {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if life := pl.pods[name]; life != nil {
+		return life.to
+	}
+	return time.Time{}
+}
+
+// holder names the pod that held ip at t, "" when none did. A pod holds
+// its address from when the watch first saw it until it saw it deleted.
+func (pl *podLives) holder(ip netip.Addr, at time.Time) string {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	for name, life := range pl.pods {
+		if life.ip == ip && !at.Before(life.from) && (life.to.IsZero() || at.Before(life.to)) {
+			return name
+		}
+	}
+	return ""
+}
+
+// agentDelete is one flow deletion the agent logged.
+type agentDelete struct {
+	at      time.Time
+	backend netip.Addr
+}
+
+var dnatTo = regexp.MustCompile(`DNAT to ([0-9a-f.:]+?):[0-9]+[,)]`)
+
+// agentDeletes reads the stale flows the node's agent deleted from its
+// log: one JSON line per remedy action.
+func (l *lab) agentDeletes(t *testing.T) []agentDelete {
+	t.Helper()
+	var out []agentDelete
+	for line := range strings.Lines(l.node.LogTail("ghostwatch", 1<<30)) {
+		i := strings.IndexByte(line, '{')
+		if i < 0 || !strings.Contains(line, `"msg":"remedy"`) {
+			continue
+		}
+		var rec struct {
+			Time   time.Time `json:"time"`
+			Result string    `json:"result"`
+			Target string    `json:"target"`
+		}
+		if err := json.Unmarshal([]byte(line[i:]), &rec); err != nil || rec.Result != "done" {
+			continue
+		}
+		m := dnatTo.FindStringSubmatch(rec.Target)
+		if m == nil {
+			t.Errorf("a deletion that names no backend: %s", line)
+			continue
+		}
+		out = append(out, agentDelete{at: rec.Time, backend: netip.MustParseAddr(m[1])})
+	}
+	return out
+}
+
+// firstDelete is when the agent first deleted a flow to backend after
+// from; zero when it did not.
+func firstDelete(ds []agentDelete, backend netip.Addr, from time.Time) time.Time {
+	var first time.Time
+	for _, d := range ds {
+		if d.backend == backend && d.at.After(from) && (first.IsZero() || d.at.Before(first)) {
+			first = d.at
+		}
+	}
+	return first
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Measures seed 004's error window on a real node with the chart as it
+# ships (stale-nat-flow on): the figures behind the shipped grace period
+# (docs/agent.md, "How the grace period was chosen"). Lanes of a
+# one-replica Deployment behind a NodePort, each with a keep-alive client
+# outside the node, are replaced again and again, the old pod's FIN and RST
+# dropped by the node so that its client's connection is left translated
+# to it; the agent's delete of that flow is what lets the client through
+# to the new replica. Every flow the agent deleted is then judged against
+# the pods' lives: one whose backend a pod held at that moment was healthy.
+#
+# Usage (root): scripts/measure-window.sh [REPLACEMENTS]   (default 1000)
+#   MODES   kube-proxy's modes, one run each (default iptables,nftables)
+#   GRACE   the agent's --grace (default: the chart's, the agent's 5s)
+#   LANES   Deployments replaced side by side (default 3: 15 ghosts a
+#           minute, under the shipped budget of 20)
+# Prints one "window-sweep row:" line per run; the full log goes to
+# ${LOG:-/tmp/ghostwatch-window.log}. 1000 replacements take about an hour
+# a mode on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+n=${1:-1000}
+case $n in '' | *[!0-9]*) echo "measure-window: $n is not a count" >&2; exit 2 ;; esac
+log=${LOG:-/tmp/ghostwatch-window.log}
+: >"$log"
+for v in KUBE:kube-binaries CNI:cni-plugins CRICTL:crictl-binary; do
+  var=GHOSTWATCH_${v%%:*}_BIN
+  if [ -z "${!var:-}" ]; then
+    export "$var=$(./scripts/${v#*:}.sh)"
+  fi
+done
+modes=${MODES:-iptables,nftables}
+for m in ${modes//,/ }; do
+  GHOSTWATCH_REAL_SWEEP=$n GHOSTWATCH_REAL_SWEEP_MODE=$m GHOSTWATCH_REAL_SWEEP_GRACE=${GRACE:-} \
+  GHOSTWATCH_REAL_SWEEP_LANES=${LANES:-3} \
+    go test -count=1 -timeout 8h -run '^TestErrorWindowSweep$' -v ./lab/realnode/ >>"$log" 2>&1 || { tail -50 "$log" >&2; exit 1; }
+done
+grep 'window-sweep row:' "$log" | sed 's/^ *//'
