@@ -11,9 +11,11 @@
 #
 # Usage (root): scripts/measure-window.sh [REPLACEMENTS]   (default 1000)
 #   MODES   kube-proxy's modes, one run each (default iptables,nftables)
-#   GRACE   the agent's --grace (default: the chart's, the agent's 5s)
-#   LANES   Deployments replaced side by side (default 3: 15 ghosts a
-#           minute, under the shipped budget of 20)
+#   GRACE   the agent's --grace (default: the chart's, the agent's 5s; at
+#           least 1s)
+#   LANES   Deployments replaced side by side (default 3: some 16 ghosts a
+#           minute at a grace of 5s, under the shipped budget of 20; with a
+#           shorter grace use 1, or the budget is what is measured)
 # Prints one "window-sweep row:" line per run; the full log goes to
 # ${LOG:-/tmp/ghostwatch-window.log}. 1000 replacements take about an hour
 # a mode on 2 cores.

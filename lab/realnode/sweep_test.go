@@ -23,6 +23,7 @@ import (
 
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
 	"github.com/ghostwatch/ghostwatch/lab/keepalive"
+	"github.com/ghostwatch/ghostwatch/remedy"
 )
 
 // The error window sweep: how long a keep-alive client outside the node
@@ -38,7 +39,9 @@ const (
 	// sweepGraceEnv: the agent's --grace; empty: the chart's default.
 	sweepGraceEnv = "GHOSTWATCH_REAL_SWEEP_GRACE"
 	// sweepLanesEnv: how many Deployments are replaced side by side
-	// (default 3: 15 ghosts a minute, under the shipped budget of 20).
+	// (default 3: some 16 ghosts a minute at the shipped grace, under the
+	// shipped budget of 20; a shorter grace replaces faster, and more
+	// lanes than the budget allows measure the budget instead).
 	sweepLanesEnv = "GHOSTWATCH_REAL_SWEEP_LANES"
 )
 
@@ -78,8 +81,11 @@ func TestErrorWindowSweep(t *testing.T) {
 	l := startLab(t, opts...)
 	values := l.chartValues() + "  remedies: [stale-nat-flow]\n"
 	if g := os.Getenv(sweepGraceEnv); g != "" {
-		if _, err := time.ParseDuration(g); err != nil {
+		switch d, err := time.ParseDuration(g); {
+		case err != nil:
 			t.Fatalf("%s=%q: %v", sweepGraceEnv, g, err)
+		case d < remedy.MinGrace:
+			t.Fatalf("%s=%q: the agent refuses a grace under %s", sweepGraceEnv, g, remedy.MinGrace)
 		}
 		values += "  extraArgs: [--grace=" + g + "]\n"
 	}
