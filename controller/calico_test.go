@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -189,16 +190,21 @@ func TestCalicoMisbookingReported(t *testing.T) {
 		"Pod Warning default/web-0 IPAMMisbooked pod default/web-0 runs on node node-b and holds 10.244.0.5, but Calico booked it under node node-a": false,
 		"Node Warning /node-b IPAMMisbooked pod default/web-0": false,
 	}
-	for _, e := range r.ev.All() {
-		for w := range want {
-			want[w] = want[w] || strings.HasPrefix(e, w)
+	// The findings' metric is published before their Events are sent.
+	poll.UntilNoted(t, poll.Patience, "the misbooking's Events on the pod and its node", func() (bool, string) {
+		all := r.ev.All()
+		for _, e := range all {
+			for w := range want {
+				want[w] = want[w] || strings.HasPrefix(e, w)
+			}
 		}
-	}
-	for w, ok := range want {
-		if !ok {
-			t.Errorf("no Event %q in %q", w, r.ev.All())
+		for w, ok := range want {
+			if !ok {
+				return false, fmt.Sprintf("no Event %q in %q", w, all)
+			}
 		}
-	}
+		return true, ""
+	})
 	b, err := blocks.Get(ctx, "10-244-0-0-26", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -212,9 +218,11 @@ func TestCalicoMisbookingReported(t *testing.T) {
 	if n := testutil.CollectAndCount(r.m.IPAMNextFree); n != 0 {
 		t.Errorf("ghostwatch_ipam_next_free_timestamp_seconds still exported (%d series) with no misbooking", n)
 	}
-	if n := r.c.Status().Findings; n != 0 {
-		t.Errorf("%d findings on a sound ledger", n)
-	}
+	// The status is set after the metrics, as the Events are.
+	poll.UntilNoted(t, poll.Patience, "no finding on a sound ledger", func() (bool, string) {
+		n := r.c.Status().Findings
+		return n == 0, fmt.Sprintf("%d findings", n)
+	})
 }
 
 // A Calico resource the controller may not list leaves the ledger not
