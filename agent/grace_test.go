@@ -126,7 +126,7 @@ func TestGraceStartsWhenTheChangeArrived(t *testing.T) {
 // starts when the pass ends.
 func TestGraceStartsAtTheAuditWhenASourceSpokeMeanwhile(t *testing.T) {
 	h, _, _ := startSlow(t, func(h *harness, c *Config) {
-		c.Sources[1].(*slowPass).changeDuring = h.agentNoteChange
+		c.Sources[1].(*slowPass).changeDuring = func() { h.agent.noteChange() } // the agent, once made
 	})
 	poll.Until(t, patience, "the flow's deletion pending", func() bool { return h.actions(remedy.Pending) >= 1 })
 	if n := h.tab.count(); n != 0 {
@@ -136,10 +136,6 @@ func TestGraceStartsAtTheAuditWhenASourceSpokeMeanwhile(t *testing.T) {
 	signal(h.agent.poke) // the agent's timer counts the grace on the real clock
 	poll.Until(t, patience, "the deletion after the grace period", func() bool { return h.tab.count() == 1 })
 }
-
-// agentNoteChange records a change as a source's handler would, without
-// one to judge.
-func (h *harness) agentNoteChange() { h.agent.noteChange() }
 
 // When a grace period ends and nothing has changed since the last audit,
 // the remedy acts on that audit's findings without reading the sources

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/ghostwatch/ghostwatch/internal/poll"
 	"github.com/ghostwatch/ghostwatch/lab/controlplane"
 	"github.com/ghostwatch/ghostwatch/lab/keepalive"
 	"github.com/ghostwatch/ghostwatch/remedy"
@@ -93,68 +94,63 @@ func TestErrorWindowSweep(t *testing.T) {
 	lives := l.watchPods(t)
 
 	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
+	var clients sync.WaitGroup
+	defer func() { stop(); clients.Wait() }()
 	var (
 		mu      sync.Mutex
 		done    int
 		results []replacement
-		failed  error
 	)
-	next := func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		if done >= total || failed != nil {
-			return false
+	// Each lane a parallel subtest of one group, which returns when every
+	// lane has: a lane that fails stops the others at their next turn.
+	t.Run("lanes", func(group *testing.T) {
+		next := func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			if done >= total || group.Failed() {
+				return false
+			}
+			done++
+			return true
 		}
-		done++
-		return true
-	}
-	var wg, clients sync.WaitGroup
-	for k := range lanes {
-		name := fmt.Sprintf("api-%d", k)
-		l.deployment(t, name, 1, shortGrace)
-		// The clients' source kept (Local): with Cluster, kube-proxy
-		// masquerades them to the pod's own interface, and the kernel
-		// forgets every flow masqueraded through an interface when it
-		// goes, the old pod's with it.
-		port := l.nodePort(t, name, func(s *corev1.ServiceSpec) {
-			s.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
-		})
-		host, err := l.bed.AddHost(fmt.Sprintf("client-%d", k), l.node.Net, netip.PrefixFrom(netip.AddrFrom4([4]byte{203, 0, 113, byte(10 + k)}), 32))
-		if err != nil {
-			t.Fatal(err)
-		}
-		to := netip.AddrPortFrom(l.node.IP, port).String()
-		log := &laneLog{}
-		ka := &keepalive.Client{Host: name, Dial: func(ctx context.Context) (net.Conn, error) { return host.Dial(ctx, "tcp", "", to) },
-			OnOutcome: log.add}
-		clients.Go(func() { ka.Run(ctx, 100*time.Millisecond) })
-		wg.Go(func() {
-			for i := 0; next(); i++ {
-				r, err := l.replace(ctx, name, i, log, lives)
-				mu.Lock()
-				if err != nil && failed == nil {
-					failed = fmt.Errorf("%s, replacement %d: %w", name, i, err)
-				}
-				if err == nil {
+		for k := range lanes {
+			name := fmt.Sprintf("api-%d", k)
+			l.deployment(group, name, 1, shortGrace)
+			// The clients' source kept (Local): with Cluster, kube-proxy
+			// masquerades them to the pod's own interface, and the kernel
+			// forgets every flow masqueraded through an interface when it
+			// goes, the old pod's with it.
+			port := l.nodePort(group, name, func(s *corev1.ServiceSpec) {
+				s.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+			})
+			host, err := l.bed.AddHost(fmt.Sprintf("client-%d", k), l.node.Net, netip.PrefixFrom(netip.AddrFrom4([4]byte{203, 0, 113, byte(10 + k)}), 32))
+			if err != nil {
+				group.Fatal(err)
+			}
+			to := netip.AddrPortFrom(l.node.IP, port).String()
+			log := &laneLog{}
+			ka := &keepalive.Client{Host: name, Dial: func(ctx context.Context) (net.Conn, error) { return host.Dial(ctx, "tcp", "", to) },
+				OnOutcome: log.add}
+			clients.Go(func() { ka.Run(ctx, 100*time.Millisecond) })
+			group.Run(name, func(t *testing.T) {
+				t.Parallel()
+				for i := 0; next(); i++ {
+					r := l.replace(t, name, i, log, lives)
 					if r.story != "" {
 						t.Log(r.story)
 					}
+					mu.Lock()
 					results = append(results, r)
 					if n := len(results); n%25 == 0 || n == total {
 						t.Logf("%d of %d replacements", n, total)
 					}
+					mu.Unlock()
 				}
-				mu.Unlock()
-			}
-		})
-	}
-	// The lanes end first; then the clients, when ctx does.
-	wg.Wait()
-	stop()
-	clients.Wait()
-	if failed != nil {
-		t.Fatal(failed)
+			})
+		}
+	})
+	if t.Failed() {
+		return
 	}
 
 	deletes := l.agentDeletes(t)
@@ -260,38 +256,36 @@ func (l *laneLog) find(from *int, match func(keepalive.Outcome) bool) (keepalive
 // replace replaces Deployment name's one replica (its i-th replacement)
 // with the old pod's goodbye dropped, and returns once its client is
 // answered by the new one.
-func (l *lab) replace(ctx context.Context, name string, i int, log *laneLog, lives *podLives) (replacement, error) {
+func (l *lab) replace(t *testing.T, name string, i int, log *laneLog, lives *podLives) replacement {
+	t.Helper()
 	var r replacement
-	old, err := l.onlyPod(ctx, name)
-	if err != nil {
-		return r, err
-	}
+	old := l.onlyPod(t, name)
 	r.oldIP = netip.MustParseAddr(old.Status.PodIP)
 	since := time.Now()
 	at := 0
-	if err := waitFor(ctx, "the client answered by "+old.Name, func() bool {
+	poll.Until(t, poll.Patience, "the client answered by "+old.Name, func() bool {
 		_, ok := log.find(&at, func(o keepalive.Outcome) bool { return o.At.After(since) && o.Err == "" && o.Answer == old.Name })
 		return ok
-	}); err != nil {
-		return r, err
-	}
+	})
 	r.began = time.Now()
 	drop := l.dropGoodbyes(r.oldIP)
 	if err := drop("-I"); err != nil {
-		return r, err
+		t.Fatal(err)
 	}
-	defer drop("-D")
+	defer func() {
+		if err := drop("-D"); err != nil {
+			t.Error(err)
+		}
+	}()
 	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"lab.ghostwatch.io/replacement":"%d"}}}}}`, i)
-	if _, err := l.cp.Admin.AppsV1().Deployments("default").Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		return r, err
+	if _, err := l.cp.Admin.AppsV1().Deployments("default").Patch(context.Background(), name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
 	}
-	if err := waitFor(ctx, old.Name+" deleted", func() bool {
+	poll.Until(t, poll.Patience, old.Name+" deleted", func() bool {
 		r.deleted = lives.deletedAt(old.Name)
 		return !r.deleted.IsZero()
-	}); err != nil {
-		return r, err
-	}
-	err = waitFor(ctx, "the client answered by a new replica", func() bool {
+	})
+	poll.Until(t, poll.Patience, "the client answered by a new replica", func() bool {
 		o, ok := log.find(&at, func(o keepalive.Outcome) bool {
 			return o.At.After(r.deleted) && o.Err == "" && o.Answer != old.Name && o.Answer != ""
 		})
@@ -310,37 +304,26 @@ func (l *lab) replace(ctx context.Context, name string, i int, log *laneLog, liv
 		log.mu.Unlock()
 		r.story = fmt.Sprintf("%s replaced (%s), deleted at %s: %s", old.Name, r.oldIP, r.deleted.Format("15:04:05.000"), seen)
 	}
-	return r, err
+	return r
 }
 
-// waitFor waits until cond holds, for up to two minutes.
-func waitFor(ctx context.Context, what string, cond func() bool) error {
-	end := time.Now().Add(2 * time.Minute)
-	for !cond() {
-		if time.Now().After(end) {
-			return fmt.Errorf("timed out after 2m0s waiting for %s", what)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return nil
-}
-
-// onlyPod is Deployment name's one pod that is not being deleted.
-func (l *lab) onlyPod(ctx context.Context, name string) (corev1.Pod, error) {
+// onlyPod waits for Deployment name's one Ready pod that is not being
+// deleted.
+func (l *lab) onlyPod(t *testing.T, name string) corev1.Pod {
+	t.Helper()
 	var p corev1.Pod
-	err := waitFor(ctx, "one Ready pod of "+name, func() bool {
-		list, err := l.cp.Admin.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
-		if err != nil || len(list.Items) != 1 || !ready(&list.Items[0]) || list.Items[0].DeletionTimestamp != nil {
-			return false
+	poll.UntilNoted(t, poll.Patience, "one Ready pod of "+name, func() (bool, string) {
+		list, err := l.cp.Admin.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{LabelSelector: "app=" + name})
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(list.Items) != 1 || !ready(&list.Items[0]) || list.Items[0].DeletionTimestamp != nil {
+			return false, l.pods(context.Background(), "default")
 		}
 		p = list.Items[0]
-		return true
+		return true, ""
 	})
-	return p, err
+	return p
 }
 
 // dropGoodbyes returns what adds ("-I") or removes ("-D") the node's
