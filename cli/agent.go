@@ -105,6 +105,7 @@ type agentOptions struct {
 	serviceCIDRs      []string
 	remedies          []string
 	dryRun            bool
+	resetClients      bool
 	grace             time.Duration
 	budget            int
 	budgetInterval    time.Duration
@@ -172,6 +173,10 @@ Every action, and every refusal, is an Event on the objects the finding
 concerns (the Service; the client Pod only when it provably opened the flow)
 and a sample of ghostwatch_remedy_actions_total.
 
+Once a TCP flow a client addressed to this node (a NodePort) is deleted, its
+client's connection is reset at once rather than at its next retransmission,
+seconds later (--reset-clients).
+
 The agent needs CAP_NET_ADMIN in the node's network namespace (hostNetwork)
 and nothing else; it exits with status 2 when it lacks it.`,
 		Example: `  # report only (the default): metrics, logs, /readyz
@@ -186,6 +191,7 @@ and nothing else; it exits with status 2 when it lacks it.`,
 	f.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "CIDRs on which NodePorts are served, as kube-proxy's --nodeport-addresses (default: the Node's addresses and, read live, every address of this host, as kube-proxy's default)")
 	f.StringSliceVar(&o.remedies, "remedy", nil, "remedies to turn on: "+strings.Join(ids, ", ")+" (default none: report only)")
 	f.BoolVar(&o.dryRun, "dry-run", false, "with --remedy, say what would be done (Events and metrics) and do nothing")
+	f.BoolVar(&o.resetClients, "reset-clients", true, "with --remedy="+rule.StaleNATFlowID+", reset the client of each TCP flow deleted that it addressed to this node (a NodePort) at once, not at its next retransmission: a SYN from that address, which the client acknowledges and this node resets (docs/agent.md)")
 	f.DurationVar(&o.grace, "grace", remedy.DefaultGrace, fmt.Sprintf("how long a finding must hold in every complete audit before a remedy acts on it (at least %s)", remedy.MinGrace))
 	f.IntVar(&o.budget, "budget", remedy.DefaultBudget, "at most this many ghost IPs acted on per --budget-interval (all flows of one dead backend count once); a larger batch is refused whole")
 	f.DurationVar(&o.budgetInterval, "budget-interval", remedy.DefaultBudgetInterval, "the sliding window --budget applies to")
@@ -355,7 +361,7 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 	sources = append(sources, table)
 	rems, err := remedy.Build(rules, o.remedies, remedy.Settings{
 		Grace: o.grace, DryRun: o.dryRun, Budget: o.budget, BudgetInterval: o.budgetInterval, MaxPerGroup: o.maxPerBackend,
-	}, &remedy.Flows{Table: table}, &remedy.Reservations{Root: o.hostRoot})
+	}, flowRemedy(table, o.resetClients), &remedy.Reservations{Root: o.hostRoot})
 	if err != nil {
 		return cmdline.WithCode(ExitError, fmt.Errorf("--remedy: %w", err))
 	}
@@ -416,4 +422,14 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 		return cmdline.WithCode(ExitError, runErr)
 	}
 	return nil
+}
+
+// flowRemedy deletes flows from table and, with reset, nudges the clients
+// of those deleted (remedy.SYNNudge).
+func flowRemedy(table remedy.FlowTable, reset bool) *remedy.Flows {
+	fl := &remedy.Flows{Table: table}
+	if reset {
+		fl.Nudge = remedy.SYNNudge{}
+	}
+	return fl
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/ghostwatch/ghostwatch/lab/netbed"
 	"github.com/ghostwatch/ghostwatch/remedy"
 	"github.com/ghostwatch/ghostwatch/rule"
+	"github.com/ghostwatch/ghostwatch/snapshot"
 	"github.com/ghostwatch/ghostwatch/source"
 	"github.com/ghostwatch/ghostwatch/source/conntrack"
 	"github.com/ghostwatch/ghostwatch/source/kube/live"
@@ -34,7 +35,7 @@ func (e *env) startAgent(ctx context.Context, o Options, actions *actionLog) (st
 	table := &conntrack.Watch{Table: conn, Events: sub}
 	rems, err := remedy.Build(rules, []string{rule.StaleNATFlowID},
 		remedy.Settings{Grace: o.Grace, Budget: 50, BudgetInterval: time.Minute},
-		&remedy.Flows{Table: table})
+		&remedy.Flows{Table: table, Nudge: nodeNudge{e.node}})
 	if err != nil {
 		sub.Close()
 		conn.Close()
@@ -165,4 +166,16 @@ func describeObject(obj runtime.Object) string {
 		return ref.Kind + " " + ref.Namespace + "/" + ref.Name
 	}
 	return fmt.Sprintf("%T", obj)
+}
+
+// nodeNudge nudges clients from inside the node, where the agent of a real
+// node runs (hostNetwork).
+type nodeNudge struct{ node *netbed.Node }
+
+func (n nodeNudge) Nudge(f *snapshot.Flow) error {
+	var err error
+	if derr := n.node.Do(func() error { err = remedy.SYNNudge{}.Nudge(f); return nil }); derr != nil {
+		return derr
+	}
+	return err
 }

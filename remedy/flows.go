@@ -24,7 +24,13 @@ type FlowTable interface {
 // Flows deletes exact conntrack entries: the flows of a
 // finding.FlowTarget, each read back by its tuple right before it is
 // deleted by tuple and ID (Counting).
-type Flows struct{ Table FlowTable }
+type Flows struct {
+	Table FlowTable
+	// Nudge, when set, is given each flow deleted, once all of a
+	// target's are, so that its client notices the connection is gone
+	// without waiting for its next retransmission.
+	Nudge Nudger
+}
 
 // Kind returns finding.FlowKind.
 func (*Flows) Kind() string { return finding.FlowKind }
@@ -93,6 +99,14 @@ func (fl *Flows) ActEach(ctx context.Context, t finding.Target, dryRun bool) Tal
 		tl.Failed, tl.Why = 1, "not a conntrack flow: "+t.Kind()
 		return tl
 	}
+	// done are the flows deleted, for the Nudger.
+	var done []snapshot.Flow
+	deleted := func(f *snapshot.Flow, err error) {
+		tl.deleted(f, err)
+		if err == nil && fl.Nudge != nil {
+			done = append(done, *f)
+		}
+	}
 	bt, batched := fl.Table.(FlowBatchTable)
 	jt, judged := fl.Table.(FlowJudgedTable)
 	judged = judged && !dryRun
@@ -118,7 +132,7 @@ func (fl *Flows) ActEach(ctx context.Context, t finding.Target, dryRun bool) Tal
 					missed = append(missed, chunk[i])
 					return
 				}
-				tl.deleted(&chunk[i], err)
+				deleted(&chunk[i], err)
 			})
 			refused := func(want *snapshot.Flow, got snapshot.Flow, err error) {
 				if tl.readBack(want, got, err) {
@@ -146,7 +160,7 @@ func (fl *Flows) ActEach(ctx context.Context, t finding.Target, dryRun bool) Tal
 			tl.Done += len(passed)
 			return
 		}
-		bt.DeleteEach(passed, func(i int, err error) { tl.deleted(&passed[i], err) })
+		bt.DeleteEach(passed, func(i int, err error) { deleted(&passed[i], err) })
 	}
 	for want := range ft.Flows.All() {
 		if err := ctx.Err(); err != nil {
@@ -174,9 +188,14 @@ func (fl *Flows) ActEach(ctx context.Context, t finding.Target, dryRun bool) Tal
 			tl.Done++
 			continue
 		}
-		tl.deleted(want, fl.Table.Delete(want))
+		deleted(want, fl.Table.Delete(want))
 	}
 	flush()
+	for i := range done {
+		if fl.Nudge.Nudge(&done[i]) == nil {
+			tl.Nudged++
+		}
+	}
 	return tl
 }
 

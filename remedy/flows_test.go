@@ -138,3 +138,60 @@ func TestActEachBatchesAsItActsOneByOne(t *testing.T) {
 		t.Errorf("cancelled: %+v after %d batches, %d deleted", tl, many.gets, len(many.deleted))
 	}
 }
+
+// recordNudges keeps the flows it is given.
+type recordNudges struct{ got []snapshot.Flow }
+
+func (r *recordNudges) Nudge(f *snapshot.Flow) error {
+	r.got = append(r.got, *f)
+	if f.Orig.SrcPort%2 == 1 {
+		return ErrNotNudged
+	}
+	return nil
+}
+
+// The clients of the flows deleted, and of no other, are nudged, once the
+// target's flows are all deleted; a dry run nudges none.
+func TestActEachNudgesTheClientsOfFlowsDeleted(t *testing.T) {
+	var flows []snapshot.Flow
+	for i := range 2*flowBatch + 3 {
+		flows = append(flows, staleFlow("10.244.3.47", uint16(1000+i)))
+	}
+	gone, replaced := flows[5], flows[flowBatch+1]
+	for _, judged := range []bool{false, true} {
+		tab := newTable(flowsFinding(flows...))
+		delete(tab.flows, gone.Orig)
+		n := tab.flows[replaced.Orig]
+		n.ID += 70000
+		tab.flows[replaced.Orig] = n
+		var table FlowTable = &batchTable{fakeTable: tab}
+		if judged {
+			table = &judgedTable{batchTable: table.(*batchTable)}
+		}
+		nudge := &recordNudges{}
+		fl := &Flows{Table: table, Nudge: nudge}
+		tl := fl.ActEach(context.Background(), flowsFinding(flows...).Target, false)
+		even := 0
+		for _, f := range nudge.got {
+			if f.Orig.SrcPort%2 == 0 {
+				even++
+			}
+		}
+		if tl.Done != len(flows)-2 || len(nudge.got) != tl.Done || tl.Nudged != even {
+			t.Errorf("judged %v: tally %+v, %d nudged; want every flow but two deleted and nudged, those of even ports counted (the fake refuses odd ones)", judged, tl, len(nudge.got))
+		}
+		if len(tab.deleted) != len(nudge.got) {
+			t.Errorf("judged %v: %d deleted, %d nudged", judged, len(tab.deleted), len(nudge.got))
+		}
+		for i, f := range nudge.got {
+			if f.Orig == gone.Orig || f.Orig == replaced.Orig || f.Orig != tab.deleted[i].Orig {
+				t.Errorf("judged %v: nudge %d is %s, deleted %s", judged, i, &f, &tab.deleted[i])
+			}
+		}
+	}
+	tab := newTable(flowsFinding(flows...))
+	nudge := &recordNudges{}
+	if tl := (&Flows{Table: tab, Nudge: nudge}).ActEach(context.Background(), flowsFinding(flows...).Target, true); tl.Done != len(flows) || tl.Nudged != 0 || len(nudge.got) != 0 {
+		t.Errorf("dry run: tally %+v, %d nudged; want all would-be deleted and none nudged", tl, len(nudge.got))
+	}
+}

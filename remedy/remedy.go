@@ -110,6 +110,8 @@ type Tally struct {
 	// entry took the tuple, it translates elsewhere) and were left alone;
 	// Failed were refused by the ledger.
 	Done, Gone, Changed, Failed int
+	// Nudged are the clients of entries done that a Nudger told.
+	Nudged int
 	// Why is why the first entry that was not acted on was not.
 	Why string
 }
@@ -416,6 +418,9 @@ func (r *Remedy) tallied(a *Action, tl Tally) {
 		}
 		if len(rest) > 0 {
 			a.Reason += " (" + strings.Join(rest, ", ") + "; first: " + tl.Why + ")"
+		}
+		if tl.Nudged > 0 {
+			a.Reason += fmt.Sprintf("; %d of their clients reset", tl.Nudged)
 		}
 	case tl.Failed > 0:
 		a.Result, a.Reason = Failed, tl.Why
