@@ -429,7 +429,7 @@ func (o *agentOptions) run(ctx context.Context, streams genericiooptions.IOStrea
 func flowRemedy(table remedy.FlowTable, reset bool) *remedy.Flows {
 	fl := &remedy.Flows{Table: table}
 	if reset {
-		fl.Nudge = remedy.SYNNudge{}
+		fl.Nudge = &remedy.SYNNudge{}
 	}
 	return fl
 }

@@ -35,7 +35,7 @@ func (e *env) startAgent(ctx context.Context, o Options, actions *actionLog) (st
 	table := &conntrack.Watch{Table: conn, Events: sub}
 	rems, err := remedy.Build(rules, []string{rule.StaleNATFlowID},
 		remedy.Settings{Grace: o.Grace, Budget: 50, BudgetInterval: time.Minute},
-		&remedy.Flows{Table: table, Nudge: nodeNudge{e.node}})
+		&remedy.Flows{Table: table, Nudge: nodeNudge{e.node, &remedy.SYNNudge{}}})
 	if err != nil {
 		sub.Close()
 		conn.Close()
@@ -170,11 +170,20 @@ func describeObject(obj runtime.Object) string {
 
 // nodeNudge nudges clients from inside the node, where the agent of a real
 // node runs (hostNetwork).
-type nodeNudge struct{ node *netbed.Node }
+type nodeNudge struct {
+	node *netbed.Node
+	n    *remedy.SYNNudge
+}
+
+func (n nodeNudge) Wants(f *snapshot.Flow) bool {
+	var ok bool
+	n.node.Do(func() error { ok = n.n.Wants(f); return nil })
+	return ok
+}
 
 func (n nodeNudge) Nudge(f *snapshot.Flow) error {
 	var err error
-	if derr := n.node.Do(func() error { err = remedy.SYNNudge{}.Nudge(f); return nil }); derr != nil {
+	if derr := n.node.Do(func() error { err = n.n.Nudge(f); return nil }); derr != nil {
 		return derr
 	}
 	return err

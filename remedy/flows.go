@@ -125,6 +125,7 @@ func (fl *Flows) ActEach(ctx context.Context, t finding.Target, dryRun bool) Tal
 		}
 		passed, missed = passed[:0], missed[:0]
 		if judged {
+			fl.readStates(chunk, bt, batched)
 			// One system call for the batch; those the kernel did not
 			// find as judged are read back, to tell gone from replaced.
 			jt.DeleteJudgedEach(chunk, func(i int, err error) {
@@ -153,6 +154,7 @@ func (fl *Flows) ActEach(ctx context.Context, t finding.Target, dryRun bool) Tal
 		}
 		bt.GetEach(chunk, func(i int, got snapshot.Flow, err error) {
 			if tl.readBack(&chunk[i], got, err) {
+				chunk[i].State = got.State
 				passed = append(passed, chunk[i])
 			}
 		})
@@ -188,7 +190,9 @@ func (fl *Flows) ActEach(ctx context.Context, t finding.Target, dryRun bool) Tal
 			tl.Done++
 			continue
 		}
-		deleted(want, fl.Table.Delete(want))
+		w := *want
+		w.State = got.State
+		deleted(&w, fl.Table.Delete(want))
 	}
 	flush()
 	for i := range done {
@@ -240,5 +244,40 @@ func (tl *Tally) deleted(want *snapshot.Flow, err error) {
 	default:
 		tl.Failed++
 		tl.note(fmt.Sprintf("deleting %s: %v", want, err))
+	}
+}
+
+// readStates sets the State of each flow of fs the Nudger wants to what
+// the kernel holds now, read back (many a system call when batched), or
+// to "" when the kernel holds it no more, or not as judged: a table
+// indexed from conntrack's events knows a flow's state when it began.
+func (fl *Flows) readStates(fs []snapshot.Flow, bt FlowBatchTable, batched bool) {
+	if fl.Nudge == nil {
+		return
+	}
+	var want []int
+	var read []snapshot.Flow
+	for i := range fs {
+		if fl.Nudge.Wants(&fs[i]) {
+			want = append(want, i)
+			read = append(read, fs[i])
+		} else {
+			fs[i].State = ""
+		}
+	}
+	set := func(k int, got snapshot.Flow, err error) {
+		f := &fs[want[k]]
+		f.State = ""
+		if err == nil && got.ID == f.ID && got.Reply == f.Reply {
+			f.State = got.State
+		}
+	}
+	if batched {
+		bt.GetEach(read, set)
+		return
+	}
+	for k := range read {
+		got, err := fl.Table.Get(&read[k])
+		set(k, got, err)
 	}
 }

@@ -139,8 +139,11 @@ func TestActEachBatchesAsItActsOneByOne(t *testing.T) {
 	}
 }
 
-// recordNudges keeps the flows it is given.
+// recordNudges keeps the flows it is given; it wants those of ports not
+// divisible by 3, and sends to those of even ports.
 type recordNudges struct{ got []snapshot.Flow }
+
+func (r *recordNudges) Wants(f *snapshot.Flow) bool { return f.Orig.SrcPort%3 != 0 }
 
 func (r *recordNudges) Nudge(f *snapshot.Flow) error {
 	r.got = append(r.got, *f)
@@ -151,22 +154,33 @@ func (r *recordNudges) Nudge(f *snapshot.Flow) error {
 }
 
 // The clients of the flows deleted, and of no other, are nudged, once the
-// target's flows are all deleted; a dry run nudges none.
+// target's flows are all deleted, with the state each flow had in the
+// kernel right before its delete (the target's is its state when the
+// index first saw it); a dry run nudges none.
 func TestActEachNudgesTheClientsOfFlowsDeleted(t *testing.T) {
 	var flows []snapshot.Flow
 	for i := range 2*flowBatch + 3 {
-		flows = append(flows, staleFlow("10.244.3.47", uint16(1000+i)))
+		f := staleFlow("10.244.3.47", uint16(1000+i))
+		f.State = "SYN_SENT"
+		flows = append(flows, f)
 	}
 	gone, replaced := flows[5], flows[flowBatch+1]
-	for _, judged := range []bool{false, true} {
+	for _, kind := range []string{"one by one", "batched", "judged"} {
 		tab := newTable(flowsFinding(flows...))
+		for k, f := range tab.flows {
+			f.State = "ESTABLISHED"
+			tab.flows[k] = f
+		}
 		delete(tab.flows, gone.Orig)
 		n := tab.flows[replaced.Orig]
 		n.ID += 70000
 		tab.flows[replaced.Orig] = n
-		var table FlowTable = &batchTable{fakeTable: tab}
-		if judged {
-			table = &judgedTable{batchTable: table.(*batchTable)}
+		var table FlowTable = tab
+		switch kind {
+		case "batched":
+			table = &batchTable{fakeTable: tab}
+		case "judged":
+			table = &judgedTable{batchTable: &batchTable{fakeTable: tab}}
 		}
 		nudge := &recordNudges{}
 		fl := &Flows{Table: table, Nudge: nudge}
@@ -176,16 +190,21 @@ func TestActEachNudgesTheClientsOfFlowsDeleted(t *testing.T) {
 			if f.Orig.SrcPort%2 == 0 {
 				even++
 			}
+			if want := map[bool]string{true: "ESTABLISHED", false: ""}[f.Orig.SrcPort%3 != 0]; kind == "judged" && f.State != want {
+				t.Errorf("%s: %s nudged in state %q, want %q (read back only when wanted)", kind, &f, f.State, want)
+			} else if kind != "judged" && f.State != "ESTABLISHED" {
+				t.Errorf("%s: %s nudged in state %q, want its read-back's", kind, &f, f.State)
+			}
 		}
 		if tl.Done != len(flows)-2 || len(nudge.got) != tl.Done || tl.Nudged != even {
-			t.Errorf("judged %v: tally %+v, %d nudged; want every flow but two deleted and nudged, those of even ports counted (the fake refuses odd ones)", judged, tl, len(nudge.got))
+			t.Errorf("%s: tally %+v, %d nudged; want every flow but two deleted and nudged, those of even ports counted (the fake refuses odd ones)", kind, tl, len(nudge.got))
 		}
 		if len(tab.deleted) != len(nudge.got) {
-			t.Errorf("judged %v: %d deleted, %d nudged", judged, len(tab.deleted), len(nudge.got))
+			t.Errorf("%s: %d deleted, %d nudged", kind, len(tab.deleted), len(nudge.got))
 		}
 		for i, f := range nudge.got {
 			if f.Orig == gone.Orig || f.Orig == replaced.Orig || f.Orig != tab.deleted[i].Orig {
-				t.Errorf("judged %v: nudge %d is %s, deleted %s", judged, i, &f, &tab.deleted[i])
+				t.Errorf("%s: nudge %d is %s, deleted %s", kind, i, &f, &tab.deleted[i])
 			}
 		}
 	}

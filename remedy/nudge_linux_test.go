@@ -122,15 +122,20 @@ func TestSYNNudgeResetsTheClientOfADeletedFlow(t *testing.T) {
 	closing := ghost
 	closing.State = "FIN_WAIT"
 	var nudged []error
-	fl := &remedy.Flows{Table: table, Nudge: nudgeLog{&nudged, node}}
-	tg := finding.NewFlowTarget("ghost", ghost)
+	nudge := nudgeLog{errs: &nudged, node: node, n: &remedy.SYNNudge{}}
+	fl := &remedy.Flows{Table: table, Nudge: nudge}
+	// The agent's index knows the state a flow began in: the remedy
+	// reads it back before the delete.
+	judged := ghost
+	judged.State = "SYN_SENT"
+	tg := finding.NewFlowTarget("ghost", judged)
 	tl := fl.ActEach(context.Background(), tg, false)
 	if tl.Done != 1 || tl.Nudged != 1 {
 		t.Fatalf("tally %+v (nudges %v), want the flow deleted and its client nudged", tl, nudged)
 	}
 	for _, f := range []snapshot.Flow{clusterIP, closing} {
 		var err error
-		node.Do(func() error { err = remedy.SYNNudge{}.Nudge(&f); return nil })
+		node.Do(func() error { err = nudge.n.Nudge(&f); return nil })
 		if !errors.Is(err, remedy.ErrNotNudged) {
 			t.Errorf("nudge %s in state %s: %v, want %v", f.Frontend(), f.State, err, remedy.ErrNotNudged)
 		}
@@ -144,11 +149,18 @@ func TestSYNNudgeResetsTheClientOfADeletedFlow(t *testing.T) {
 type nudgeLog struct {
 	errs *[]error
 	node *netbed.Node
+	n    *remedy.SYNNudge
 }
 
-func (n nudgeLog) Nudge(f *snapshot.Flow) error {
+func (l nudgeLog) Wants(f *snapshot.Flow) bool {
+	var ok bool
+	l.node.Do(func() error { ok = l.n.Wants(f); return nil })
+	return ok
+}
+
+func (l nudgeLog) Nudge(f *snapshot.Flow) error {
 	var err error
-	n.node.Do(func() error { err = remedy.SYNNudge{}.Nudge(f); return nil })
-	*n.errs = append(*n.errs, err)
+	l.node.Do(func() error { err = l.n.Nudge(f); return nil })
+	*l.errs = append(*l.errs, err)
 	return err
 }
