@@ -736,7 +736,8 @@ func (a *Agent) degrade(trigger, reason string, err error) {
 // action's Event and log line already there.
 func (a *Agent) report(info rule.Info, act remedy.Action) {
 	if act.Result != remedy.Pending {
-		a.cfg.Log.Info("remedy", "remedy", act.Remedy, "result", act.Result, "target", act.Finding.Target.String(), "reason", act.Reason)
+		a.cfg.Log.Info("remedy", "remedy", act.Remedy, "result", act.Result, "target", act.Finding.Target.String(), "reason", act.Reason,
+			"finding", act.Finding.Message, "evidence", act.Finding.Evidence)
 		a.events.Action(info, act)
 		if a.cfg.Actions != nil {
 			a.cfg.Actions(info, act)
