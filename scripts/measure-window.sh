@@ -15,10 +15,16 @@
 #           least 1s)
 #   LANES   Deployments replaced side by side (default 3: some 16 ghosts a
 #           minute at a grace of 5s, under the shipped budget of 20; with a
-#           shorter grace use 1, or the budget is what is measured)
-# Prints one "window-sweep row:" line per run; the full log goes to
+#           shorter grace use 1, or raise BUDGET, or the budget is what is
+#           measured)
+#   BUDGET  the agent's --budget, ghost IPs a minute (default: the chart's)
+# Prints one "window-sweep row:" line per run and keeps it in
+# docs/window-sweep.txt (NO_DOC=1: not), in place of an earlier row of the
+# same mode and grace; scripts/bench.sh shows those rows in
+# docs/performance.md. The full log goes to
 # ${LOG:-/tmp/ghostwatch-window.log}. 1000 replacements take about an hour
-# a mode on 2 cores.
+# a mode on 2 cores at the shipped budget, some 45 minutes with a budget
+# that never holds a delete back.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-1000}
@@ -34,7 +40,19 @@ done
 modes=${MODES:-iptables,nftables}
 for m in ${modes//,/ }; do
   GHOSTWATCH_REAL_SWEEP=$n GHOSTWATCH_REAL_SWEEP_MODE=$m GHOSTWATCH_REAL_SWEEP_GRACE=${GRACE:-} \
-  GHOSTWATCH_REAL_SWEEP_LANES=${LANES:-3} \
+  GHOSTWATCH_REAL_SWEEP_LANES=${LANES:-3} GHOSTWATCH_REAL_SWEEP_BUDGET=${BUDGET:-} \
     go test -count=1 -timeout 8h -run '^TestErrorWindowSweep$' -v ./lab/realnode/ >>"$log" 2>&1 || { tail -50 "$log" >&2; exit 1; }
 done
-grep 'window-sweep row:' "$log" | sed 's/^ *//'
+rows=$(grep 'window-sweep row:' "$log" | sed 's/^.*window-sweep row: //')
+echo "$rows" | sed 's/^/window-sweep row: /'
+if [ "${NO_DOC:-}" != 1 ]; then
+  kept=docs/window-sweep.txt
+  commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo '+')"
+  [ -e "$kept" ] || printf '# scripts/measure-window.sh: the latest row of each kube-proxy mode and grace\n' >"$kept"
+  while read -r row; do
+    key=$(echo "$row" | grep -o 'mode=[^ ]* grace="[^"]*"')
+    grep -vF "$key" "$kept" >"$kept.new" || true
+    echo "window-sweep row: commit=$commit date=$(date -u +%Y-%m-%d) $row" >>"$kept.new"
+    mv "$kept.new" "$kept"
+  done <<<"$rows"
+fi
