@@ -177,6 +177,8 @@ func writeDoc(w *strings.Builder, m *model) {
 		p("\n")
 	}
 
+	writeWindow(p, m)
+
 	p("## Offline: a saved listing\n\n")
 	p("`ghostwatch scan` of the table's `conntrack -L -o extended,id` listing with every rule, against the ")
 	p("simplest field split a shell user would run on the same file.\n\n")

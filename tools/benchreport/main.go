@@ -6,7 +6,7 @@
 // It is a module of its own so that its plotting library (gonum.org/v1/plot)
 // stays out of ghostwatch's go.mod.
 //
-// Usage: benchreport -results FILE -machine FILE [-doc docs/performance.md] [-plots docs]
+// Usage: benchreport -results FILE -machine FILE [-doc docs/performance.md] [-plots docs] [-window docs/window-sweep.txt]
 package main
 
 import (
@@ -24,8 +24,9 @@ func main() {
 	doc := flag.String("doc", "", "markdown `file` to write; none when empty")
 	plots := flag.String("plots", "", "`directory` to write the PNG plots into; the document links them relative to itself")
 	baseline := flag.String("baseline", "", "results `file` of an earlier run, shown beside this one's headline figures")
+	window := flag.String("window", "", "`file` of scripts/measure-window.sh's rows (docs/window-sweep.txt): the error window on a real node")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "Usage: benchreport -results FILE -machine FILE [-doc FILE] [-plots DIR]\n\n"+
+		fmt.Fprintf(flag.CommandLine.Output(), "Usage: benchreport -results FILE -machine FILE [-doc FILE] [-plots DIR] [-window FILE]\n\n"+
 			"Writes the performance document and its plots from scripts/bench.sh's measurements,\n"+
 			"and prints the headline figures as key=value lines.\n\n")
 		flag.PrintDefaults()
@@ -35,13 +36,13 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(*results, *machine, *doc, *plots, *baseline, os.Stdout); err != nil {
+	if err := run(*results, *machine, *doc, *plots, *baseline, *window, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "benchreport:", err)
 		os.Exit(1)
 	}
 }
 
-func run(resultsPath, machinePath, docPath, plotDir, baselinePath string, stdout io.Writer) error {
+func run(resultsPath, machinePath, docPath, plotDir, baselinePath, windowPath string, stdout io.Writer) error {
 	rs, _, err := parseFile(resultsPath)
 	if err != nil {
 		return err
@@ -55,6 +56,11 @@ func run(resultsPath, machinePath, docPath, plotDir, baselinePath string, stdout
 		return fmt.Errorf("%s: %w", resultsPath, err)
 	}
 	m.machine = strings.TrimSpace(string(machine))
+	if windowPath != "" {
+		if m.window, err = parseWindow(windowPath); err != nil {
+			return err
+		}
+	}
 	if baselinePath != "" {
 		brs, label, err := parseFile(baselinePath)
 		if err != nil {

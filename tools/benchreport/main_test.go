@@ -20,7 +20,7 @@ func TestHeadlineFromResults(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := run("testdata/results.txt", machine, doc, filepath.Join(dir, "docs"), "testdata/results.txt", &out); err != nil {
+	if err := run("testdata/results.txt", machine, doc, filepath.Join(dir, "docs"), "testdata/results.txt", "testdata/window-sweep.txt", &out); err != nil {
 		t.Fatal(err)
 	}
 	// The medians of the largest table; the controller's pass is the
@@ -40,7 +40,13 @@ func TestHeadlineFromResults(t *testing.T) {
 		"| when every backend dies: the agent's peak memory | 180.00 MiB | 200.00 MiB | met | peak RSS of the agent, 1,000,000 flows to 100,000 dead backends (the DaemonSet's limit: 256 MiB) |",
 		"| when every backend dies: the scan's peak memory | 210.00 MiB | 200.00 MiB | **not met** |",
 		"## When every backend dies",
-		"| 1,000,000 | 100,000 | 180.0 MiB | 12.5 s | 210.0 MiB | 8000 ms | 200.0 MiB | 256.0 MiB |"} {
+		"| 1,000,000 | 100,000 | 180.0 MiB | 12.5 s | 210.0 MiB | 8000 ms | 200.0 MiB | 256.0 MiB |",
+		"## What a client sees on a real node",
+		"| iptables | 1s | 1000 | 3 | 1,000 | **0** | 1,004 | 0.62 s / 1.10 s | 0.04 s / 0.30 s | 0.70 s / 1.30 s / 1.90 s |",
+		"| error window on a real node: pod deleted → client answered, max | 1.90 s | 2.00 s | met | kube-proxy iptables, grace 1s, 1000 replacements; limit: the grace + 1 s |",
+		"| error window on a real node: healthy flows deleted | 0.00  | 0.00  | met | kube-proxy iptables, grace 1s, 1000 replacements |",
+		"| error window on a real node: pod deleted → client answered, p50 | 5.64 s | 1.50 s | **not met** |",
+		"| error window on a real node: healthy flows deleted | –  | 0.00  | not measured | kube-proxy nftables, grace the chart's default, 100 replacements: 0 healthy deleted, of fewer than the 1,000 replacements the goal asks |"} {
 		if !strings.Contains(string(b), s) {
 			t.Errorf("the document lacks %q", s)
 		}
@@ -96,4 +102,50 @@ func TestParseRefusesWhatIsNotANumber(t *testing.T) {
 	if _, err := build(nil); err == nil || !strings.Contains(err.Error(), "scripts/bench.sh") {
 		t.Errorf("build of nothing: %v, want an error naming scripts/bench.sh", err)
 	}
+}
+
+// A row of the window sweep is read whole or refused with its line.
+func TestParseWindowRefusesABrokenRow(t *testing.T) {
+	good, err := os.ReadFile("testdata/window-sweep.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := strings.Split(string(good), "\n")[1]
+	for name, line := range map[string]string{
+		"a key missing":  strings.Replace(first, " lanes=3", "", 1),
+		"a key twice":    first + " lanes=4",
+		"not a duration": strings.Replace(first, "=620ms", "=soon", 1),
+		"not a count":    strings.Replace(first, "lanes=3", "lanes=three", 1),
+		"an open quote":  strings.Replace(first, `grace="1s"`, `grace="1s`, 1),
+		"no key=value":   first + " loose",
+	} {
+		path := filepath.Join(t.TempDir(), "rows.txt")
+		if err := os.WriteFile(path, []byte("x\n"+line+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := parseWindow(path); err == nil || !strings.Contains(err.Error(), "rows.txt:2:") {
+			t.Errorf("%s: %v, want an error naming line 2", name, err)
+		}
+	}
+	if _, err := parseWindow(filepath.Join("testdata", "results.txt")); err == nil {
+		t.Error("a file without rows was accepted")
+	}
+}
+
+func FuzzParseWindowRow(f *testing.F) {
+	good, err := os.ReadFile("testdata/window-sweep.txt")
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, line := range strings.Split(string(good), "\n") {
+		if _, rest, ok := strings.Cut(line, "window-sweep row:"); ok {
+			f.Add(rest)
+		}
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := parseWindowRow(s)
+		if err == nil && r.mode == "" && !strings.Contains(s, "mode=") {
+			t.Errorf("%q parsed without a mode", s)
+		}
+	})
 }

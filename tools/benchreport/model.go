@@ -43,6 +43,8 @@ type model struct {
 	// baselineLabel names.
 	baseline      *model
 	baselineLabel string
+	// window are the rows of scripts/measure-window.sh, when given.
+	window []windowRow
 }
 
 // plotRef is a plot written for the document.
@@ -154,7 +156,7 @@ func (m *model) goals() []goal {
 	if v, ok := m.pass.get(150000, "heap-B/pod"); ok {
 		perPod = v
 	}
-	return []goal{
+	return append([]goal{
 		{"full audit against conntrack -L", audit / m.val("conntrack-L", n, "ms"), "×", 0.4, "median time, " + at},
 		{"full audit against the count-only dump", audit / m.val("floor", n, "ms"), "×", 1.15, "median time, " + at},
 		{"full audit's peak memory", m.val("audit", n, "added-peak-rss-MiB"), "MiB", 48, "peak RSS the audit adds to its process, " + at},
@@ -167,7 +169,7 @@ func (m *model) goals() []goal {
 		m.deadGoal("when every backend dies: the scan's peak memory", "scan-peak-MiB", "scan of the listing"),
 		{"controller's full pass", pass, "ms", 250, "150,000 pods"},
 		{"controller's memory per pod", perPod, "B", 1024, "heap per pod, every source of the leader, 150,000 pods"},
-	}
+	}, m.windowGoals()...)
 }
 
 // kernelDeletes is, in ms, what the kernel takes to delete the flows of
