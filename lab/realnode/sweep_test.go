@@ -374,7 +374,8 @@ type podLives struct {
 
 type podLife struct {
 	ip       netip.Addr
-	from, to time.Time // to: zero while it lives
+	from, to time.Time // to: zero while it holds ip
+	deleted  time.Time // when its object was deleted
 }
 
 // watchPods follows the pods of default until the test ends.
@@ -420,8 +421,15 @@ func (pl *podLives) saw(p *corev1.Pod, deleted bool) {
 		life = &podLife{ip: netip.MustParseAddr(p.Status.PodIP), from: now}
 		pl.pods[p.Name] = life
 	}
-	if life != nil && deleted && life.to.IsZero() {
+	// A pod stops holding its address when its containers have ended
+	// (a terminal phase, which the kubelet sets before the object goes)
+	// or when it is deleted, as Kubernetes and the agent count it.
+	terminal := p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+	if life != nil && (deleted || terminal) && life.to.IsZero() {
 		life.to = now
+	}
+	if life != nil && deleted && life.deleted.IsZero() {
+		life.deleted = now
 	}
 }
 
@@ -432,11 +440,14 @@ func (pl *podLives) of(ip netip.Addr) string {
 	var out []string
 	for name, life := range pl.pods {
 		if life.ip == ip {
-			to := "now"
+			to, gone := "now", ""
 			if !life.to.IsZero() {
 				to = life.to.Format("15:04:05.000")
 			}
-			out = append(out, fmt.Sprintf("%s %s–%s", name, life.from.Format("15:04:05.000"), to))
+			if !life.deleted.IsZero() {
+				gone = " (deleted " + life.deleted.Format("15:04:05.000") + ")"
+			}
+			out = append(out, fmt.Sprintf("%s %s–%s%s", name, life.from.Format("15:04:05.000"), to, gone))
 		}
 	}
 	slices.Sort(out)
@@ -448,13 +459,14 @@ func (pl *podLives) deletedAt(name string) time.Time {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	if life := pl.pods[name]; life != nil {
-		return life.to
+		return life.deleted
 	}
 	return time.Time{}
 }
 
 // holder names the pod that held ip at t, "" when none did. A pod holds
-// its address from when the watch first saw it until it saw it deleted.
+// its address from when the watch first saw it until it saw it terminal
+// or deleted.
 func (pl *podLives) holder(ip netip.Addr, at time.Time) string {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
