@@ -435,16 +435,18 @@ func (r *Remedy) tallied(a *Action, tl Tally) {
 const (
 	// DefaultGrace and MinGrace: how long evidence must hold through
 	// complete passes before a remedy acts, and the least the agent
-	// accepts. On the real control plane, 200 rolling replacements with IP
-	// reuse deleted no healthy flow at any grace period down to 0
-	// (scripts/measure-grace.sh; docs/agent.md, "How the grace period was
-	// chosen"). MinGrace is the agent's new-flow interval, so that a
+	// accepts. MinGrace is the agent's new-flow interval, so that a
 	// finding holds in at least two passes that saw the API's events and
-	// the table's new flows of a whole second between them; DefaultGrace
-	// adds a margin for what one lab node cannot show (a loaded API server
-	// whose watches lag by seconds), at a cost to clients of seconds of
-	// errors instead of the minutes a ghost lasts without the agent.
-	DefaultGrace = 5 * time.Second
+	// the table's new flows of a whole second between them. No healthy
+	// flow was deleted at any grace down to 0 on the real control plane
+	// (scripts/measure-grace.sh) nor at 1s in 1,000 replacements a
+	// kube-proxy mode on a real node (scripts/measure-window.sh). The
+	// margin a longer grace once kept against watches lagging under load
+	// is the quorum re-check's, which reads the API server itself right
+	// before acting; and each second of grace is a second of errors for a
+	// client pinned to a dead pod (docs/agent.md, "How the grace period
+	// was chosen").
+	DefaultGrace = time.Second
 	MinGrace     = time.Second
 	// DefaultBudget ghost IPs per DefaultBudgetInterval: a rolling deploy
 	// kills a few backends a minute; a broken view of the world kills them
