@@ -2,12 +2,12 @@ package remedy
 
 import (
 	"errors"
-	"net"
 	"net/netip"
 	"sync"
 	"time"
 
 	"github.com/ghostwatch/ghostwatch/snapshot"
+	"github.com/ghostwatch/ghostwatch/source/host"
 )
 
 // A Nudger tells the client of a deleted flow at once that its connection
@@ -63,8 +63,6 @@ type SYNNudge struct {
 	mu    sync.Mutex
 	addrs map[netip.Addr]bool
 	read  time.Time
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
 }
 
 // Wants reports whether f is a TCP flow of the default zone addressed to
@@ -81,25 +79,19 @@ func (n *SYNNudge) Nudge(f *snapshot.Flow) error {
 	return sendSYN(f.Frontend(), f.Orig.Src, f.Orig.SrcPort)
 }
 
-// local reports whether a is an address of one of this node's interfaces,
-// as read at most a second ago.
+// local reports whether a is an address of one of this node's interfaces
+// (host.Local), as read at most a second ago.
 func (n *SYNNudge) local(a netip.Addr) bool {
-	now := time.Now
-	if n.Now != nil {
-		now = n.Now
-	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if t := now(); n.addrs == nil || t.Sub(n.read) >= time.Second || t.Before(n.read) {
+	if t := time.Now(); n.addrs == nil || t.Sub(n.read) >= time.Second || t.Before(n.read) {
 		n.addrs, n.read = map[netip.Addr]bool{}, t
-		ifas, err := net.InterfaceAddrs()
+		addrs, err := host.Local()
 		if err != nil {
 			return false
 		}
-		for _, ifa := range ifas {
-			if p, err := netip.ParsePrefix(ifa.String()); err == nil {
-				n.addrs[p.Addr().Unmap()] = true
-			}
+		for _, l := range addrs {
+			n.addrs[l] = true
 		}
 	}
 	return n.addrs[a.Unmap()]
